@@ -1,0 +1,166 @@
+//! Errors: one enum per operation, each converting into the umbrella [`Error`].
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a pool could not be opened. The file is never modified when any of these is returned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// There is no file at the path.
+    #[error("no pool file at {path}")]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Another handle (in this or another process) holds the pool's exclusive lock.
+    #[error("the pool {path} is open elsewhere (its exclusive lock is held)")]
+    Locked {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file is shorter than a pool header.
+    #[error("not a pool: the file has {len} bytes, fewer than the {min}-byte header")]
+    TooSmall {
+        /// The file's length.
+        len: u64,
+        /// The header's length.
+        min: u64,
+    },
+    /// The header is all zero bytes: not a pool, or one whose creation never finished.
+    #[error("not a pool: the header is all zeroes (an empty file, or an interrupted create)")]
+    Zeroed,
+    /// The file does not start with the pool magic.
+    #[error("not a pool: wrong magic {found:02x?}")]
+    BadMagic {
+        /// The first eight bytes of the file.
+        found: [u8; 8],
+    },
+    /// The pool was written by a format this build does not read.
+    #[error("unsupported pool format version {found} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The version in the header.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The header's checksum does not match its contents.
+    #[error("corrupt pool header: checksum {stored:#010x} stored, {computed:#010x} computed")]
+    HeaderChecksum {
+        /// The checksum in the header.
+        stored: u32,
+        /// The checksum of the header's bytes.
+        computed: u32,
+    },
+    /// The header's layout fields are inconsistent.
+    #[error("corrupt pool header: {0}")]
+    BadLayout(String),
+    /// The file is shorter than its header and chunk table say it must be.
+    #[error("truncated pool: the file has {len} bytes, the pool needs {expected}")]
+    Truncated {
+        /// The file's length.
+        len: u64,
+        /// The length the pool's metadata requires.
+        expected: u64,
+    },
+    /// Reading the file, or mapping it, failed.
+    #[error("cannot open the pool {path}: {source}")]
+    Io {
+        /// The path given.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// Why a pool could not be created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateError {
+    /// A file already exists at the path; it is left alone.
+    #[error("cannot create a pool at {path}: a file exists there")]
+    Exists {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The configuration is not usable.
+    #[error("invalid pool configuration: {0}")]
+    InvalidConfig(String),
+    /// Creating, sizing or mapping the file failed.
+    #[error("cannot create the pool {path}: {source}")]
+    Io {
+        /// The path given.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// Why an allocation failed. Nothing was allocated.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// The pool reached its maximum size.
+    #[error("pool full: {requested} more bytes needed, the pool is at its maximum of {max} bytes")]
+    PoolFull {
+        /// Bytes the allocation needed.
+        requested: u64,
+        /// The pool's maximum size.
+        max: u64,
+    },
+    /// The request is larger than the kind of block asked for can be.
+    #[error("allocation of {requested} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Bytes asked for.
+        requested: u64,
+        /// The largest possible.
+        limit: u64,
+    },
+    /// The pool file could not be extended.
+    #[error("cannot grow the pool: {0}")]
+    Grow(String),
+}
+
+/// Why the allocator could not be rebuilt from a set of live offsets.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RebuildError {
+    /// A live offset is not the start of an allocated block.
+    #[error("live offset {off:#x} is not the start of an allocated block: {why}")]
+    NotABlock {
+        /// The offset.
+        off: u64,
+        /// What is at the offset instead.
+        why: String,
+    },
+    /// An offset appears twice in the live set: two owners of one block.
+    #[error("live offset {off:#x} is claimed twice")]
+    DoubleUse {
+        /// The offset.
+        off: u64,
+    },
+}
+
+/// Any error of this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Opening a pool.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Creating a pool.
+    #[error(transparent)]
+    Create(#[from] CreateError),
+    /// Allocating pool memory.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// Rebuilding allocator state.
+    #[error(transparent)]
+    Rebuild(#[from] RebuildError),
+    /// Other I/O.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,397 @@
+//! [`MmapMem`]: a pool file mapped shared into a reserved virtual range.
+//!
+//! At open a range of `max_len` bytes of address space is reserved (`PROT_NONE`, no swap
+//! reserved) and the file is mapped at its start with `MAP_FIXED`. Growing extends the file and
+//! maps the new part right behind the old one, so nothing ever moves and offsets stay valid.
+//!
+//! The mapping is first tried with `MAP_SHARED_VALIDATE | MAP_SYNC`, which the kernel grants only
+//! for files on DAX-capable persistent memory: where it succeeds, flush plus fence is durable
+//! across power loss ([`Durability::Dax`]); where it fails the file lives in the page cache
+//! ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`.
+//!
+//! This is one of the few modules with `unsafe` code: raw mapping calls, the conversion of a pool
+//! offset into a reference to an atomic word, and the cache-line flush instructions.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::{CACHE_LINE, Durability, GrowError, PMem, check_word};
+
+/// The instruction that writes a cache line back to memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FlushKind {
+    /// `clwb`: writes back and may keep the line cached. Preferred.
+    Clwb,
+    /// `clflushopt`: writes back and evicts; weakly ordered, so cheap in batches.
+    ClflushOpt,
+    /// `clflush`: writes back and evicts; ordered with every other `clflush`.
+    Clflush,
+    /// No instruction (volatile mode, or a CPU without any of the above).
+    None,
+}
+
+impl FlushKind {
+    /// The best instruction this CPU offers: `clwb`, else `clflushopt`, else `clflush`.
+    pub fn detect() -> FlushKind {
+        Self::available().first().copied().unwrap_or(FlushKind::None)
+    }
+
+    /// Every flush instruction this CPU offers, best first.
+    pub fn available() -> Vec<FlushKind> {
+        let mut kinds = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::__cpuid_count;
+            // CPUID leaf 7, sub-leaf 0, EBX: bit 24 is CLWB, bit 23 is CLFLUSHOPT (Intel SDM vol. 2A,
+            // "CPUID"). Leaf 1, EDX bit 19 is CLFSH.
+            let max_leaf = __cpuid_count(0, 0).eax;
+            if max_leaf >= 7 {
+                let ebx = __cpuid_count(7, 0).ebx;
+                if ebx & (1 << 24) != 0 {
+                    kinds.push(FlushKind::Clwb);
+                }
+                if ebx & (1 << 23) != 0 {
+                    kinds.push(FlushKind::ClflushOpt);
+                }
+            }
+            if __cpuid_count(1, 0).edx & (1 << 19) != 0 {
+                kinds.push(FlushKind::Clflush);
+            }
+        }
+        kinds
+    }
+
+    /// The instruction's mnemonic.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushKind::Clwb => "clwb",
+            FlushKind::ClflushOpt => "clflushopt",
+            FlushKind::Clflush => "clflush",
+            FlushKind::None => "none",
+        }
+    }
+}
+
+/// How to map a pool file.
+#[derive(Debug, Clone)]
+pub struct MmapOptions {
+    /// Bytes of address space to reserve: the most the mapping can grow to.
+    pub max_len: u64,
+    /// Skip flushes and fences ([`Durability::Volatile`]). For measuring, never for data.
+    pub volatile: bool,
+    /// Fail unless the file can be mapped with `MAP_SYNC` (persistent memory with DAX).
+    pub require_dax: bool,
+    /// Use this flush instruction instead of the best detected one (benchmarks compare them).
+    /// Must be one of [`FlushKind::available`].
+    pub flush: Option<FlushKind>,
+}
+
+impl Default for MmapOptions {
+    fn default() -> Self {
+        MmapOptions { max_len: 64 << 30, volatile: false, require_dax: false, flush: None }
+    }
+}
+
+/// A pool file mapped shared into a reserved range. See the [module docs](self).
+#[derive(Debug)]
+pub struct MmapMem {
+    /// Start of the reservation. Bytes `[0, len)` are mapped read-write from the file.
+    base: NonNull<u8>,
+    /// Mapped bytes; only grows. Relaxed loads suffice for bounds checks: a thread that learns an
+    /// offset beyond an old length learned it through a pool word published after the growth
+    /// (Release/Acquire on that word), which orders the length too; a stale length can only make
+    /// the check fail safe (panic), never admit an unmapped byte.
+    len: AtomicU64,
+    max_len: u64,
+    flush: FlushKind,
+    durability: Durability,
+    file: File,
+    /// Serialises growth: extend the file, then map the new part.
+    grow_lock: Mutex<()>,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomic operations and flush
+// instructions, which any thread may issue; `base` is never handed out as a reference.
+unsafe impl Send for MmapMem {}
+// SAFETY: as for `Send`: every access through `&MmapMem` is an atomic word operation, a flush, or
+// growth serialised by `grow_lock`.
+unsafe impl Sync for MmapMem {}
+
+impl MmapMem {
+    /// Maps the first `file.metadata().len()` bytes of `file`, which must be a non-zero multiple of
+    /// the page size, into a fresh reservation of `options.max_len` bytes. The caller holds
+    /// whatever lock guards the file against other writers.
+    pub fn map(file: File, options: &MmapOptions) -> io::Result<MmapMem> {
+        let len = file.metadata()?.len();
+        let page = page_size();
+        let max_len = options.max_len.max(len).next_multiple_of(page);
+        if len == 0 || len % page != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a mapped pool must be a non-zero multiple of {page} bytes, not {len}"),
+            ));
+        }
+        let reserve_len = usize::try_from(max_len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "maximum pool size exceeds the address space"))?;
+        // SAFETY: a fresh anonymous PROT_NONE mapping at an address the kernel chooses; it aliases
+        // nothing. MAP_NORESERVE: address space only, no memory or swap committed.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve_len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).expect("mmap returned null");
+        let mut mem = MmapMem {
+            base,
+            len: AtomicU64::new(0),
+            max_len,
+            flush: FlushKind::None,
+            durability: Durability::PageCache,
+            file,
+            grow_lock: Mutex::new(()),
+        };
+        // From here on, dropping `mem` releases the reservation.
+        let dax = mem.map_range(0, len, true)?;
+        if options.require_dax && !dax {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the pool file is not on persistent memory with DAX (MAP_SYNC was refused)",
+            ));
+        }
+        mem.len.store(len, Ordering::Relaxed);
+        mem.durability = match (options.volatile, dax) {
+            (true, _) => Durability::Volatile,
+            (false, true) => Durability::Dax,
+            (false, false) => Durability::PageCache,
+        };
+        mem.flush = match (options.volatile, options.flush) {
+            (true, _) => FlushKind::None,
+            (false, Some(kind)) => {
+                if kind != FlushKind::None && !FlushKind::available().contains(&kind) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("this CPU has no {} instruction", kind.name()),
+                    ));
+                }
+                kind
+            }
+            (false, None) => FlushKind::detect(),
+        };
+        Ok(mem)
+    }
+
+    /// Maps file bytes `[from, to)` at the same offsets of the reservation. With `try_sync`,
+    /// first asks for `MAP_SYNC` and reports whether the kernel granted it.
+    fn map_range(&self, from: u64, to: u64, try_sync: bool) -> io::Result<bool> {
+        debug_assert!(from < to && to <= self.max_len);
+        let length = (to - from) as usize;
+        let offset = libc::off_t::try_from(from).map_err(|_| io::Error::other("offset too large"))?;
+        let fd = self.file.as_raw_fd();
+        let try_map = |flags: libc::c_int| {
+            // SAFETY: the target range lies inside our own reservation (`to <= max_len`) and is
+            // either still PROT_NONE or (for a retry) the same file range; MAP_FIXED replaces it,
+            // which can invalidate no reference because no reference into `[from, to)` exists yet:
+            // `len` is published only after this returns.
+            unsafe {
+                libc::mmap(
+                    self.base.as_ptr().add(from as usize).cast(),
+                    length,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags | libc::MAP_FIXED,
+                    fd,
+                    offset,
+                )
+            }
+        };
+        #[cfg(target_os = "linux")]
+        if try_sync {
+            let addr = try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC);
+            if addr != libc::MAP_FAILED {
+                return Ok(true);
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = try_sync;
+        let addr = try_map(libc::MAP_SHARED);
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(false)
+    }
+
+    /// The flush instruction in use.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.flush
+    }
+
+    /// The mapped file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    #[inline]
+    fn word(&self, off: u64) -> &AtomicU64 {
+        check_word(off, self.len.load(Ordering::Relaxed));
+        // SAFETY: `check_word` proved `off` 8-aligned with `off + 8 <= len`, and `[0, len)` stays
+        // mapped read-write until `self` drops (growth only maps more behind it), so the pointer
+        // is valid and aligned for `AtomicU64`, which has the layout of `u64`. All access to
+        // mapped bytes goes through atomics, so no non-atomic access can race with this one.
+        unsafe { &*self.base.as_ptr().add(off as usize).cast::<AtomicU64>() }
+    }
+}
+
+impl PMem for MmapMem {
+    #[inline]
+    fn len(&self) -> u64 {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn load(&self, off: u64, order: Ordering) -> u64 {
+        self.word(off).load(order)
+    }
+
+    #[inline]
+    fn store(&self, off: u64, val: u64, order: Ordering) {
+        self.word(off).store(val, order)
+    }
+
+    #[inline]
+    fn compare_exchange(
+        &self,
+        off: u64,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        self.word(off).compare_exchange(current, new, success, failure)
+    }
+
+    #[inline]
+    fn fetch_add(&self, off: u64, val: u64, order: Ordering) -> u64 {
+        self.word(off).fetch_add(val, order)
+    }
+
+    #[inline]
+    fn flush(&self, off: u64) {
+        let len = self.len.load(Ordering::Relaxed);
+        assert!(off < len, "flush at offset {off:#x} beyond the pool's {len} bytes");
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: `off < len`, so the address is inside the mapped range; each instruction
+            // only writes the line back and neither reads nor writes its bytes architecturally.
+            // The kind was checked against CPUID when the mapping was made.
+            let line = unsafe { self.base.as_ptr().add(off as usize) };
+            match self.flush {
+                // SAFETY: see above; clwb is present (CPUID leaf 7 EBX bit 24).
+                FlushKind::Clwb => unsafe {
+                    core::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
+                },
+                // SAFETY: see above; clflushopt is present (CPUID leaf 7 EBX bit 23).
+                FlushKind::ClflushOpt => unsafe {
+                    core::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
+                },
+                // SAFETY: see above; clflush is present (CPUID leaf 1 EDX bit 19).
+                FlushKind::Clflush => unsafe {
+                    core::arch::asm!("clflush [{0}]", in(reg) line, options(nostack, preserves_flags))
+                },
+                FlushKind::None => {}
+            }
+        }
+    }
+
+    #[inline]
+    fn fence(&self) {
+        if self.durability == Durability::Volatile {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: sfence has no operands and only orders this thread's stores and flushes.
+        unsafe {
+            core::arch::asm!("sfence", options(nostack, preserves_flags))
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        // SeqCst: the strongest ordering the language offers, the portable stand-in for a
+        // store fence where no flush instruction exists (durability then rests on msync).
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    fn grow(&self, new_len: u64) -> Result<(), GrowError> {
+        let _guard = self.grow_lock.lock();
+        let old_len = self.len.load(Ordering::Relaxed);
+        if new_len <= old_len {
+            return Ok(());
+        }
+        if new_len > self.max_len {
+            return Err(GrowError::AboveMaximum { requested: new_len, max: self.max_len });
+        }
+        let page = page_size();
+        if new_len % page != 0 || new_len % CACHE_LINE != 0 {
+            return Err(GrowError::Unaligned { requested: new_len, granule: page });
+        }
+        self.file.set_len(new_len)?;
+        if let Err(e) = self.map_range(old_len, new_len, self.durability == Durability::Dax) {
+            // Leave the file as it was; the extension was never mapped or used.
+            let _ = self.file.set_len(old_len);
+            return Err(e.into());
+        }
+        // Release is not needed for correctness of the mapping itself (mmap is a syscall, a full
+        // barrier), only for documentation: later loads of `len` see the new value.
+        self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    fn max_len(&self) -> u64 {
+        self.max_len
+    }
+
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        if self.durability != Durability::PageCache {
+            return Ok(());
+        }
+        let len = self.len.load(Ordering::Acquire) as usize;
+        // SAFETY: `[base, base + len)` is mapped from the file; msync only writes dirty pages
+        // back and changes no memory.
+        let rc = unsafe { libc::msync(self.base.as_ptr().cast(), len, libc::MS_SYNC) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MmapMem {
+    fn drop(&mut self) {
+        // SAFETY: the reservation `[base, base + max_len)` was made by `map` and is released once,
+        // here; `&mut self` proves that no reference into it (all of which borrow `self`) lives.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.max_len as usize);
+        }
+    }
+}
+
+/// The system page size.
+pub(crate) fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as u64 } else { 4096 }
+}

@@ -1,0 +1,561 @@
+//! The allocator: slabs of fixed size classes, runs of whole chunks, and their rebuild.
+//!
+//! The pool's data area is cut into chunks. A chunk's use is recorded in the persistent chunk
+//! table (see [`header`](super::header)) before the chunk is used, and that is the only
+//! allocator state on the media. Everything else is volatile and rebuilt at open:
+//!
+//! - **Slabs.** A slab chunk holds blocks of one size class of one family: nodes (the blocks that
+//!   recovery scans) or blobs (values longer than a word; each starts with its length). Free
+//!   blocks live in magazines of [`MAGAZINE`] offsets: each thread's [`Local`] keeps one per class
+//!   and trades whole magazines with a lock-free global depot, so the common allocation and free
+//!   are a `Vec` push or pop with no shared-memory write and **no flush**.
+//! - **Runs.** Contiguous chunks for a large blob or for an engine region (descriptor rings),
+//!   found in a volatile free-chunk set or made by growing the file.
+//! - **Rebuild.** After open, slab chunks count as full and runs as live, which is always safe:
+//!   nothing is handed out twice, at worst nothing is reused. Recovery then passes the set of
+//!   live offsets to [`Pool::rebuild`](super::Pool::rebuild), and every block and blob run not in
+//!   it becomes free.
+//!
+//! A chunk taken for a new use is zeroed (or known zero, fresh from growth), and the zeroes are
+//! persisted before its table entry, so a scan of a slab chunk never meets bytes of an older use.
+//! A freed block keeps its bytes until it is reused; telling a dead node from a live one is the
+//! engine's business.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crossbeam_queue::SegQueue;
+use parking_lot::Mutex;
+
+use super::header::{ChunkUse, Family, Layout, RunKind};
+use super::{POff, Pool};
+use crate::error::{AllocError, RebuildError};
+use crate::mem::{CACHE_LINE, GrowError, PMem, WORD};
+
+/// Block sizes of the size classes, in bytes. Multiples of 16, growing by at most a quarter, so at
+/// most a fifth of a block is padding (below 64 bytes the steps are 16 bytes).
+pub const CLASS_SIZES: [u32; 28] = [
+    16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2560, 3072,
+    4096, 5120, 6144, 8192, 10240, 12288, 16384,
+];
+
+/// Offsets per magazine: the unit of exchange between a thread and the global depot.
+pub const MAGAZINE: usize = 32;
+
+const CLASSES: usize = CLASS_SIZES.len();
+const FAMILIES: usize = 2;
+
+/// The largest block a slab serves.
+pub const MAX_CLASS_SIZE: u64 = CLASS_SIZES[CLASSES - 1] as u64;
+
+/// The index of the smallest class that holds `size` bytes.
+pub fn class_for(size: u64) -> Option<usize> {
+    CLASS_SIZES.iter().position(|&c| c as u64 >= size)
+}
+
+fn depot_index(family: Family, class: usize) -> usize {
+    family as usize * CLASSES + class
+}
+
+/// Volatile allocator state shared by all threads.
+#[derive(Debug)]
+pub(crate) struct Allocator {
+    /// Full magazines of free blocks, per (family, class).
+    depots: Vec<SegQueue<Vec<u64>>>,
+    chunks: Mutex<Chunks>,
+}
+
+/// Chunk bookkeeping, changed only on the rare paths (new chunk, run, growth, rebuild).
+#[derive(Debug)]
+struct Chunks {
+    /// Chunks not in use, each with whether it may hold old bytes.
+    free: BTreeMap<u64, Dirty>,
+    /// Chunks the file holds.
+    in_file: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dirty {
+    /// Fresh from growth: reads as zero.
+    Zero,
+    /// May hold bytes of an earlier use.
+    Maybe,
+}
+
+/// What [`Pool::rebuild`](super::Pool::rebuild) found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildReport {
+    /// Live slab blocks.
+    pub live_blocks: u64,
+    /// Slab blocks made free.
+    pub free_blocks: u64,
+    /// Live blob runs.
+    pub live_runs: u64,
+    /// Blob runs freed (their chunks returned to the free set).
+    pub freed_runs: u64,
+}
+
+/// Chunks by use, for reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkCounts {
+    /// Node slab chunks.
+    pub node: u64,
+    /// Blob slab chunks.
+    pub blob: u64,
+    /// Chunks in runs (large blobs and regions).
+    pub runs: u64,
+    /// Chunks in the file but not in use.
+    pub free: u64,
+}
+
+impl Allocator {
+    /// The state right after open: every chunk the table marks free is free, every slab is full.
+    pub(crate) fn attach<M: PMem>(mem: &M, layout: &Layout) -> Allocator {
+        let in_file = layout.chunks_in(mem.len());
+        let uses = read_uses(mem, layout, in_file);
+        let mut free = BTreeMap::new();
+        for (i, u) in uses.iter().enumerate() {
+            if *u == ChunkUse::Free {
+                free.insert(i as u64, Dirty::Maybe);
+            }
+        }
+        Allocator {
+            depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
+            chunks: Mutex::new(Chunks { free, in_file }),
+        }
+    }
+}
+
+/// Reads the table entries of the first `n` chunks and resolves runs: a run head whose tails are
+/// not all in place, and a tail without a head, come from a run whose creation never finished,
+/// and read as free.
+fn read_uses<M: PMem>(mem: &M, layout: &Layout, n: u64) -> Vec<ChunkUse> {
+    let raw: Vec<ChunkUse> = (0..n)
+        .map(|i| ChunkUse::decode(mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed)).unwrap_or(ChunkUse::Free))
+        .collect();
+    let mut uses = vec![ChunkUse::Free; raw.len()];
+    let mut i = 0;
+    while i < raw.len() {
+        match raw[i] {
+            ChunkUse::RunHead { chunks, .. } => {
+                let end = i + chunks as usize;
+                if end <= raw.len() && raw[i + 1..end].iter().all(|u| *u == ChunkUse::RunTail) {
+                    uses[i] = raw[i];
+                    for u in &mut uses[i + 1..end] {
+                        *u = ChunkUse::RunTail;
+                    }
+                    i = end;
+                    continue;
+                }
+            }
+            ChunkUse::Slab { class, .. } if (class as usize) < CLASSES => uses[i] = raw[i],
+            _ => {}
+        }
+        i += 1;
+    }
+    uses
+}
+
+impl<M: PMem> Pool<M> {
+    /// Takes `n` contiguous chunks for `new_use`, zeroed and with their table entries persisted.
+    fn take_run(&self, n: u64, new_use: ChunkUse) -> Result<u64, AllocError> {
+        let layout = self.header.layout;
+        let mut chunks = self.alloc.chunks.lock();
+        let start = loop {
+            if let Some(start) = find_run(&chunks.free, n) {
+                break start;
+            }
+            let room = layout.chunk_capacity - chunks.in_file;
+            let full = AllocError::PoolFull { requested: n * layout.chunk_size, max: layout.max_len() };
+            if room == 0 {
+                return Err(full);
+            }
+            // Grow by an eighth of the data area (amortised growth), at least what is needed.
+            let want = n.max(chunks.in_file / 8).max(1).min(room);
+            match self.mem.grow(layout.chunk_off(chunks.in_file + want)) {
+                Ok(()) => {}
+                Err(GrowError::AboveMaximum { .. }) => return Err(full),
+                Err(e) => return Err(AllocError::Grow(e.to_string())),
+            }
+            for i in chunks.in_file..chunks.in_file + want {
+                chunks.free.insert(i, Dirty::Zero);
+            }
+            chunks.in_file += want;
+        };
+        let mut dirty = false;
+        for i in start..start + n {
+            dirty |= chunks.free.remove(&i) == Some(Dirty::Maybe);
+        }
+        drop(chunks);
+        let (off, len) = (layout.chunk_off(start), n * layout.chunk_size);
+        if dirty {
+            for w in (off..off + len).step_by(WORD as usize) {
+                self.mem.store(w, 0, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.mem.flush_range(off, len);
+            // Fence: the zeroes are durable before the table entry names the new use.
+            self.mem.fence();
+        }
+        self.write_uses(start, n, new_use);
+        Ok(start)
+    }
+
+    /// Persists the table entries of chunks `[start, start + n)`: `first` for the first, and
+    /// [`ChunkUse::RunTail`] (or [`ChunkUse::Free`] if `first` is free) for the others.
+    fn write_uses(&self, start: u64, n: u64, first: ChunkUse) {
+        let layout = &self.header.layout;
+        let rest = if first == ChunkUse::Free { ChunkUse::Free } else { ChunkUse::RunTail };
+        for i in start..start + n {
+            let u = if i == start { first } else { rest };
+            // Relaxed: the table is read by other threads only at open and rebuild, which are
+            // ordered after this by the chunk lock or by exclusive access to the pool.
+            self.mem.store(layout.entry_off(i), u.encode(), std::sync::atomic::Ordering::Relaxed);
+        }
+        self.mem.flush_range(layout.entry_off(start), n * WORD);
+        // Fence: the new use is durable before any block of it is handed out (or, when freeing,
+        // before the chunks can be taken again).
+        self.mem.fence();
+    }
+
+    /// Returns the run starting at chunk `start` to the free set, persisting its entries free.
+    fn free_run(&self, start: u64, n: u64) {
+        self.write_uses(start, n, ChunkUse::Free);
+        let mut chunks = self.alloc.chunks.lock();
+        for i in start..start + n {
+            chunks.free.insert(i, Dirty::Maybe);
+        }
+    }
+
+    /// The use of the chunk holding `off`, with the chunk's index.
+    fn use_of(&self, off: u64) -> Option<(u64, ChunkUse)> {
+        let layout = &self.header.layout;
+        let i = layout.chunk_of(off)?;
+        if i >= layout.chunks_in(self.mem.len()) {
+            return None;
+        }
+        let w = self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed);
+        Some((i, ChunkUse::decode(w)?))
+    }
+
+    /// Allocates a run of chunks for an engine region (a descriptor ring, say) named by `tag`.
+    /// The region is zeroed, persisted, and found again after a restart by
+    /// [`regions`](Pool::regions).
+    pub fn alloc_region(&self, tag: u16, bytes: u64) -> Result<POff, AllocError> {
+        let n = bytes.max(1).div_ceil(self.header.layout.chunk_size);
+        let chunks = u32::try_from(n).ok().filter(|&c| c <= 0xFF_FFFF).ok_or(AllocError::TooLarge {
+            requested: bytes,
+            limit: 0xFF_FFFF * self.header.layout.chunk_size,
+        })?;
+        let start = self.take_run(n, ChunkUse::RunHead { kind: RunKind::Region(tag), chunks })?;
+        Ok(POff::new(self.header.layout.chunk_off(start)))
+    }
+
+    /// The regions with `tag`, as (offset, length in bytes), in pool order.
+    pub fn regions(&self, tag: u16) -> Vec<(POff, u64)> {
+        let layout = &self.header.layout;
+        read_uses(&self.mem, layout, layout.chunks_in(self.mem.len()))
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| match *u {
+                ChunkUse::RunHead { kind: RunKind::Region(t), chunks } if t == tag => {
+                    Some((POff::new(layout.chunk_off(i as u64)), chunks as u64 * layout.chunk_size))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Frees a region made by [`alloc_region`](Pool::alloc_region).
+    ///
+    /// # Panics
+    /// If `off` is not the start of a region.
+    pub fn free_region(&self, off: POff) {
+        match self.use_of(off.get()) {
+            Some((i, ChunkUse::RunHead { kind: RunKind::Region(_), chunks }))
+                if self.header.layout.chunk_off(i) == off.get() =>
+            {
+                self.free_run(i, chunks as u64)
+            }
+            other => panic!("free_region({off}): not the start of a region but {other:?}"),
+        }
+    }
+
+    /// The length of the blob at `off`.
+    pub fn blob_len(&self, off: POff) -> u64 {
+        self.mem.load(off.get(), std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Copies out the blob at `off`.
+    pub fn read_blob(&self, off: POff) -> Vec<u8> {
+        let mut buf = vec![0u8; self.blob_len(off) as usize];
+        self.mem.read_bytes(off.get() + WORD, &mut buf);
+        buf
+    }
+
+    /// The largest blob, in bytes.
+    pub fn max_blob_len(&self) -> u64 {
+        0xFF_FFFF * self.header.layout.chunk_size - WORD
+    }
+
+    /// Rebuilds the volatile allocator state from the offsets recovery found live: node blocks and
+    /// blob starts (as returned by [`Local::alloc`] and [`Local::alloc_blob`]). Every other slab
+    /// block becomes free; every blob run not live is freed (its table entries persisted free).
+    /// Regions are not affected.
+    ///
+    /// Refuses, changing nothing, an offset that is not an allocated block's start, or one given
+    /// twice.
+    pub fn rebuild(&mut self, live: impl IntoIterator<Item = POff>) -> Result<RebuildReport, RebuildError> {
+        let layout = self.header.layout;
+        let uses = read_uses(&self.mem, &layout, layout.chunks_in(self.mem.len()));
+        let blocks_in = |class: u8| layout.chunk_size / CLASS_SIZES[class as usize] as u64;
+        // Live bitmap per slab chunk; live flag per blob run.
+        let mut slab_live: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut run_live: HashMap<u64, bool> = HashMap::new();
+        for off in live {
+            let off = off.get();
+            let not_block = |why: String| RebuildError::NotABlock { off, why };
+            let i = layout
+                .chunk_of(off)
+                .filter(|&i| (i as usize) < uses.len())
+                .ok_or_else(|| not_block("outside the pool's chunks".into()))?;
+            let rel = off - layout.chunk_off(i);
+            match uses[i as usize] {
+                ChunkUse::Slab { class, .. } => {
+                    let size = CLASS_SIZES[class as usize] as u64;
+                    if rel % size != 0 || rel / size >= blocks_in(class) {
+                        return Err(not_block(format!("inside a block of {size} bytes")));
+                    }
+                    let bits = slab_live.entry(i).or_insert_with(|| vec![0; blocks_in(class).div_ceil(64) as usize]);
+                    let (word, bit) = ((rel / size / 64) as usize, rel / size % 64);
+                    if bits[word] & (1 << bit) != 0 {
+                        return Err(RebuildError::DoubleUse { off });
+                    }
+                    bits[word] |= 1 << bit;
+                }
+                ChunkUse::RunHead { kind: RunKind::Blob, .. } if rel == 0 => {
+                    if run_live.insert(i, true).is_some() {
+                        return Err(RebuildError::DoubleUse { off });
+                    }
+                }
+                other => return Err(not_block(format!("in a chunk used as {other:?}"))),
+            }
+        }
+        // Validated: now change state.
+        for depot in &self.alloc.depots {
+            while depot.pop().is_some() {}
+        }
+        let mut report = RebuildReport::default();
+        for (i, u) in uses.iter().enumerate() {
+            let i = i as u64;
+            match *u {
+                ChunkUse::Slab { family, class } => {
+                    let size = CLASS_SIZES[class as usize] as u64;
+                    let bits = slab_live.get(&i);
+                    let mut mag = Vec::with_capacity(MAGAZINE);
+                    for b in 0..blocks_in(class) {
+                        if bits.is_some_and(|bits| bits[(b / 64) as usize] & (1 << (b % 64)) != 0) {
+                            report.live_blocks += 1;
+                            continue;
+                        }
+                        report.free_blocks += 1;
+                        mag.push(layout.chunk_off(i) + b * size);
+                        if mag.len() == MAGAZINE {
+                            self.alloc.depots[depot_index(family, class as usize)].push(std::mem::take(&mut mag));
+                        }
+                    }
+                    if !mag.is_empty() {
+                        self.alloc.depots[depot_index(family, class as usize)].push(mag);
+                    }
+                }
+                ChunkUse::RunHead { kind: RunKind::Blob, chunks } => {
+                    if run_live.contains_key(&i) {
+                        report.live_runs += 1;
+                    } else {
+                        report.freed_runs += 1;
+                        self.free_run(i, chunks as u64);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(report)
+    }
+
+    /// Chunks by use.
+    pub fn chunk_counts(&self) -> ChunkCounts {
+        let layout = &self.header.layout;
+        let mut c = ChunkCounts::default();
+        for u in read_uses(&self.mem, layout, layout.chunks_in(self.mem.len())) {
+            match u {
+                ChunkUse::Free => c.free += 1,
+                ChunkUse::Slab { family: Family::Node, .. } => c.node += 1,
+                ChunkUse::Slab { family: Family::Blob, .. } => c.blob += 1,
+                ChunkUse::RunHead { .. } | ChunkUse::RunTail => c.runs += 1,
+            }
+        }
+        c
+    }
+}
+
+/// The first run of `n` consecutive chunk indices in `free`.
+fn find_run(free: &BTreeMap<u64, Dirty>, n: u64) -> Option<u64> {
+    let (mut start, mut len, mut prev) = (0, 0, None::<u64>);
+    for &i in free.keys() {
+        if prev.is_some_and(|p| p + 1 == i) {
+            len += 1;
+        } else {
+            (start, len) = (i, 1);
+        }
+        if len == n {
+            return Some(start);
+        }
+        prev = Some(i);
+    }
+    None
+}
+
+/// A thread's allocation handle: per-class magazines of free blocks. Returns them to the global
+/// depot when dropped.
+#[derive(Debug)]
+pub struct Local<'p, M: PMem> {
+    pool: &'p Pool<M>,
+    mags: Vec<Vec<u64>>,
+}
+
+impl<'p, M: PMem> Local<'p, M> {
+    pub(crate) fn new(pool: &'p Pool<M>) -> Self {
+        Local { pool, mags: vec![Vec::new(); FAMILIES * CLASSES] }
+    }
+
+    /// Allocates a node block of at least `size` bytes (at most [`MAX_CLASS_SIZE`]). Its bytes
+    /// are whatever its last use left, or zero. No flush, no fence.
+    pub fn alloc(&mut self, size: u64) -> Result<POff, AllocError> {
+        let class = class_for(size).ok_or(AllocError::TooLarge { requested: size, limit: MAX_CLASS_SIZE })?;
+        self.alloc_class(Family::Node, class)
+    }
+
+    fn alloc_class(&mut self, family: Family, class: usize) -> Result<POff, AllocError> {
+        let idx = depot_index(family, class);
+        if let Some(off) = self.mags[idx].pop() {
+            return Ok(POff::new(off));
+        }
+        if let Some(mag) = self.pool.alloc.depots[idx].pop() {
+            self.mags[idx] = mag;
+        } else {
+            let layout = self.pool.header.layout;
+            let start = self.pool.take_run(1, ChunkUse::Slab { family, class: class as u8 })?;
+            let size = CLASS_SIZES[class] as u64;
+            let base = layout.chunk_off(start);
+            // Blocks in reverse, so that pops hand them out in address order.
+            let mut blocks: Vec<u64> = (0..layout.chunk_size / size).rev().map(|b| base + b * size).collect();
+            while blocks.len() > MAGAZINE {
+                let rest = blocks.split_off(MAGAZINE);
+                self.pool.alloc.depots[idx].push(std::mem::replace(&mut blocks, rest));
+            }
+            self.mags[idx] = blocks;
+        }
+        Ok(POff::new(self.mags[idx].pop().expect("a refilled magazine is not empty")))
+    }
+
+    /// Frees a node block made by [`alloc`](Local::alloc). The caller guarantees that no thread
+    /// can reach it any more.
+    ///
+    /// # Panics
+    /// If `off` is not a node block's start.
+    pub fn free(&mut self, off: POff) {
+        self.free_block(off, Family::Node)
+    }
+
+    fn free_block(&mut self, off: POff, family: Family) {
+        let (class, rel) = match self.pool.use_of(off.get()) {
+            Some((i, ChunkUse::Slab { family: f, class })) if f == family => {
+                (class as usize, off.get() - self.pool.header.layout.chunk_off(i))
+            }
+            other => panic!("free({off}): not a {family:?} block but {other:?}"),
+        };
+        assert!(rel % CLASS_SIZES[class] as u64 == 0, "free({off}): inside a block");
+        let idx = depot_index(family, class);
+        self.mags[idx].push(off.get());
+        if self.mags[idx].len() >= 2 * MAGAZINE {
+            let full = self.mags[idx].split_off(MAGAZINE);
+            self.pool.alloc.depots[idx].push(full);
+        }
+    }
+
+    /// Writes `data` as a new blob (its length, then its bytes) and flushes its lines, without a
+    /// fence: the caller's next fence makes it durable, before whatever publishes it.
+    pub fn alloc_blob(&mut self, data: &[u8]) -> Result<POff, AllocError> {
+        let total = WORD + data.len() as u64;
+        let off = match class_for(total) {
+            Some(class) => self.alloc_class(Family::Blob, class)?,
+            None => {
+                let max = self.pool.max_blob_len();
+                if data.len() as u64 > max {
+                    return Err(AllocError::TooLarge { requested: data.len() as u64, limit: max });
+                }
+                let n = total.div_ceil(self.pool.header.layout.chunk_size);
+                let start = self.pool.take_run(n, ChunkUse::RunHead { kind: RunKind::Blob, chunks: n as u32 })?;
+                POff::new(self.pool.header.layout.chunk_off(start))
+            }
+        };
+        let mem = &self.pool.mem;
+        mem.write_bytes(off.get() + WORD, data);
+        // Release: a reader that sees the length (Acquire in `blob_len`) sees the bytes.
+        mem.store(off.get(), data.len() as u64, std::sync::atomic::Ordering::Release);
+        mem.flush_range(off.get(), total.next_multiple_of(WORD));
+        Ok(off)
+    }
+
+    /// Frees a blob made by [`alloc_blob`](Local::alloc_blob).
+    ///
+    /// # Panics
+    /// If `off` is not a blob's start.
+    pub fn free_blob(&mut self, off: POff) {
+        match self.pool.use_of(off.get()) {
+            Some((i, ChunkUse::RunHead { kind: RunKind::Blob, chunks }))
+                if self.pool.header.layout.chunk_off(i) == off.get() =>
+            {
+                self.pool.free_run(i, chunks as u64)
+            }
+            _ => self.free_block(off, Family::Blob),
+        }
+    }
+}
+
+impl<M: PMem> Drop for Local<'_, M> {
+    fn drop(&mut self) {
+        for (idx, mag) in self.mags.iter_mut().enumerate() {
+            if !mag.is_empty() {
+                self.pool.alloc.depots[idx].push(std::mem::take(mag));
+            }
+        }
+    }
+}
+
+const _: () = assert!(CACHE_LINE % 16 == 0 && MAX_CLASS_SIZE * 4 <= super::header::MIN_CHUNK);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_every_size_with_little_padding() {
+        assert_eq!(class_for(0), Some(0));
+        assert_eq!(class_for(16), Some(0));
+        assert_eq!(class_for(17), Some(1));
+        assert_eq!(class_for(MAX_CLASS_SIZE), Some(CLASSES - 1));
+        assert_eq!(class_for(MAX_CLASS_SIZE + 1), None);
+        for w in CLASS_SIZES.windows(2) {
+            assert!(w[0] % 16 == 0 && w[1] > w[0]);
+            assert!(w[1] - w[0] <= 16.max(w[0] / 4), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn find_run_finds_the_first_long_enough_run() {
+        let free: BTreeMap<u64, Dirty> = [1, 2, 4, 5, 6, 9].into_iter().map(|i| (i, Dirty::Zero)).collect();
+        assert_eq!(find_run(&free, 1), Some(1));
+        assert_eq!(find_run(&free, 2), Some(1));
+        assert_eq!(find_run(&free, 3), Some(4));
+        assert_eq!(find_run(&free, 4), None);
+    }
+}

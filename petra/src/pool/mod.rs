@@ -1,0 +1,384 @@
+//! The pool: a file (or any [`PMem`]) with a header, a root table, a chunk table and chunks.
+//!
+//! - [`Pool::create`] and [`Pool::open`] work on a file, mapped by [`MmapMem`] under an exclusive
+//!   lock; [`Pool::create_in`] and [`Pool::open_in`] on any memory, such as the crash simulator's.
+//! - Opening validates the header before anything is mapped or written: a file that is not a
+//!   pool, of another version, corrupt or truncated is refused with its own [`OpenError`] and left
+//!   byte for byte as it was.
+//! - Once valid, the pool is marked in use (the shutdown word cleared, persisted) and
+//!   [`was_clean`](Pool::was_clean) tells whether the last user closed it with
+//!   [`close`](Pool::close). Dropping a pool without `close` leaves it marked in use, so the next
+//!   open knows to recover.
+//!
+//! The byte layout is documented in [`header`].
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+pub mod alloc;
+pub mod header;
+mod offset;
+
+pub use alloc::{ChunkCounts, Local, RebuildReport};
+pub use header::{Family, Header, Layout, RootEntry};
+pub use offset::POff;
+
+use crate::error::{CreateError, OpenError};
+use crate::mem::{CACHE_LINE, Durability, FlushKind, MmapMem, MmapOptions, PMem, WORD};
+use alloc::Allocator;
+use header::{
+    CHECKPOINT_OFF, CLEAN_SHUTDOWN, HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE,
+    ROOT_TABLE_OFF, SHUTDOWN_OFF,
+};
+
+/// How a pool file is mapped.
+#[derive(Debug, Clone, Default)]
+pub struct Mapping {
+    /// Skip flushes and fences: [`Durability::Volatile`]. Only for measuring what durability
+    /// costs.
+    pub volatile: bool,
+    /// Refuse to open unless the file is on persistent memory with DAX.
+    pub require_dax: bool,
+    /// Force a flush instruction (benchmarks); by default the best one the CPU has.
+    pub flush: Option<FlushKind>,
+}
+
+/// How to create a pool.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Bytes the file starts with (rounded up to whole chunks).
+    pub initial_size: u64,
+    /// Bytes the file may grow to; fixed at creation.
+    pub max_size: u64,
+    /// Bytes per chunk: a power of two from 64 KiB to 1 GiB.
+    pub chunk_size: u64,
+    /// How the file is mapped.
+    pub mapping: Mapping,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig { initial_size: 8 << 20, max_size: 64 << 30, chunk_size: 1 << 20, mapping: Mapping::default() }
+    }
+}
+
+impl PoolConfig {
+    fn layout(&self) -> Result<Layout, CreateError> {
+        let bad = |why: String| Err(CreateError::InvalidConfig(why));
+        if !self.chunk_size.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&self.chunk_size) {
+            return bad(format!("chunk size {} is not a power of two in [{MIN_CHUNK}, {MAX_CHUNK}]", self.chunk_size));
+        }
+        let layout = Layout::for_max_size(self.chunk_size, self.max_size, HEADER_SIZE)
+            .ok_or_else(|| CreateError::InvalidConfig(format!("maximum size {} holds no chunk", self.max_size)))?;
+        if self.initial_size > layout.max_len() {
+            return bad(format!("initial size {} exceeds the maximum {}", self.initial_size, layout.max_len()));
+        }
+        Ok(layout)
+    }
+}
+
+/// A pool of persistent memory. See the [module docs](self).
+#[derive(Debug)]
+pub struct Pool<M: PMem = MmapMem> {
+    mem: M,
+    header: Header,
+    alloc: Allocator,
+    was_clean: bool,
+    path: Option<PathBuf>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
+    move |source| OpenError::Io { path: path.to_owned(), source }
+}
+
+impl Pool<MmapMem> {
+    /// Creates a pool file at `path`, which must not exist.
+    pub fn create(path: impl AsRef<Path>, config: &PoolConfig) -> Result<Pool<MmapMem>, CreateError> {
+        let path = path.as_ref();
+        let layout = config.layout()?;
+        let io = |source| CreateError::Io { path: path.to_owned(), source };
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                CreateError::Exists { path: path.to_owned() }
+            } else {
+                io(e)
+            }
+        })?;
+        let made = (|| {
+            file.try_lock().map_err(|e| io(e.into()))?;
+            file.set_len(initial_len(&layout, config.initial_size)).map_err(io)?;
+            let mem = MmapMem::map(file, &mmap_options(&config.mapping, layout.max_len())).map_err(io)?;
+            let mut pool = Pool::format(mem, layout)?;
+            pool.path = Some(path.to_owned());
+            Ok(pool)
+        })();
+        if made.is_err() {
+            // Never leave a half-made file behind: it was ours (create_new).
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    /// Opens the pool file at `path`, exclusively. Nothing is written unless every check passes.
+    pub fn open(path: impl AsRef<Path>, mapping: &Mapping) -> Result<Pool<MmapMem>, OpenError> {
+        let path = path.as_ref();
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                OpenError::NotFound { path: path.to_owned() }
+            } else {
+                io_err(path)(e)
+            }
+        })?;
+        file.try_lock().map_err(|e| match e {
+            std::fs::TryLockError::WouldBlock => OpenError::Locked { path: path.to_owned() },
+            std::fs::TryLockError::Error(e) => io_err(path)(e),
+        })?;
+        let len = file.metadata().map_err(io_err(path))?.len();
+        if len < HEADER_SIZE {
+            return Err(OpenError::TooSmall { len, min: HEADER_SIZE });
+        }
+        let mut page = vec![0u8; HEADER_SIZE as usize];
+        file.read_exact_at(&mut page, 0).map_err(io_err(path))?;
+        let header = Header::decode(&page)?;
+        check_len(&header.layout, len)?;
+        check_table(&header.layout, len, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
+        let mem = MmapMem::map(file, &mmap_options(mapping, header.layout.max_len())).map_err(io_err(path))?;
+        let mut pool = Pool::attach(mem, header).map_err(io_err(path))?;
+        pool.path = Some(path.to_owned());
+        Ok(pool)
+    }
+
+    /// The flush instruction in use.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.mem.flush_kind()
+    }
+}
+
+fn mmap_options(mapping: &Mapping, max_len: u64) -> MmapOptions {
+    MmapOptions { max_len, volatile: mapping.volatile, require_dax: mapping.require_dax, flush: mapping.flush }
+}
+
+fn initial_len(layout: &Layout, initial_size: u64) -> u64 {
+    let chunks = initial_size.saturating_sub(layout.data_off).div_ceil(layout.chunk_size).min(layout.chunk_capacity);
+    layout.chunk_off(chunks)
+}
+
+/// A pool's file always ends on a chunk boundary at or after the data offset.
+fn check_len(layout: &Layout, len: u64) -> Result<(), OpenError> {
+    if len < layout.data_off {
+        return Err(OpenError::Truncated { len, expected: layout.data_off });
+    }
+    if (len - layout.data_off) % layout.chunk_size != 0 {
+        let expected = layout.chunk_off(layout.chunks_in(len) + 1);
+        return Err(OpenError::Truncated { len, expected });
+    }
+    if len > layout.max_len() {
+        return Err(OpenError::BadLayout(format!("file of {len} bytes exceeds the maximum {}", layout.max_len())));
+    }
+    Ok(())
+}
+
+/// Every chunk table entry past the file's end must be free: a used one means the file was cut.
+fn check_table(
+    layout: &Layout,
+    len: u64,
+    read: impl Fn(u64, &mut [u8]) -> io::Result<()>,
+) -> io::Result<Result<(), OpenError>> {
+    let in_file = layout.chunks_in(len);
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut i, end) = (in_file, layout.chunk_capacity);
+    while i < end {
+        let n = ((end - i) as usize).min(buf.len() / 8);
+        read(layout.entry_off(i), &mut buf[..n * 8])?;
+        if let Some(k) = buf[..n * 8].chunks(8).position(|w| w != [0; 8]) {
+            let needed = layout.chunk_off(i + k as u64 + 1);
+            return Ok(Err(OpenError::Truncated { len, expected: needed }));
+        }
+        i += n as u64;
+    }
+    Ok(Ok(()))
+}
+
+impl<M: PMem> Pool<M> {
+    /// Formats `mem`, which must be zeroed, as a new pool.
+    pub fn create_in(mem: M, config: &PoolConfig) -> Result<Pool<M>, CreateError> {
+        let layout = config.layout()?;
+        if layout.max_len() > mem.max_len() {
+            return Err(CreateError::InvalidConfig(format!(
+                "maximum size {} exceeds what the memory can grow to ({})",
+                layout.max_len(),
+                mem.max_len()
+            )));
+        }
+        mem.grow(initial_len(&layout, config.initial_size))
+            .map_err(|e| CreateError::InvalidConfig(format!("cannot size the memory: {e}")))?;
+        Pool::format(mem, layout)
+    }
+
+    /// Opens the pool in `mem` (a crash image, say), with the checks of [`Pool::open`].
+    pub fn open_in(mem: M) -> Result<Pool<M>, OpenError> {
+        let len = mem.len();
+        if len < HEADER_SIZE {
+            return Err(OpenError::TooSmall { len, min: HEADER_SIZE });
+        }
+        let mut page = vec![0u8; HEADER_SIZE as usize];
+        mem.read_bytes(0, &mut page);
+        let header = Header::decode(&page)?;
+        check_len(&header.layout, len)?;
+        check_table(&header.layout, len, |off, buf| {
+            mem.read_bytes(off, buf);
+            Ok(())
+        })
+        .expect("reading memory cannot fail")?;
+        Pool::attach(mem, header).map_err(|source| OpenError::Io { path: PathBuf::new(), source })
+    }
+
+    fn format(mem: M, layout: Layout) -> Result<Pool<M>, CreateError> {
+        let mut page = vec![0u8; HEADER_SIZE as usize];
+        mem.read_bytes(0, &mut page);
+        if page.iter().any(|&b| b != 0) {
+            return Err(CreateError::InvalidConfig("the memory to format is not zeroed".into()));
+        }
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let header = Header { layout, uuid: *uuid::Uuid::new_v4().as_bytes(), created };
+        let bytes = header.encode();
+        // Everything but the magic first, so that an interrupted create leaves no magic.
+        mem.write_bytes(MAGIC.len() as u64, &bytes[MAGIC.len()..]);
+        mem.flush_range(0, bytes.len() as u64);
+        // Fence: the header is durable before the magic claims it is a pool.
+        mem.fence();
+        mem.write_bytes(0, &bytes[..MAGIC.len()]);
+        mem.flush(0);
+        // Fence: the pool exists once the magic is durable.
+        mem.fence();
+        mem.sync().map_err(|source| CreateError::Io { path: PathBuf::new(), source })?;
+        Ok(Pool::attach(mem, header).map_err(|source| CreateError::Io { path: PathBuf::new(), source })?)
+    }
+
+    /// Takes a validated pool into use: reads the shutdown word, then marks the pool in use.
+    fn attach(mem: M, header: Header) -> io::Result<Pool<M>> {
+        let was_clean = mem.load(SHUTDOWN_OFF, Ordering::Acquire) == CLEAN_SHUTDOWN;
+        if mem.load(SHUTDOWN_OFF, Ordering::Relaxed) != 0 {
+            mem.store(SHUTDOWN_OFF, 0, Ordering::Release);
+            mem.flush(SHUTDOWN_OFF);
+            // Fence: the pool is durably marked in use before any other change can reach media.
+            mem.fence();
+            mem.sync()?;
+        }
+        let alloc = Allocator::attach(&mem, &header.layout);
+        Ok(Pool { mem, header, alloc, was_clean, path: None })
+    }
+
+    /// Makes everything durable, marks the pool cleanly closed, and releases it.
+    pub fn close(self) -> io::Result<()> {
+        self.mem.sync()?;
+        self.mem.store(SHUTDOWN_OFF, CLEAN_SHUTDOWN, Ordering::Release);
+        self.mem.flush(SHUTDOWN_OFF);
+        // Fence: the clean mark is durable before the lock is released.
+        self.mem.fence();
+        self.mem.sync()
+    }
+
+    /// Makes everything written so far durable against power loss (`msync` in page-cache mode).
+    pub fn sync(&self) -> io::Result<()> {
+        self.mem.sync()
+    }
+
+    /// The pool's memory: the seam every access goes through.
+    pub fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    /// Gives the memory back (to take a crash image of it, say), without closing.
+    pub fn into_mem(self) -> M {
+        self.mem
+    }
+
+    /// The durability in force.
+    pub fn durability(&self) -> Durability {
+        self.mem.durability()
+    }
+
+    /// The header: layout, uuid, creation time.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Whether the last user closed the pool cleanly (false for a new pool's first open after a
+    /// crash, true after [`close`](Pool::close)).
+    pub fn was_clean(&self) -> bool {
+        self.was_clean
+    }
+
+    /// The file's path, for a pool opened from a file.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Bytes in use by the file now.
+    pub fn len(&self) -> u64 {
+        self.mem.len()
+    }
+
+    /// Whether the pool is empty (never: it always has a header).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Bytes the file may grow to.
+    pub fn max_len(&self) -> u64 {
+        self.header.layout.max_len()
+    }
+
+    /// An allocation handle for the calling thread.
+    pub fn local(&self) -> Local<'_, M> {
+        Local::new(self)
+    }
+
+    /// The root table entry in slot `slot`, if that slot is in use.
+    pub fn root(&self, slot: usize) -> Option<RootEntry> {
+        assert!(slot < ROOT_ENTRIES, "root slot {slot} out of range");
+        let mut b = [0u8; ROOT_ENTRY_SIZE as usize];
+        self.mem.read_bytes(ROOT_TABLE_OFF + slot as u64 * ROOT_ENTRY_SIZE, &mut b);
+        RootEntry::decode(&b)
+    }
+
+    /// Every root entry in use, with its slot.
+    pub fn roots(&self) -> Vec<(usize, RootEntry)> {
+        (0..ROOT_ENTRIES).filter_map(|s| self.root(s).map(|e| (s, e))).collect()
+    }
+
+    /// Writes `entry` into the first free root slot and persists it; `None` if all are in use.
+    /// Root entries are created by one thread at a time (the caller serialises).
+    pub fn add_root(&self, entry: RootEntry) -> Option<usize> {
+        assert!(entry.kind != 0, "root kind 0 means an empty slot");
+        let slot = (0..ROOT_ENTRIES).find(|&s| self.root(s).is_none())?;
+        let off = ROOT_TABLE_OFF + slot as u64 * ROOT_ENTRY_SIZE;
+        self.mem.write_bytes(off, &entry.encode());
+        self.mem.flush_range(off, ROOT_ENTRY_SIZE);
+        // Fence: the entry is durable before the caller relies on it.
+        self.mem.fence();
+        Some(slot)
+    }
+
+    /// The checkpoint txid recorded in the header.
+    pub fn checkpoint_txid(&self) -> u64 {
+        self.mem.load(CHECKPOINT_OFF, Ordering::Acquire)
+    }
+
+    /// Records `txid` as the checkpoint txid, durably.
+    pub fn set_checkpoint_txid(&self, txid: u64) {
+        self.mem.store(CHECKPOINT_OFF, txid, Ordering::Release);
+        self.mem.flush(CHECKPOINT_OFF);
+        // Fence: the checkpoint is durable before the caller recycles what it covers.
+        self.mem.fence();
+    }
+}
+
+const _: () = assert!(ROOT_TABLE_OFF % CACHE_LINE == 0 && SHUTDOWN_OFF % WORD == 0);
