@@ -31,11 +31,11 @@ use super::{POff, Pool};
 use crate::error::{AllocError, RebuildError};
 use crate::mem::{CACHE_LINE, GrowError, PMem, WORD};
 
-/// Block sizes of the size classes, in bytes. Multiples of 16, growing by at most a quarter, so at
-/// most a fifth of a block is padding (below 64 bytes the steps are 16 bytes).
+/// Block sizes of the size classes, in bytes. Multiples of 16, each at most a third larger than the
+/// one before (steps of 16 bytes below 64), so above 64 bytes less than a quarter of a block is padding.
 pub const CLASS_SIZES: [u32; 28] = [
-    16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2560, 3072,
-    4096, 5120, 6144, 8192, 10240, 12288, 16384,
+    16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2560, 3072, 4096,
+    5120, 6144, 8192, 10240, 12288, 16384,
 ];
 
 /// Offsets per magazine: the unit of exchange between a thread and the global depot.
@@ -130,7 +130,10 @@ impl Allocator {
 /// and read as free.
 fn read_uses<M: PMem>(mem: &M, layout: &Layout, n: u64) -> Vec<ChunkUse> {
     let raw: Vec<ChunkUse> = (0..n)
-        .map(|i| ChunkUse::decode(mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed)).unwrap_or(ChunkUse::Free))
+        .map(|i| {
+            ChunkUse::decode(mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed))
+                .unwrap_or(ChunkUse::Free)
+        })
         .collect();
     let mut uses = vec![ChunkUse::Free; raw.len()];
     let mut i = 0;
@@ -241,10 +244,10 @@ impl<M: PMem> Pool<M> {
     /// [`regions`](Pool::regions).
     pub fn alloc_region(&self, tag: u16, bytes: u64) -> Result<POff, AllocError> {
         let n = bytes.max(1).div_ceil(self.header.layout.chunk_size);
-        let chunks = u32::try_from(n).ok().filter(|&c| c <= 0xFF_FFFF).ok_or(AllocError::TooLarge {
-            requested: bytes,
-            limit: 0xFF_FFFF * self.header.layout.chunk_size,
-        })?;
+        let chunks = u32::try_from(n)
+            .ok()
+            .filter(|&c| c <= 0xFF_FFFF)
+            .ok_or(AllocError::TooLarge { requested: bytes, limit: 0xFF_FFFF * self.header.layout.chunk_size })?;
         let start = self.take_run(n, ChunkUse::RunHead { kind: RunKind::Region(tag), chunks })?;
         Ok(POff::new(self.header.layout.chunk_off(start)))
     }
@@ -546,7 +549,10 @@ mod tests {
         assert_eq!(class_for(MAX_CLASS_SIZE + 1), None);
         for w in CLASS_SIZES.windows(2) {
             assert!(w[0] % 16 == 0 && w[1] > w[0]);
-            assert!(w[1] - w[0] <= 16.max(w[0] / 4), "{w:?}");
+            assert!(w[1] - w[0] <= 16.max(w[0] / 3), "{w:?}");
+            if w[0] >= 64 {
+                assert!((w[1] - w[0] - 1) * 4 < w[1], "padding of a {}-byte request: {w:?}", w[0] + 1);
+            }
         }
     }
 

@@ -205,7 +205,10 @@ impl Header {
             return bad(format!("header size {header_size}, expected {HEADER_SIZE}"));
         }
         if !layout.chunk_size.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&layout.chunk_size) {
-            return bad(format!("chunk size {} is not a power of two in [{MIN_CHUNK}, {MAX_CHUNK}]", layout.chunk_size));
+            return bad(format!(
+                "chunk size {} is not a power of two in [{MIN_CHUNK}, {MAX_CHUNK}]",
+                layout.chunk_size
+            ));
         }
         if layout.table_off != HEADER_SIZE {
             return bad(format!("chunk table at {}, expected {HEADER_SIZE}", layout.table_off));
@@ -214,18 +217,18 @@ impl Header {
         if layout.chunk_capacity == 0
             || table_end.is_none_or(|end| end > layout.data_off)
             || layout.data_off % HEADER_SIZE != 0
-            || layout.chunk_capacity.checked_mul(layout.chunk_size).and_then(|d| d.checked_add(layout.data_off)).is_none()
+            || layout
+                .chunk_capacity
+                .checked_mul(layout.chunk_size)
+                .and_then(|d| d.checked_add(layout.data_off))
+                .is_none()
         {
             return bad(format!(
                 "chunk capacity {} and data offset {} do not fit",
                 layout.chunk_capacity, layout.data_off
             ));
         }
-        Ok(Header {
-            layout,
-            uuid: page[48..64].try_into().expect("16 bytes"),
-            created: u64_at(page, 64),
-        })
+        Ok(Header { layout, uuid: page[48..64].try_into().expect("16 bytes"), created: u64_at(page, 64) })
     }
 }
 

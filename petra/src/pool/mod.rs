@@ -101,11 +101,7 @@ impl Pool<MmapMem> {
         let layout = config.layout()?;
         let io = |source| CreateError::Io { path: path.to_owned(), source };
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| {
-            if e.kind() == io::ErrorKind::AlreadyExists {
-                CreateError::Exists { path: path.to_owned() }
-            } else {
-                io(e)
-            }
+            if e.kind() == io::ErrorKind::AlreadyExists { CreateError::Exists { path: path.to_owned() } } else { io(e) }
         })?;
         let made = (|| {
             file.try_lock().map_err(|e| io(e.into()))?;
@@ -242,10 +238,8 @@ impl<M: PMem> Pool<M> {
         if page.iter().any(|&b| b != 0) {
             return Err(CreateError::InvalidConfig("the memory to format is not zeroed".into()));
         }
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let created =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let header = Header { layout, uuid: *uuid::Uuid::new_v4().as_bytes(), created };
         let bytes = header.encode();
         // Everything but the magic first, so that an interrupted create leaves no magic.
