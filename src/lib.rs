@@ -9,10 +9,10 @@ pub fn scratch_dir() -> tempfile::TempDir {
     let shm = PathBuf::from("/dev/shm");
     let mut builder = tempfile::Builder::new();
     builder.prefix("petra-");
-    if shm.is_dir() {
-        if let Ok(dir) = builder.tempdir_in(&shm) {
-            return dir;
-        }
+    if shm.is_dir()
+        && let Ok(dir) = builder.tempdir_in(&shm)
+    {
+        return dir;
     }
     builder.tempdir().expect("cannot create a temporary directory")
 }

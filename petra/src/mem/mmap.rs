@@ -341,7 +341,7 @@ impl PMem for MmapMem {
             return Err(GrowError::AboveMaximum { requested: new_len, max: self.max_len });
         }
         let page = page_size();
-        if new_len % page != 0 || new_len % CACHE_LINE != 0 {
+        if !new_len.is_multiple_of(page) || !new_len.is_multiple_of(CACHE_LINE) {
             return Err(GrowError::Unaligned { requested: new_len, granule: page });
         }
         self.file.set_len(new_len)?;

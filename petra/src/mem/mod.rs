@@ -210,7 +210,7 @@ pub enum GrowError {
 #[track_caller]
 pub(crate) fn check_word(off: u64, len: u64) {
     assert!(
-        off % WORD == 0 && off.checked_add(WORD).is_some_and(|end| end <= len),
+        off.is_multiple_of(WORD) && off.checked_add(WORD).is_some_and(|end| end <= len),
         "pool word access at offset {off:#x} is misaligned or beyond the pool's {len} bytes"
     );
 }

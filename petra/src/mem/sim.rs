@@ -45,13 +45,23 @@ struct PagedImage {
 }
 
 impl PagedImage {
-    fn zeroed(len: u64) -> PagedImage {
-        let zero: Page = Arc::new([0; PAGE_WORDS]);
-        PagedImage { pages: vec![zero; len.div_ceil(PAGE_BYTES) as usize] }
+    fn from_words(words: &[u64]) -> PagedImage {
+        let pages = words
+            .chunks(PAGE_WORDS)
+            .map(|c| {
+                let mut page = [0u64; PAGE_WORDS];
+                page[..c.len()].copy_from_slice(c);
+                Arc::new(page)
+            })
+            .collect();
+        PagedImage { pages }
     }
 
-    fn get(&self, word: u64) -> u64 {
-        self.pages[word as usize / PAGE_WORDS][word as usize % PAGE_WORDS]
+    /// The first `len` bytes as words.
+    fn to_words(&self, len: u64) -> Vec<u64> {
+        let mut words: Vec<u64> = self.pages.iter().flat_map(|p| p.iter().copied()).collect();
+        words.truncate((len / WORD) as usize);
+        words
     }
 
     fn set(&mut self, word: u64, val: u64) {
@@ -259,12 +269,11 @@ impl SimMem {
     }
 
     fn from_words(words: Vec<u64>, max_len: u64) -> SimMem {
-        let mut persisted = PagedImage::zeroed(words.len() as u64 * WORD);
-        for (i, &w) in words.iter().enumerate() {
-            if w != 0 {
-                persisted.set(i as u64, w);
-            }
-        }
+        let persisted = PagedImage::from_words(&words);
+        SimMem::from_images(words, persisted, max_len)
+    }
+
+    fn from_images(words: Vec<u64>, persisted: PagedImage, max_len: u64) -> SimMem {
         SimMem {
             state: Mutex::new(SimState {
                 working: words,
@@ -324,7 +333,7 @@ impl SimMem {
     /// Bytes of the persisted image (what would survive if every unpersisted store were lost).
     pub fn persisted_bytes(&self) -> Vec<u8> {
         let st = self.state.lock();
-        (0..st.working.len() as u64).flat_map(|w| st.persisted.get(w).to_le_bytes()).collect()
+        st.persisted.to_words(st.working.len() as u64 * WORD).iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
     /// Number of lines holding stores that are not yet persisted.
@@ -389,7 +398,7 @@ impl PMem for SimMem {
         if new_len > self.max_len {
             return Err(GrowError::AboveMaximum { requested: new_len, max: self.max_len });
         }
-        if new_len % CACHE_LINE != 0 {
+        if !new_len.is_multiple_of(CACHE_LINE) {
             return Err(GrowError::Unaligned { requested: new_len, granule: CACHE_LINE });
         }
         st.working.resize((new_len / WORD) as usize, 0);
@@ -510,14 +519,13 @@ impl fmt::Debug for CrashImage {
 impl CrashImage {
     /// The image's bytes, as a pool file would hold them.
     pub fn to_bytes(&self) -> Vec<u8> {
-        (0..self.len / WORD).flat_map(|w| self.image.get(w).to_le_bytes()).collect()
+        self.image.to_words(self.len).iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
     /// Fresh simulated memory holding this image as both working and persisted state, as after
     /// a restart; it may grow to `max_len`.
     pub fn to_mem(&self, max_len: u64) -> SimMem {
-        let words: Vec<u64> = (0..self.len / WORD).map(|w| self.image.get(w)).collect();
-        SimMem::from_words(words, max_len.max(self.len))
+        SimMem::from_images(self.image.to_words(self.len), self.image.clone(), max_len.max(self.len))
     }
 }
 

@@ -324,7 +324,7 @@ impl<M: PMem> Pool<M> {
             match uses[i as usize] {
                 ChunkUse::Slab { class, .. } => {
                     let size = CLASS_SIZES[class as usize] as u64;
-                    if rel % size != 0 || rel / size >= blocks_in(class) {
+                    if !rel.is_multiple_of(size) || rel / size >= blocks_in(class) {
                         return Err(not_block(format!("inside a block of {size} bytes")));
                     }
                     let bits = slab_live.entry(i).or_insert_with(|| vec![0; blocks_in(class).div_ceil(64) as usize]);
@@ -475,7 +475,7 @@ impl<'p, M: PMem> Local<'p, M> {
             }
             other => panic!("free({off}): not a {family:?} block but {other:?}"),
         };
-        assert!(rel % CLASS_SIZES[class] as u64 == 0, "free({off}): inside a block");
+        assert!(rel.is_multiple_of(CLASS_SIZES[class] as u64), "free({off}): inside a block");
         let idx = depot_index(family, class);
         self.mags[idx].push(off.get());
         if self.mags[idx].len() >= 2 * MAGAZINE {
@@ -534,7 +534,7 @@ impl<M: PMem> Drop for Local<'_, M> {
     }
 }
 
-const _: () = assert!(CACHE_LINE % 16 == 0 && MAX_CLASS_SIZE * 4 <= super::header::MIN_CHUNK);
+const _: () = assert!(CACHE_LINE.is_multiple_of(16) && MAX_CLASS_SIZE * 4 <= super::header::MIN_CHUNK);
 
 #[cfg(test)]
 mod tests {

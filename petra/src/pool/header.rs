@@ -216,7 +216,7 @@ impl Header {
         let table_end = layout.chunk_capacity.checked_mul(8).and_then(|t| t.checked_add(layout.table_off));
         if layout.chunk_capacity == 0
             || table_end.is_none_or(|end| end > layout.data_off)
-            || layout.data_off % HEADER_SIZE != 0
+            || !layout.data_off.is_multiple_of(HEADER_SIZE)
             || layout
                 .chunk_capacity
                 .checked_mul(layout.chunk_size)

@@ -167,7 +167,7 @@ fn check_len(layout: &Layout, len: u64) -> Result<(), OpenError> {
     if len < layout.data_off {
         return Err(OpenError::Truncated { len, expected: layout.data_off });
     }
-    if (len - layout.data_off) % layout.chunk_size != 0 {
+    if !(len - layout.data_off).is_multiple_of(layout.chunk_size) {
         let expected = layout.chunk_off(layout.chunks_in(len) + 1);
         return Err(OpenError::Truncated { len, expected });
     }
@@ -252,7 +252,7 @@ impl<M: PMem> Pool<M> {
         // Fence: the pool exists once the magic is durable.
         mem.fence();
         mem.sync().map_err(|source| CreateError::Io { path: PathBuf::new(), source })?;
-        Ok(Pool::attach(mem, header).map_err(|source| CreateError::Io { path: PathBuf::new(), source })?)
+        Pool::attach(mem, header).map_err(|source| CreateError::Io { path: PathBuf::new(), source })
     }
 
     /// Takes a validated pool into use: reads the shutdown word, then marks the pool in use.
@@ -375,4 +375,4 @@ impl<M: PMem> Pool<M> {
     }
 }
 
-const _: () = assert!(ROOT_TABLE_OFF % CACHE_LINE == 0 && SHUTDOWN_OFF % WORD == 0);
+const _: () = assert!(ROOT_TABLE_OFF.is_multiple_of(CACHE_LINE) && SHUTDOWN_OFF.is_multiple_of(WORD));

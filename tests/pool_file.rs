@@ -1,0 +1,353 @@
+//! The pool file: creation, reopening, refusal of bad files (untouched), locking, growth, a full
+//! pool, the allocator and its rebuild.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use petra::error::{AllocError, CreateError, OpenError, RebuildError};
+use petra::mem::{Counting, Durability, MemCounts, PMem, SimMem};
+use petra::pool::{Mapping, POff, Pool, PoolConfig, RootEntry};
+use petra_suite::scratch_dir;
+
+const CHUNK: u64 = 64 << 10;
+
+fn small() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: 16 << 20, chunk_size: CHUNK, mapping: Mapping::default() }
+}
+
+fn open(path: &Path) -> Result<Pool, OpenError> {
+    Pool::open(path, &Mapping::default())
+}
+
+/// Opens `path`, expects an error, and checks that the file's bytes did not change.
+fn refused(path: &Path) -> OpenError {
+    let before = std::fs::read(path).unwrap();
+    let err = open(path).expect_err("a bad file must be refused");
+    assert_eq!(std::fs::read(path).unwrap(), before, "a refused file must be left untouched ({err})");
+    err
+}
+
+fn made_pool(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    pool.close().unwrap();
+    path
+}
+
+#[test]
+fn create_close_reopen() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    assert_eq!(pool.durability(), Durability::PageCache, "a normal file is in the page cache");
+    assert!(!pool.was_clean());
+    let uuid = pool.header().uuid;
+    let slot = pool.add_root(RootEntry { kind: 7, flags: 0, params: [1, 2, 3, 0, 0, 0] }).unwrap();
+    pool.set_checkpoint_txid(42);
+    pool.close().unwrap();
+
+    let pool = open(&path).unwrap();
+    assert!(pool.was_clean());
+    assert_eq!(pool.header().uuid, uuid);
+    assert_eq!(pool.root(slot).unwrap().params[..3], [1, 2, 3]);
+    assert_eq!(pool.checkpoint_txid(), 42);
+    drop(pool); // no close: marked in use
+    assert!(!open(&path).unwrap().was_clean(), "a pool dropped without close needs recovery");
+}
+
+#[test]
+fn create_refuses_an_existing_file_and_bad_configs() {
+    let dir = scratch_dir();
+    let path = dir.path().join("x");
+    std::fs::write(&path, b"precious").unwrap();
+    assert!(matches!(Pool::create(&path, &small()), Err(CreateError::Exists { .. })));
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    let odd = PoolConfig { chunk_size: 100_000, ..small() };
+    assert!(matches!(Pool::create(dir.path().join("y"), &odd), Err(CreateError::InvalidConfig(_))));
+    assert!(!dir.path().join("y").exists(), "a refused create leaves no file");
+}
+
+#[test]
+fn every_kind_of_bad_file_is_refused_untouched() {
+    let dir = scratch_dir();
+    let good = std::fs::read(made_pool(dir.path())).unwrap();
+    let bad = dir.path().join("bad");
+
+    assert!(matches!(open(&dir.path().join("missing")), Err(OpenError::NotFound { .. })));
+
+    std::fs::write(&bad, b"").unwrap();
+    assert!(matches!(refused(&bad), OpenError::TooSmall { len: 0, .. }));
+
+    std::fs::write(&bad, &good[..1000]).unwrap();
+    assert!(matches!(refused(&bad), OpenError::TooSmall { len: 1000, .. }));
+
+    std::fs::write(&bad, vec![0u8; good.len()]).unwrap();
+    assert!(matches!(refused(&bad), OpenError::Zeroed));
+
+    let mut b = good.clone();
+    b[..8].copy_from_slice(b"SQLite f");
+    std::fs::write(&bad, &b).unwrap();
+    assert!(matches!(refused(&bad), OpenError::BadMagic { found } if &found == b"SQLite f"));
+
+    let mut b = good.clone();
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&bad, &b).unwrap();
+    assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found: 2, supported: 1 }));
+
+    let mut b = good.clone();
+    b[60] ^= 0x40; // inside the uuid
+    std::fs::write(&bad, &b).unwrap();
+    assert!(matches!(refused(&bad), OpenError::HeaderChecksum { .. }));
+
+    // Cut in the middle of a chunk.
+    std::fs::write(&bad, &good[..good.len() - 100]).unwrap();
+    assert!(matches!(refused(&bad), OpenError::Truncated { .. }));
+
+    // Random bytes.
+    let noise: Vec<u8> = (0..good.len()).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3]).collect();
+    std::fs::write(&bad, &noise).unwrap();
+    assert!(matches!(refused(&bad), OpenError::BadMagic { .. }));
+}
+
+#[test]
+fn a_pool_cut_at_a_chunk_boundary_before_a_used_chunk_is_truncated() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    let mut local = pool.local();
+    // Fill more chunks than the initial size holds, so the file grows.
+    let initial = pool.len();
+    while pool.len() == initial {
+        local.alloc_blob(&[7u8; 16 << 10]).unwrap();
+    }
+    drop(local);
+    pool.close().unwrap();
+    let full = std::fs::read(&path).unwrap();
+    // Cut back to the initial size: chunks in use beyond it are lost.
+    std::fs::write(&path, &full[..initial as usize]).unwrap();
+    assert!(matches!(refused(&path), OpenError::Truncated { .. }));
+}
+
+#[test]
+fn a_held_pool_is_refused() {
+    let dir = scratch_dir();
+    let path = made_pool(dir.path());
+    let held = open(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    assert!(matches!(open(&path), Err(OpenError::Locked { .. })));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    drop(held);
+    open(&path).expect("free again once the holder is gone");
+}
+
+#[test]
+fn a_pool_held_by_another_process_is_refused() {
+    let dir = scratch_dir();
+    let path = made_pool(dir.path());
+    // flock(1) holds the same kind of lock the pool takes, from another process.
+    let Ok(mut holder) = std::process::Command::new("flock")
+        .arg(&path)
+        .args(["sleep", "30"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+    else {
+        panic!("flock(1) from util-linux is needed for this test");
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let err = loop {
+        match open(&path) {
+            Err(e @ OpenError::Locked { .. }) => break e,
+            Ok(p) if std::time::Instant::now() < deadline => {
+                drop(p); // flock has not taken it yet
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+    };
+    assert!(err.to_string().contains("open elsewhere"), "{err}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn growth_keeps_offsets_and_contents_and_stops_at_the_maximum() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    let mut local = pool.local();
+    let first = local.alloc(64).unwrap();
+    pool.mem().store(first.get(), 0xABCD, Ordering::Relaxed);
+    let initial = pool.len();
+    let mut blobs = Vec::new();
+    let err = loop {
+        match local.alloc_blob(&[blobs.len() as u8; 40_000]) {
+            Ok(b) => blobs.push(b),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, AllocError::PoolFull { .. }), "{err}");
+    assert!(pool.len() > initial && pool.len() <= pool.max_len());
+    assert_eq!(pool.mem().load(first.get(), Ordering::Relaxed), 0xABCD, "growth moved nothing");
+    for (i, b) in blobs.iter().enumerate() {
+        assert_eq!(pool.read_blob(*b), vec![i as u8; 40_000]);
+    }
+    // Full, yet freeing makes room again.
+    local.free_blob(blobs.pop().unwrap());
+    local.alloc_blob(&[1; 40_000]).expect("a freed block is reused");
+    drop(local);
+    let len = pool.len();
+    pool.close().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    let pool = open(&path).unwrap();
+    assert_eq!(pool.read_blob(blobs[3]), vec![3u8; 40_000]);
+}
+
+#[test]
+fn large_blobs_take_runs_of_chunks() {
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
+    let mut local = pool.local();
+    let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    let a = local.alloc_blob(&data).unwrap();
+    assert_eq!(pool.read_blob(a), data);
+    assert_eq!(pool.chunk_counts().runs, 4, "200 000 bytes + length in 64 KiB chunks");
+    local.free_blob(a);
+    assert_eq!(pool.chunk_counts().runs, 0);
+    let b = local.alloc_blob(&data).unwrap();
+    assert_eq!(b, a, "the freed run is reused");
+}
+
+#[test]
+fn allocation_is_flush_free_and_blocks_are_distinct() {
+    let pool = Pool::create_in(Counting::new(SimMem::new(0, 64 << 20)), &small()).unwrap();
+    let mut local = pool.local();
+    // Warm up: the first allocation of a class persists its new chunk's use once.
+    let first = local.alloc(32).unwrap();
+    let before = MemCounts::current();
+    let mut seen: HashSet<POff> = HashSet::from([first]);
+    for _ in 0..1000 {
+        assert!(seen.insert(local.alloc(32).unwrap()), "a block handed out twice");
+    }
+    let d = MemCounts::current() - before;
+    assert_eq!((d.flushes, d.fences), (0, 0), "1000 allocations from one chunk flush nothing");
+    for &b in seen.iter() {
+        local.free(b);
+    }
+    let d = MemCounts::current() - before;
+    assert_eq!((d.flushes, d.fences), (0, 0), "nor do frees");
+}
+
+#[test]
+fn threads_never_share_a_block() {
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
+    let all: Vec<Vec<POff>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut local = pool.local();
+                    let mut mine = Vec::new();
+                    for i in 0..3000 {
+                        mine.push(local.alloc(48).unwrap());
+                        if i % 3 == 0 {
+                            local.free(mine.swap_remove(i % mine.len()));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut seen = HashSet::new();
+    for off in all.into_iter().flatten() {
+        assert!(seen.insert(off), "{off} held by two threads");
+    }
+}
+
+#[test]
+fn rebuild_frees_exactly_what_is_not_live() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    let mut local = pool.local();
+    let nodes: Vec<POff> = (0..100).map(|_| local.alloc(64).unwrap()).collect();
+    let blobs: Vec<POff> = (0..10).map(|i| local.alloc_blob(&[i; 100]).unwrap()).collect();
+    let big = local.alloc_blob(&vec![9u8; 100_000]).unwrap();
+    let dead_big = local.alloc_blob(&vec![8u8; 100_000]).unwrap();
+    drop(local);
+    pool.sync().unwrap();
+    drop(pool); // a crash, as far as the allocator knows
+
+    let pool = open(&path).unwrap();
+    // Before rebuild, nothing allocated before can be handed out again.
+    {
+        let mut local = pool.local();
+        for _ in 0..200 {
+            assert!(!nodes.contains(&local.alloc(64).unwrap()));
+        }
+    }
+    drop(pool);
+
+    let mut pool = open(&path).unwrap();
+    let live: Vec<POff> = nodes.iter().step_by(2).chain(blobs.iter().take(5)).chain([&big]).copied().collect();
+    // Bad live sets are refused and change nothing.
+    let inside = POff::new(nodes[0].get() + 8);
+    assert!(matches!(pool.rebuild([inside]), Err(RebuildError::NotABlock { .. })));
+    assert!(matches!(pool.rebuild([nodes[0], nodes[0]]), Err(RebuildError::DoubleUse { .. })));
+    assert!(matches!(pool.rebuild([POff::new(8)]), Err(RebuildError::NotABlock { .. })));
+    let report = pool.rebuild(live.iter().copied()).unwrap();
+    assert_eq!(report.live_blocks, 50 + 5);
+    assert_eq!(report.live_runs, 1);
+    assert_eq!(report.freed_runs, 1);
+    let mut local = pool.local();
+    let reused = local.alloc_blob(&vec![1u8; 100_000]).unwrap();
+    assert_eq!(reused, dead_big, "the dead large blob's run was freed");
+    // Every dead node is free again, and no live block is handed out.
+    let live_set: HashSet<POff> = live.iter().copied().collect();
+    let mut got = HashSet::new();
+    for _ in 0..2 * (CHUNK / 64) {
+        let b = local.alloc(64).unwrap();
+        assert!(!live_set.contains(&b), "{b} is live");
+        assert!(got.insert(b), "{b} handed out twice");
+    }
+    let dead: HashSet<POff> = nodes.iter().skip(1).step_by(2).copied().collect();
+    assert!(dead.is_subset(&got), "the 50 dead nodes are free again");
+    assert_eq!(pool.read_blob(big), vec![9u8; 100_000]);
+    drop(local);
+    pool.close().unwrap();
+}
+
+#[test]
+fn regions_survive_reopen() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    let r1 = pool.alloc_region(1, 1000).unwrap();
+    let r2 = pool.alloc_region(2, 3 * CHUNK).unwrap();
+    let r3 = pool.alloc_region(1, CHUNK + 1).unwrap();
+    pool.mem().store(r2.get() + 8, 77, Ordering::Relaxed);
+    pool.close().unwrap();
+    let pool = open(&path).unwrap();
+    assert_eq!(pool.regions(1), vec![(r1, CHUNK), (r3, 2 * CHUNK)]);
+    assert_eq!(pool.regions(2), vec![(r2, 3 * CHUNK)]);
+    assert_eq!(pool.mem().load(r2.get() + 8, Ordering::Relaxed), 77);
+    pool.free_region(r2);
+    assert!(pool.regions(2).is_empty());
+    let again = pool.alloc_region(3, CHUNK).unwrap();
+    assert_eq!(pool.mem().load(again.get() + 8, Ordering::Relaxed), 0, "a reused chunk is zeroed");
+}
+
+#[test]
+fn volatile_mode_is_reported_and_skips_persistence() {
+    let dir = scratch_dir();
+    let path = made_pool(dir.path());
+    let pool = Pool::open(&path, &Mapping { volatile: true, ..Mapping::default() }).unwrap();
+    assert_eq!(pool.durability(), Durability::Volatile);
+    assert!(matches!(
+        Pool::open(dir.path().join("other"), &Mapping { require_dax: true, ..Mapping::default() }),
+        Err(OpenError::NotFound { .. })
+    ));
+    drop(pool);
+    let err = Pool::open(&path, &Mapping { require_dax: true, ..Mapping::default() }).unwrap_err();
+    assert!(err.to_string().contains("DAX"), "{err}");
+}
