@@ -146,7 +146,9 @@ fn a_pool_held_by_another_process_is_refused() {
     let dir = scratch_dir();
     let path = made_pool(dir.path());
     // flock(1) holds the same kind of lock the pool takes, from another process.
+    // --no-fork: flock execs the command itself, so killing it releases everything.
     let Ok(mut holder) = std::process::Command::new("flock")
+        .arg("--no-fork")
         .arg(&path)
         .args(["sleep", "30"])
         .stdout(std::process::Stdio::null())
