@@ -146,8 +146,8 @@ impl CrashPlan {
 struct SimState {
     working: Vec<u64>,
     persisted: PagedImage,
-    /// Lines with stores not yet persisted, by line number. Ordered, so that crash images are
-    /// numbered the same way on every run.
+    /// Every line ever stored to, with its stores not yet persisted, by line number. Ordered, so
+    /// that crash images are numbered the same way on every run.
     lines: BTreeMap<u64, LineLog>,
     /// Per thread: line number -> sequence number up to which that thread has flushed it.
     flush_marks: BTreeMap<u32, BTreeMap<u64, u64>>,
@@ -220,10 +220,9 @@ impl SimState {
                 for st in log.stores.drain(..n) {
                     self.persisted.set(line * LINE_WORDS + st.word_in_line as u64, st.val);
                 }
+                // The entry stays even when empty: its sequence numbers must keep counting, or a
+                // stale mark of another thread would cover stores it never flushed.
                 log.first_seq = upto;
-                if log.stores.is_empty() {
-                    self.lines.remove(&line);
-                }
             }
         }
         self.events += 1;
@@ -338,7 +337,7 @@ impl SimMem {
 
     /// Number of lines holding stores that are not yet persisted.
     pub fn unpersisted_lines(&self) -> usize {
-        self.state.lock().lines.len()
+        self.state.lock().lines.values().filter(|l| !l.stores.is_empty()).count()
     }
 }
 
@@ -565,6 +564,32 @@ mod tests {
         assert_eq!((p[0], p[8]), (1, 0));
         let state = m.crash_now();
         assert_eq!(state.choices(), 2);
+    }
+
+    #[test]
+    fn a_stale_flush_mark_covers_no_later_store() {
+        let m = Arc::new(SimMem::new(64, 64));
+        let m2 = Arc::clone(&m);
+        // Another thread flushes the line while it holds one store, but does not fence yet.
+        m.store(0, 1, R);
+        let (flushed_tx, flushed_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            m2.flush(0);
+            flushed_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            m2.fence();
+        });
+        flushed_rx.recv().unwrap();
+        // This thread persists the line itself, then stores again without flushing.
+        m.flush(0);
+        m.fence();
+        m.store(8, 2, R);
+        // The other thread's fence must not persist the new store: it never flushed it.
+        go_tx.send(()).unwrap();
+        other.join().unwrap();
+        assert_eq!(m.persisted_bytes()[8], 0);
+        assert_eq!(m.crash_now().choices(), 2);
     }
 
     #[test]
