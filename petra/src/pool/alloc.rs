@@ -61,6 +61,9 @@ fn depot_index(family: Family, class: usize) -> usize {
 pub(crate) struct Allocator {
     /// Full magazines of free blocks, per (family, class).
     depots: Vec<SegQueue<Vec<u64>>>,
+    /// Single blocks freed by threads without a cache of their own (deferred frees), per
+    /// (family, class).
+    returns: Vec<SegQueue<u64>>,
     chunks: Mutex<Chunks>,
 }
 
@@ -120,6 +123,7 @@ impl Allocator {
         }
         Allocator {
             depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
+            returns: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             chunks: Mutex::new(Chunks { free, in_file }),
         }
     }
@@ -346,6 +350,9 @@ impl<M: PMem> Pool<M> {
         for depot in &self.alloc.depots {
             while depot.pop().is_some() {}
         }
+        for returns in &self.alloc.returns {
+            while returns.pop().is_some() {}
+        }
         let mut report = RebuildReport::default();
         for (i, u) in uses.iter().enumerate() {
             let i = i as u64;
@@ -416,121 +423,195 @@ fn find_run(free: &BTreeMap<u64, Dirty>, n: u64) -> Option<u64> {
     None
 }
 
-/// A thread's allocation handle: per-class magazines of free blocks. Returns them to the global
-/// depot when dropped.
-#[derive(Debug)]
-pub struct Local<'p, M: PMem> {
-    pool: &'p Pool<M>,
+/// A thread's cache of free blocks: one magazine per (family, class). Owned, so that a
+/// long-lived per-thread structure can keep one; give it back with
+/// [`Pool::release_cache`](super::Pool::release_cache) (or use [`Local`], which does).
+#[derive(Debug, Default)]
+pub struct AllocCache {
     mags: Vec<Vec<u64>>,
 }
 
-impl<'p, M: PMem> Local<'p, M> {
-    pub(crate) fn new(pool: &'p Pool<M>) -> Self {
-        Local { pool, mags: vec![Vec::new(); FAMILIES * CLASSES] }
+impl AllocCache {
+    /// An empty cache.
+    pub fn new() -> AllocCache {
+        AllocCache { mags: vec![Vec::new(); FAMILIES * CLASSES] }
     }
+}
 
-    /// Allocates a node block of at least `size` bytes (at most [`MAX_CLASS_SIZE`]). Its bytes
-    /// are whatever its last use left, or zero. No flush, no fence.
-    pub fn alloc(&mut self, size: u64) -> Result<POff, AllocError> {
+impl<M: PMem> Pool<M> {
+    /// Allocates a node block of at least `size` bytes (at most [`MAX_CLASS_SIZE`]) through
+    /// `cache`. Its bytes are whatever its last use left, or zero. No flush, no fence.
+    pub fn alloc(&self, cache: &mut AllocCache, size: u64) -> Result<POff, AllocError> {
         let class = class_for(size).ok_or(AllocError::TooLarge { requested: size, limit: MAX_CLASS_SIZE })?;
-        self.alloc_class(Family::Node, class)
+        self.alloc_class(cache, Family::Node, class)
     }
 
-    fn alloc_class(&mut self, family: Family, class: usize) -> Result<POff, AllocError> {
+    fn alloc_class(&self, cache: &mut AllocCache, family: Family, class: usize) -> Result<POff, AllocError> {
         let idx = depot_index(family, class);
-        if let Some(off) = self.mags[idx].pop() {
+        if cache.mags.is_empty() {
+            *cache = AllocCache::new();
+        }
+        if let Some(off) = cache.mags[idx].pop() {
             return Ok(POff::new(off));
         }
-        if let Some(mag) = self.pool.alloc.depots[idx].pop() {
-            self.mags[idx] = mag;
-        } else {
-            let layout = self.pool.header.layout;
-            let start = self.pool.take_run(1, ChunkUse::Slab { family, class: class as u8 })?;
-            let size = CLASS_SIZES[class] as u64;
-            let base = layout.chunk_off(start);
-            // Blocks in reverse, so that pops hand them out in address order.
-            let mut blocks: Vec<u64> = (0..layout.chunk_size / size).rev().map(|b| base + b * size).collect();
-            while blocks.len() > MAGAZINE {
-                let rest = blocks.split_off(MAGAZINE);
-                self.pool.alloc.depots[idx].push(std::mem::replace(&mut blocks, rest));
+        while cache.mags[idx].len() < MAGAZINE {
+            match self.alloc.returns[idx].pop() {
+                Some(off) => cache.mags[idx].push(off),
+                None => break,
             }
-            self.mags[idx] = blocks;
         }
-        Ok(POff::new(self.mags[idx].pop().expect("a refilled magazine is not empty")))
+        if cache.mags[idx].is_empty() {
+            if let Some(mag) = self.alloc.depots[idx].pop() {
+                cache.mags[idx] = mag;
+            } else {
+                let layout = self.header.layout;
+                let start = self.take_run(1, ChunkUse::Slab { family, class: class as u8 })?;
+                let size = CLASS_SIZES[class] as u64;
+                let base = layout.chunk_off(start);
+                // Blocks in reverse, so that pops hand them out in address order.
+                let mut blocks: Vec<u64> = (0..layout.chunk_size / size).rev().map(|b| base + b * size).collect();
+                while blocks.len() > MAGAZINE {
+                    let rest = blocks.split_off(MAGAZINE);
+                    self.alloc.depots[idx].push(std::mem::replace(&mut blocks, rest));
+                }
+                cache.mags[idx] = blocks;
+            }
+        }
+        Ok(POff::new(cache.mags[idx].pop().expect("a refilled magazine is not empty")))
     }
 
-    /// Frees a node block made by [`alloc`](Local::alloc). The caller guarantees that no thread
-    /// can reach it any more.
+    /// Frees a node block made by [`alloc`](Pool::alloc) into `cache`. The caller guarantees that
+    /// no thread can reach it any more.
     ///
     /// # Panics
     /// If `off` is not a node block's start.
-    pub fn free(&mut self, off: POff) {
-        self.free_block(off, Family::Node)
+    pub fn free(&self, cache: &mut AllocCache, off: POff) {
+        let idx = self.block_index(off, Family::Node);
+        self.cache_free(cache, idx, off);
     }
 
-    fn free_block(&mut self, off: POff, family: Family) {
-        let (class, rel) = match self.pool.use_of(off.get()) {
+    /// Puts a free block into `cache`, passing a magazine to the depot when the cache holds two.
+    fn cache_free(&self, cache: &mut AllocCache, idx: usize, off: POff) {
+        if cache.mags.is_empty() {
+            *cache = AllocCache::new();
+        }
+        cache.mags[idx].push(off.get());
+        if cache.mags[idx].len() >= 2 * MAGAZINE {
+            let full = cache.mags[idx].split_off(MAGAZINE);
+            self.alloc.depots[idx].push(full);
+        }
+    }
+
+    /// Frees a node block from a thread that has no cache at hand (a deferred free run by the
+    /// epoch collector, say). The block is reused by the next thread that runs short.
+    ///
+    /// # Panics
+    /// If `off` is not a node block's start.
+    pub fn free_shared(&self, off: POff) {
+        let idx = self.block_index(off, Family::Node);
+        self.alloc.returns[idx].push(off.get());
+    }
+
+    /// The depot index of the block at `off`, checked against the chunk table.
+    fn block_index(&self, off: POff, family: Family) -> usize {
+        let (class, rel) = match self.use_of(off.get()) {
             Some((i, ChunkUse::Slab { family: f, class })) if f == family => {
-                (class as usize, off.get() - self.pool.header.layout.chunk_off(i))
+                (class as usize, off.get() - self.header.layout.chunk_off(i))
             }
             other => panic!("free({off}): not a {family:?} block but {other:?}"),
         };
         assert!(rel.is_multiple_of(CLASS_SIZES[class] as u64), "free({off}): inside a block");
-        let idx = depot_index(family, class);
-        self.mags[idx].push(off.get());
-        if self.mags[idx].len() >= 2 * MAGAZINE {
-            let full = self.mags[idx].split_off(MAGAZINE);
-            self.pool.alloc.depots[idx].push(full);
-        }
+        depot_index(family, class)
     }
 
     /// Writes `data` as a new blob (its length, then its bytes) and flushes its lines, without a
     /// fence: the caller's next fence makes it durable, before whatever publishes it.
-    pub fn alloc_blob(&mut self, data: &[u8]) -> Result<POff, AllocError> {
+    pub fn alloc_blob(&self, cache: &mut AllocCache, data: &[u8]) -> Result<POff, AllocError> {
         let total = WORD + data.len() as u64;
         let off = match class_for(total) {
-            Some(class) => self.alloc_class(Family::Blob, class)?,
+            Some(class) => self.alloc_class(cache, Family::Blob, class)?,
             None => {
-                let max = self.pool.max_blob_len();
+                let max = self.max_blob_len();
                 if data.len() as u64 > max {
                     return Err(AllocError::TooLarge { requested: data.len() as u64, limit: max });
                 }
-                let n = total.div_ceil(self.pool.header.layout.chunk_size);
-                let start = self.pool.take_run(n, ChunkUse::RunHead { kind: RunKind::Blob, chunks: n as u32 })?;
-                POff::new(self.pool.header.layout.chunk_off(start))
+                let n = total.div_ceil(self.header.layout.chunk_size);
+                let start = self.take_run(n, ChunkUse::RunHead { kind: RunKind::Blob, chunks: n as u32 })?;
+                POff::new(self.header.layout.chunk_off(start))
             }
         };
-        let mem = &self.pool.mem;
-        mem.write_bytes(off.get() + WORD, data);
+        self.mem.write_bytes(off.get() + WORD, data);
         // Release: a reader that sees the length (Acquire in `blob_len`) sees the bytes.
-        mem.store(off.get(), data.len() as u64, std::sync::atomic::Ordering::Release);
-        mem.flush_range(off.get(), total.next_multiple_of(WORD));
+        self.mem.store(off.get(), data.len() as u64, std::sync::atomic::Ordering::Release);
+        self.mem.flush_range(off.get(), total.next_multiple_of(WORD));
         Ok(off)
     }
 
-    /// Frees a blob made by [`alloc_blob`](Local::alloc_blob).
+    /// Frees a blob made by [`alloc_blob`](Pool::alloc_blob).
     ///
     /// # Panics
     /// If `off` is not a blob's start.
-    pub fn free_blob(&mut self, off: POff) {
-        match self.pool.use_of(off.get()) {
+    pub fn free_blob(&self, cache: &mut AllocCache, off: POff) {
+        match self.use_of(off.get()) {
             Some((i, ChunkUse::RunHead { kind: RunKind::Blob, chunks }))
-                if self.pool.header.layout.chunk_off(i) == off.get() =>
+                if self.header.layout.chunk_off(i) == off.get() =>
             {
-                self.pool.free_run(i, chunks as u64)
+                self.free_run(i, chunks as u64)
             }
-            _ => self.free_block(off, Family::Blob),
+            _ => {
+                let idx = self.block_index(off, Family::Blob);
+                self.cache_free(cache, idx, off);
+            }
         }
+    }
+
+    /// Returns a cache's blocks to the shared depot.
+    pub fn release_cache(&self, cache: &mut AllocCache) {
+        for (idx, mag) in cache.mags.iter_mut().enumerate() {
+            if !mag.is_empty() {
+                self.alloc.depots[idx].push(std::mem::take(mag));
+            }
+        }
+    }
+}
+
+/// A thread's allocation handle borrowing its pool: an [`AllocCache`] that returns its blocks to
+/// the shared depot when dropped.
+#[derive(Debug)]
+pub struct Local<'p, M: PMem> {
+    pool: &'p Pool<M>,
+    cache: AllocCache,
+}
+
+impl<'p, M: PMem> Local<'p, M> {
+    pub(crate) fn new(pool: &'p Pool<M>) -> Self {
+        Local { pool, cache: AllocCache::new() }
+    }
+
+    /// See [`Pool::alloc`].
+    pub fn alloc(&mut self, size: u64) -> Result<POff, AllocError> {
+        self.pool.alloc(&mut self.cache, size)
+    }
+
+    /// See [`Pool::free`].
+    pub fn free(&mut self, off: POff) {
+        self.pool.free(&mut self.cache, off)
+    }
+
+    /// See [`Pool::alloc_blob`].
+    pub fn alloc_blob(&mut self, data: &[u8]) -> Result<POff, AllocError> {
+        self.pool.alloc_blob(&mut self.cache, data)
+    }
+
+    /// See [`Pool::free_blob`].
+    pub fn free_blob(&mut self, off: POff) {
+        self.pool.free_blob(&mut self.cache, off)
     }
 }
 
 impl<M: PMem> Drop for Local<'_, M> {
     fn drop(&mut self) {
-        for (idx, mag) in self.mags.iter_mut().enumerate() {
-            if !mag.is_empty() {
-                self.pool.alloc.depots[idx].push(std::mem::take(mag));
-            }
-        }
+        self.pool.release_cache(&mut self.cache);
     }
 }
 

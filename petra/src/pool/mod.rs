@@ -22,7 +22,7 @@ pub mod alloc;
 pub mod header;
 mod offset;
 
-pub use alloc::{ChunkCounts, Local, RebuildReport};
+pub use alloc::{AllocCache, ChunkCounts, Local, RebuildReport};
 pub use header::{Family, Header, Layout, RootEntry};
 pub use offset::POff;
 
