@@ -141,6 +141,39 @@ pub enum RebuildError {
     },
 }
 
+/// Why the engine refused a request. A refused transaction changed nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The calling thread's descriptor ring is full (descriptors are not recycled yet; reopening
+    /// the pool empties the rings).
+    #[error("the descriptor ring is full: reopen the pool to recycle descriptors")]
+    RingFull,
+    /// More ops than a descriptor holds.
+    #[error("a transaction holds at most {max} ops, not {ops}")]
+    TooManyOps {
+        /// Ops given.
+        ops: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// An op names a structure the engine does not have.
+    #[error("no structure in root slot {0}")]
+    UnknownStructure(u8),
+    /// The root table is full.
+    #[error("the pool's root table is full")]
+    TooManyStructures,
+    /// Pool memory ran out (the transaction was aborted and changed nothing).
+    #[error(transparent)]
+    Alloc(AllocError),
+    /// The pool's engine metadata is damaged.
+    #[error("corrupt engine state: {0}")]
+    Corrupt(String),
+    /// Making recovery durable failed.
+    #[error("recovery failed: {0}")]
+    Io(#[from] io::Error),
+}
+
 /// Any error of this crate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -157,6 +190,9 @@ pub enum Error {
     /// Rebuilding allocator state.
     #[error(transparent)]
     Rebuild(#[from] RebuildError),
+    /// Running transactions.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
     /// Other I/O.
     #[error(transparent)]
     Io(#[from] io::Error),

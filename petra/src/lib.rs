@@ -29,5 +29,9 @@
 pub mod error;
 pub mod mem;
 pub mod pool;
+pub mod recovery;
+pub mod structures;
+pub mod tx;
 
-pub use error::{Error, Result};
+pub use error::{EngineError, Error, Result};
+pub use tx::{Engine, EngineConfig, Handle, Op, OpKind, Outcome, StructId, Transaction};

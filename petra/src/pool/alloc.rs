@@ -95,6 +95,8 @@ pub struct RebuildReport {
     pub live_runs: u64,
     /// Blob runs freed (their chunks returned to the free set).
     pub freed_runs: u64,
+    /// Slab chunks with no live block, returned to the free set.
+    pub freed_chunks: u64,
 }
 
 /// Chunks by use, for reports.
@@ -359,7 +361,14 @@ impl<M: PMem> Pool<M> {
             match *u {
                 ChunkUse::Slab { family, class } => {
                     let size = CLASS_SIZES[class as usize] as u64;
-                    let bits = slab_live.get(&i);
+                    let Some(bits) = slab_live.get(&i) else {
+                        // Nothing live: the whole chunk goes back to the free set, for any use.
+                        report.free_blocks += blocks_in(class);
+                        report.freed_chunks += 1;
+                        self.free_run(i, 1);
+                        continue;
+                    };
+                    let bits = Some(bits);
                     let mut mag = Vec::with_capacity(MAGAZINE);
                     for b in 0..blocks_in(class) {
                         if bits.is_some_and(|bits| bits[(b / 64) as usize] & (1 << (b % 64)) != 0) {
@@ -388,6 +397,20 @@ impl<M: PMem> Pool<M> {
             }
         }
         Ok(report)
+    }
+
+    /// Calls `f` with the start of every block of every node slab chunk, live or not (recovery's
+    /// scan of the node arena).
+    pub fn for_each_node_block(&self, mut f: impl FnMut(POff)) {
+        let layout = self.header.layout;
+        for (i, u) in read_uses(&self.mem, &layout, layout.chunks_in(self.mem.len())).iter().enumerate() {
+            if let ChunkUse::Slab { family: Family::Node, class } = *u {
+                let size = CLASS_SIZES[class as usize] as u64;
+                for b in 0..layout.chunk_size / size {
+                    f(POff::new(layout.chunk_off(i as u64) + b * size));
+                }
+            }
+        }
     }
 
     /// Chunks by use.

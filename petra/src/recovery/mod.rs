@@ -1,0 +1,178 @@
+//! Recovery: rebuild every structure from the persisted descriptors and the last normalised
+//! nodes, as DESIGN section 6 lays out, without trusting a single link.
+//!
+//! Recovery runs at every open (descriptors are not checkpointed during normal operation yet, so
+//! recovery is also the checkpoint). It reads:
+//!
+//! 1. **KDMap.** Every valid descriptor of the committed epoch in every ring (tag, epoch and
+//!    checksum agree, a txid was assigned): for each (structure, key), the latest writing op by
+//!    txid. A descriptor whose persist did not complete fails its checksum or has no txid, and is
+//!    ignored with its whole transaction.
+//! 2. **Baseline.** Every block of every node slab chunk: a node whose norm word carries the
+//!    committed epoch and whose checksum holds was written by the last recovery, and gives its
+//!    key's state as of then. A key no transaction touched since keeps that state; a key whose
+//!    last toucher was not persisted too (its op is ignored, and the state before it is the one
+//!    before any op since the last recovery).
+//!
+//! The state of a key is KDMap's if it has one, else the baseline's, else absent. Recovery then
+//! builds each structure anew from fresh nodes (normalised: FINAL info, value, norm word and
+//! checksum), flushes them, fences, and commits by advancing the epoch in the engine's meta
+//! region. Only then is the allocator rebuilt from the new nodes, freeing the old ones. A crash
+//! during recovery leaves the old epoch in force, and with it the old descriptors and nodes:
+//! recovery simply runs again. Each attempt writes its nodes under a fresh attempt number, so
+//! nodes of an attempt that never committed are never taken for a baseline.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+use crate::error::EngineError;
+use crate::mem::PMem;
+use crate::pool::{AllocCache, POff, Pool, RebuildReport};
+use crate::structures::list::{List, NODE_BYTES};
+use crate::structures::{CHECK, INFO, KEY, LINKS, NORM, VALUE, norm_check, norm_word};
+use crate::tx::descriptor::read_persisted;
+use crate::tx::info::Info;
+use crate::tx::{
+    Engine, EngineConfig, KIND_LIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, OpKind, RING_TAG, Structure,
+};
+
+/// What recovery found and did.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// Valid persisted descriptors read.
+    pub descriptors: u64,
+    /// Keys named by a writing op of a valid descriptor.
+    pub kdmap_keys: u64,
+    /// Normalised nodes of the last recovery found by the arena scan.
+    pub baseline_keys: u64,
+    /// Keys present after recovery, over all structures.
+    pub present_keys: u64,
+    /// The epoch now in force.
+    pub epoch: u64,
+    /// The largest txid seen (the next transaction gets a larger one).
+    pub max_txid: u64,
+    /// What the allocator rebuild found.
+    pub allocator: RebuildReport,
+}
+
+pub(crate) fn recover<M: PMem + 'static>(
+    mut pool: Pool<M>,
+    config: EngineConfig,
+) -> Result<(Engine<M>, RecoveryReport), EngineError> {
+    let mut report = RecoveryReport::default();
+    let metas = pool.regions(META_TAG);
+    let [(meta, _)] = metas[..] else {
+        return Err(EngineError::Corrupt(format!("{} engine meta regions, expected 1", metas.len())));
+    };
+    let meta = meta.get();
+    let mem = pool.mem();
+    if mem.load(meta, Ordering::Acquire) != META_MAGIC {
+        return Err(EngineError::Corrupt("engine meta region without its magic".into()));
+    }
+    let epoch = mem.load(meta + META_EPOCH, Ordering::Acquire);
+    let attempt = mem.load(meta + META_ATTEMPT, Ordering::Acquire);
+
+    // The structures.
+    let mut lists: BTreeMap<u8, List> = BTreeMap::new();
+    for (slot, entry) in pool.roots() {
+        if entry.kind == KIND_LIST {
+            lists.insert(slot as u8, List { head: entry.params[0] });
+        }
+    }
+
+    // 1. KDMap: (structure, key) -> (txid, state).
+    let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();
+    let mut max_txid = pool.checkpoint_txid();
+    for (ring, len) in pool.regions(RING_TAG) {
+        let end = ring.get() + len;
+        let mut pos = ring.get() + 64;
+        while pos + 64 <= end {
+            let Some(d) = read_persisted(mem, pos, end, epoch as u32) else {
+                pos += 64;
+                continue;
+            };
+            report.descriptors += 1;
+            max_txid = max_txid.max(d.txid);
+            for op in &d.ops {
+                let Some(present) = OpKind::from_code(op.kind).writes() else { continue };
+                let state = present.then_some(op.value);
+                let e = kdmap.entry((op.structure, op.key)).or_insert((0, None));
+                // `>=`: a later op of the same transaction on the same key wins too.
+                if d.txid >= e.0 {
+                    *e = (d.txid, state);
+                }
+            }
+            pos += d.bytes;
+        }
+    }
+    report.kdmap_keys = kdmap.len() as u64;
+
+    // 2. Baseline from the arena.
+    let mut state: BTreeMap<(u8, u64), Option<u64>> = BTreeMap::new();
+    pool.for_each_node_block(|node| {
+        let node = node.get();
+        let norm = mem.load(node + NORM, Ordering::Relaxed);
+        if norm == 0 || norm >> 32 != epoch & 0xFFFF_FFFF {
+            return;
+        }
+        let (key, value) = (mem.load(node + KEY, Ordering::Relaxed), mem.load(node + VALUE, Ordering::Relaxed));
+        if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
+            return;
+        }
+        report.baseline_keys += 1;
+        state.insert(((norm >> 8) as u8, key), (norm & 1 != 0).then_some(value));
+    });
+    for (k, (_, s)) in kdmap {
+        state.insert(k, s);
+    }
+
+    // 3. Build every structure anew under a fresh attempt number.
+    let new_epoch = attempt + 1;
+    mem.store(meta + META_ATTEMPT, new_epoch, Ordering::Relaxed);
+    mem.flush(meta + META_ATTEMPT);
+    // Fence: the attempt number is used once, even if this attempt dies.
+    mem.fence();
+    let mut cache = AllocCache::new();
+    let mut live: Vec<POff> = Vec::new();
+    for (&slot, list) in &lists {
+        let mut next = 0u64;
+        let present: Vec<(u64, u64)> =
+            state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
+        for &(key, value) in present.iter().rev() {
+            let node = pool.alloc(&mut cache, NODE_BYTES)?.get();
+            let norm = norm_word(new_epoch, slot, true);
+            mem.store(node + KEY, key, Ordering::Relaxed);
+            mem.store(node + INFO, Info::final_state(node, true, new_epoch).0, Ordering::Relaxed);
+            mem.store(node + VALUE, value, Ordering::Relaxed);
+            mem.store(node + NORM, norm, Ordering::Relaxed);
+            mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
+            mem.store(node + LINKS, next, Ordering::Relaxed);
+            mem.flush_range(node, NODE_BYTES);
+            live.push(POff::new(node));
+            next = node;
+        }
+        report.present_keys += present.len() as u64;
+        mem.store(list.head + INFO, Info::final_state(list.head, false, new_epoch).0, Ordering::Relaxed);
+        mem.store(list.head + LINKS, next, Ordering::Relaxed);
+        mem.flush_range(list.head, NODE_BYTES);
+        live.push(POff::new(list.head));
+    }
+    pool.release_cache(&mut cache);
+    // Fence: every new node is durable before the epoch that makes them the truth.
+    mem.fence();
+    mem.store(meta + META_EPOCH, new_epoch, Ordering::Relaxed);
+    mem.flush(meta + META_EPOCH);
+    // Fence: recovery is committed.
+    mem.fence();
+    pool.set_checkpoint_txid(max_txid);
+    pool.sync()?;
+
+    // 4. Everything not live is free.
+    report.allocator = pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
+    report.epoch = new_epoch;
+    report.max_txid = max_txid;
+    let structures = (0..=lists.keys().max().copied().unwrap_or(0))
+        .map(|slot| lists.get(&slot).map(|l| Structure::List(*l)))
+        .collect();
+    Ok((Engine::assemble(pool, config, new_epoch, max_txid + 1, structures), report))
+}

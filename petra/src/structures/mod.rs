@@ -1,0 +1,167 @@
+//! The linked structures, and the one way every structure executes an operation.
+//!
+//! Every node starts with the same five words, so that the engine and recovery can read any node:
+//!
+//! ```text
+//! +0   key
+//! +8   info    the packed info word (see tx::info)
+//! +16  value   the value the node was created with, or (after recovery) its normalised value
+//! +24  norm    0, or for a node written by recovery: epoch << 32 | structure << 8 | present
+//! +32  check   for a normalised node: a checksum of key, value and norm (torn or stale nodes
+//!              fail it)
+//! +40  ...     the structure's links
+//! ```
+//!
+//! Values are never written into a node by a transaction: a transaction's values live in its
+//! descriptor until recovery normalises the node.
+
+pub mod list;
+
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch::Guard;
+
+use crate::mem::PMem;
+use crate::tx::descriptor::{Desc, Mix, NO_NODE, StoredOp, TxStatus};
+use crate::tx::info::Info;
+use crate::tx::{Handle, OpKind, Step, write_cache};
+
+/// Offset of a node's key.
+pub const KEY: u64 = 0;
+/// Offset of a node's info word.
+pub const INFO: u64 = 8;
+/// Offset of a node's value.
+pub const VALUE: u64 = 16;
+/// Offset of a node's normalisation word.
+pub const NORM: u64 = 24;
+/// Offset of a node's normalisation checksum.
+pub const CHECK: u64 = 32;
+/// Offset of a node's first structure-specific word.
+pub const LINKS: u64 = 40;
+
+/// The norm word of a node normalised in `epoch` for structure `slot`.
+pub(crate) fn norm_word(epoch: u64, slot: u8, present: bool) -> u64 {
+    (epoch & 0xFFFF_FFFF) << 32 | (slot as u64) << 8 | present as u64
+}
+
+/// The checksum of a normalised node.
+pub(crate) fn norm_check(key: u64, value: u64, norm: u64) -> u64 {
+    let mut m = Mix::new(key);
+    m.add(value);
+    m.add(norm);
+    m.finish()
+}
+
+/// What a structure provides to the shared executor.
+pub(crate) trait LinkedSet<M: PMem + 'static> {
+    /// Where a new node for a key would go.
+    type Pos;
+    /// Bytes of a node.
+    fn node_bytes(&self) -> u64;
+    /// Finds `key`: the position for a new node, and the node holding the key if there is one.
+    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (Self::Pos, Option<u64>);
+    /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile.
+    fn link(&self, h: &mut Handle<M>, pos: &Self::Pos, node: u64, guard: &Guard) -> bool;
+    /// Completes the physical removal of a node whose info word is marked.
+    fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard);
+}
+
+/// Executes op `i` of descriptor `d` on `set`. See the [`tx`](crate::tx) module docs for the
+/// protocol and why it executes each op exactly once.
+pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
+    h: &mut Handle<M>,
+    set: &S,
+    d: u64,
+    i: usize,
+    op: StoredOp,
+    guard: &Guard,
+) -> Step {
+    let kind = OpKind::from_code(op.kind);
+    let me = Info::op(d, i);
+    let prev_off = Desc::new(h.mem(), d).prev_off(i);
+    loop {
+        let active = |h: &Handle<M>| Desc::new(h.mem(), d).state().status == TxStatus::Active;
+        if !active(h) {
+            return Step::Stop;
+        }
+        // Acquire, and read before the node: see the exactly-once argument.
+        let prev = h.mem().load(prev_off, Ordering::Acquire);
+        let (pos, found) = set.search(h, op.key, guard);
+        match found {
+            Some(node) => {
+                // Acquire: see the descriptor the info word names.
+                let cur = Info(h.mem().load(node + INFO, Ordering::Acquire));
+                if cur.is_marked() {
+                    set.help_remove(h, node, guard);
+                    continue;
+                }
+                if !cur.is_final() && cur.desc() == d {
+                    if cur.opid() >= i {
+                        return Step::Done; // executed already (this op, or a later one of ours)
+                    }
+                } else if !cur.is_final() {
+                    let d2 = cur.desc();
+                    if Desc::new(h.mem(), d2).state().status == TxStatus::Active {
+                        h.help(d2, cur.opid(), guard);
+                        continue;
+                    }
+                }
+                let before = h.resolve(cur, Some(d), guard);
+                if !kind.allows(before.is_some()) {
+                    return Step::Fail;
+                }
+                if prev != cur.0 {
+                    if !active(h) {
+                        return Step::Stop;
+                    }
+                    // AcqRel: the retargeted prev is seen by any executor that then sees the node
+                    // taken.
+                    if h.mem().compare_exchange(prev_off, prev, cur.0, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                        continue;
+                    }
+                }
+                // AcqRel: publish the descriptor (and prev) with the node; see the old owner's.
+                if h.mem().compare_exchange(node + INFO, cur.0, me.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    // A before-state that comes from an earlier op of this same transaction holds
+                    // only if the transaction commits; it is not cached.
+                    if cur.is_final() || cur.desc() != d {
+                        write_cache(h.mem(), d, i, before);
+                    }
+                    return Step::Done;
+                }
+            }
+            None => {
+                if !kind.allows(false) {
+                    return Step::Fail;
+                }
+                if prev != NO_NODE {
+                    if !active(h) {
+                        return Step::Stop;
+                    }
+                    if h.mem().compare_exchange(prev_off, prev, NO_NODE, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                        continue;
+                    }
+                }
+                let node = match h.inner.pool.alloc(&mut h.cache, set.node_bytes()) {
+                    Ok(n) => n.get(),
+                    Err(e) => {
+                        h.alloc_failed = Some(e);
+                        return Step::Fail;
+                    }
+                };
+                let mem = h.mem();
+                mem.store(node + KEY, op.key, Ordering::Relaxed);
+                mem.store(node + INFO, me.0, Ordering::Relaxed);
+                mem.store(node + VALUE, if kind.writes() == Some(true) { op.value } else { 0 }, Ordering::Relaxed);
+                mem.store(node + NORM, 0, Ordering::Relaxed);
+                mem.store(node + CHECK, 0, Ordering::Relaxed);
+                if set.link(h, &pos, node, guard) {
+                    write_cache(h.mem(), d, i, None);
+                    return Step::Done;
+                }
+                let pool = &h.inner.pool;
+                pool.free(&mut h.cache, crate::pool::POff::new(node));
+            }
+        }
+    }
+}

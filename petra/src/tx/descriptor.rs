@@ -1,0 +1,303 @@
+//! Transaction descriptors: their layout in a thread's descriptor ring, and their state word.
+//!
+//! A descriptor is written once by its owner, in its ring, before any other thread can learn its
+//! offset (which it does through a node's info word, published with Release). Its layout, all
+//! words little-endian, 64-byte aligned:
+//!
+//! ```text
+//! +0   header   tag 0x5458 << 48 | ring epoch << 16 | flags << 8 | nops      (immutable)
+//! +8   state    status (bits 0..2) | pstatus (bits 2..4)                      (CAS)
+//! +16  txid     0 until persisting assigns it, once, by CAS                    (CAS)
+//! +24  check    checksum of header, txid and the persisted ops                 (store)
+//! +32  ops      nops x 24 bytes: kind | structure << 8, key, value             (immutable)
+//! then nops x 24 bytes of volatile per-op words, never flushed:
+//!      prev     the info word the op replaced (or NO_NODE for a node it created)
+//!      cache    VALID | present << 1, once the op's before-state is known
+//!      cvalue   the before-state's value
+//! ```
+//!
+//! Persisting flushes only `[+0, +32 + 24 * nops)`: `ceil((32 + 24 n) / 64)` lines, one line for a
+//! single-op transaction.
+//!
+//! State word table:
+//!
+//! | status    | pstatus    | meaning                                                  |
+//! |-----------|------------|----------------------------------------------------------|
+//! | Active    | Maybe      | executing; its ops are visible only to itself            |
+//! | Committed | Maybe      | finished; not visible until persisted (helpers persist)  |
+//! | Committed | InProgress | some thread is persisting it                              |
+//! | Committed | Persisted  | durable (or read-only: nothing to persist) and visible    |
+//! | Aborted   | Persisted  | finished; never visible, nothing persisted                |
+
+use std::sync::atomic::Ordering;
+
+use crate::mem::{CACHE_LINE, PMem};
+
+/// The tag in a descriptor header's top 16 bits.
+pub const DESC_TAG: u64 = 0x5458;
+/// The most operations in one transaction.
+pub const MAX_OPS: usize = 64;
+/// Header flag: the transaction only reads.
+pub const FLAG_READ_ONLY: u64 = 1;
+
+pub(crate) const HEADER: u64 = 0;
+pub(crate) const STATE: u64 = 8;
+pub(crate) const TXID: u64 = 16;
+pub(crate) const CHECK: u64 = 24;
+pub(crate) const OPS: u64 = 32;
+pub(crate) const OP_BYTES: u64 = 24;
+
+/// `prev` of an op that created its node: the key had no node before.
+pub(crate) const NO_NODE: u64 = 0;
+
+/// Transaction status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxStatus {
+    /// Executing.
+    Active = 0,
+    /// Finished successfully.
+    Committed = 1,
+    /// Finished unsuccessfully.
+    Aborted = 2,
+}
+
+/// Persistence status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistStatus {
+    /// Not persisted, nobody persisting.
+    Maybe = 0,
+    /// Being persisted.
+    InProgress = 1,
+    /// Persisted (or nothing to persist).
+    Persisted = 2,
+}
+
+/// A state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct State {
+    pub status: TxStatus,
+    pub pstatus: PersistStatus,
+}
+
+impl State {
+    pub fn encode(self) -> u64 {
+        self.status as u64 | (self.pstatus as u64) << 2
+    }
+
+    pub fn decode(w: u64) -> State {
+        let status = match w & 3 {
+            0 => TxStatus::Active,
+            1 => TxStatus::Committed,
+            _ => TxStatus::Aborted,
+        };
+        let pstatus = match (w >> 2) & 3 {
+            0 => PersistStatus::Maybe,
+            1 => PersistStatus::InProgress,
+            _ => PersistStatus::Persisted,
+        };
+        State { status, pstatus }
+    }
+
+    pub const ACTIVE: State = State { status: TxStatus::Active, pstatus: PersistStatus::Maybe };
+}
+
+/// Bytes a descriptor of `nops` operations occupies in its ring.
+pub fn desc_bytes(nops: usize) -> u64 {
+    (OPS + 2 * OP_BYTES * nops as u64).next_multiple_of(CACHE_LINE)
+}
+
+/// Bytes of a descriptor that are persisted.
+pub fn persisted_bytes(nops: usize) -> u64 {
+    OPS + OP_BYTES * nops as u64
+}
+
+/// An operation as stored in a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredOp {
+    /// The kind's code.
+    pub kind: u8,
+    /// The structure's root slot.
+    pub structure: u8,
+    /// The key.
+    pub key: u64,
+    /// The value (for the kinds that write one).
+    pub value: u64,
+}
+
+/// Read access to one descriptor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Desc<'m, M: PMem> {
+    pub mem: &'m M,
+    pub off: u64,
+}
+
+impl<'m, M: PMem> Desc<'m, M> {
+    pub fn new(mem: &'m M, off: u64) -> Self {
+        Desc { mem, off }
+    }
+
+    pub fn header(&self) -> u64 {
+        self.mem.load(self.off + HEADER, Ordering::Relaxed)
+    }
+
+    pub fn nops(&self) -> usize {
+        (self.header() & 0xFF) as usize
+    }
+
+    pub fn read_only(&self) -> bool {
+        (self.header() >> 8) & FLAG_READ_ONLY != 0
+    }
+
+    pub fn state(&self) -> State {
+        // Acquire: a thread that sees a final status sees what the finishing thread did before.
+        State::decode(self.mem.load(self.off + STATE, Ordering::Acquire))
+    }
+
+    pub fn cas_state(&self, from: State, to: State) -> Result<(), State> {
+        // AcqRel: publish this thread's work (Release) and see the previous writer's (Acquire).
+        self.mem
+            .compare_exchange(self.off + STATE, from.encode(), to.encode(), Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(State::decode)
+    }
+
+    pub fn op(&self, i: usize) -> StoredOp {
+        let base = self.off + OPS + OP_BYTES * i as u64;
+        let w0 = self.mem.load(base, Ordering::Relaxed);
+        StoredOp {
+            kind: w0 as u8,
+            structure: (w0 >> 8) as u8,
+            key: self.mem.load(base + 8, Ordering::Relaxed),
+            value: self.mem.load(base + 16, Ordering::Relaxed),
+        }
+    }
+
+    fn volatile(&self, i: usize) -> u64 {
+        self.off + OPS + OP_BYTES * (self.nops() + i) as u64
+    }
+
+    /// Offset of op `i`'s `prev` word.
+    pub fn prev_off(&self, i: usize) -> u64 {
+        self.volatile(i)
+    }
+
+    /// Offset of op `i`'s cached before-state (flags word, then value word).
+    pub fn cache_off(&self, i: usize) -> u64 {
+        self.volatile(i) + 8
+    }
+
+    pub fn txid(&self) -> u64 {
+        self.mem.load(self.off + TXID, Ordering::Acquire)
+    }
+
+    /// The checksum over the persisted part, with `txid` in place.
+    pub fn checksum(&self, txid: u64) -> u64 {
+        let n = self.nops();
+        let mut h = Mix::new(self.header());
+        h.add(txid);
+        for i in 0..n {
+            let base = self.off + OPS + OP_BYTES * i as u64;
+            for w in 0..3 {
+                h.add(self.mem.load(base + w * 8, Ordering::Relaxed));
+            }
+        }
+        h.finish()
+    }
+}
+
+/// Writes a new descriptor at `off` (owned by the caller, not yet published). The state word is
+/// left Active/Maybe, txid and checksum 0, volatile words zero.
+pub(crate) fn write_new<M: PMem>(mem: &M, off: u64, epoch: u32, read_only: bool, ops: &[StoredOp]) {
+    let n = ops.len();
+    debug_assert!(n <= MAX_OPS);
+    let flags = if read_only { FLAG_READ_ONLY } else { 0 };
+    mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
+    mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
+    mem.store(off + TXID, 0, Ordering::Relaxed);
+    mem.store(off + CHECK, 0, Ordering::Relaxed);
+    for (i, op) in ops.iter().enumerate() {
+        let base = off + OPS + OP_BYTES * i as u64;
+        mem.store(base, op.kind as u64 | (op.structure as u64) << 8, Ordering::Relaxed);
+        mem.store(base + 8, op.key, Ordering::Relaxed);
+        mem.store(base + 16, op.value, Ordering::Relaxed);
+    }
+    let vol = off + OPS + OP_BYTES * n as u64;
+    for w in 0..3 * n as u64 {
+        mem.store(vol + w * 8, 0, Ordering::Relaxed);
+    }
+}
+
+/// A descriptor as recovery reads it from the media: valid only if tag, epoch and checksum agree
+/// and a txid was assigned.
+#[derive(Debug, Clone)]
+pub(crate) struct PersistedDesc {
+    pub txid: u64,
+    pub ops: Vec<StoredOp>,
+    /// Bytes it occupies in the ring.
+    pub bytes: u64,
+}
+
+/// Reads the descriptor at `off` if it is a valid persisted descriptor of ring epoch `epoch`.
+pub(crate) fn read_persisted<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -> Option<PersistedDesc> {
+    let d = Desc::new(mem, off);
+    let header = d.header();
+    if header >> 48 != DESC_TAG || (header >> 16) as u32 != epoch {
+        return None;
+    }
+    let n = d.nops();
+    if n == 0 || n > MAX_OPS || off + desc_bytes(n) > end {
+        return None;
+    }
+    let txid = d.txid();
+    if txid == 0 || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
+        return None;
+    }
+    Some(PersistedDesc { txid, ops: (0..n).map(|i| d.op(i)).collect(), bytes: desc_bytes(n) })
+}
+
+/// A small non-cryptographic 64-bit mixer (splitmix64 finaliser per word): detects torn or stale
+/// descriptors, not adversaries.
+pub(crate) struct Mix(u64);
+
+impl Mix {
+    pub(crate) fn new(seed: u64) -> Mix {
+        let mut m = Mix(0x9E37_79B9_7F4A_7C15);
+        m.add(seed);
+        m
+    }
+
+    pub(crate) fn add(&mut self, w: u64) {
+        let mut z = self.0 ^ w.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.0 = (z ^ (z >> 31)).rotate_left(17);
+    }
+
+    pub(crate) fn finish(self) -> u64 {
+        // Never 0, so a zeroed check word is never valid.
+        self.0 | 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(persisted_bytes(1).div_ceil(64), 1, "a one-op descriptor persists one line");
+        assert_eq!(persisted_bytes(16).div_ceil(64), 7);
+        assert_eq!(desc_bytes(1), 128);
+        assert!(desc_bytes(MAX_OPS) >= persisted_bytes(MAX_OPS) + 24 * MAX_OPS as u64);
+    }
+
+    #[test]
+    fn state_round_trips() {
+        for status in [TxStatus::Active, TxStatus::Committed, TxStatus::Aborted] {
+            for pstatus in [PersistStatus::Maybe, PersistStatus::InProgress, PersistStatus::Persisted] {
+                let s = State { status, pstatus };
+                assert_eq!(State::decode(s.encode()), s);
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The packed node info word: which transaction last touched a node, or the node's final state.
+//!
+//! One atomic word per node replaces LFTT's separately allocated `NodeInfo`, so an operation
+//! allocates nothing to take a node.
+//!
+//! ```text
+//! bit 0 = 0: a reference to operation `opid` of the descriptor at `desc`
+//!   bit  1      MARK: the node is being removed from the structure (set only on a reference to
+//!               the committed Delete or Remove that made it absent)
+//!   bits 2..8   opid (0..64)
+//!   bits 8..64  desc >> 6 (descriptors are 64-byte aligned)
+//! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery)
+//!   bit  1      MARK, as above
+//!   bit  2      present
+//!   bits 3..47  node >> 4: the node's own offset, so that the word is unique to its node
+//!   bits 47..64 epoch: the recovery generation that wrote it (wrapping)
+//! ```
+//!
+//! State table of one node's info word (transitions by CAS only):
+//!
+//! | from                   | to                         | by                                    |
+//! |------------------------|----------------------------|---------------------------------------|
+//! | (new node)             | op(D, i)                   | the op that created the node          |
+//! | op(D, i) or FINAL      | op(D', j), D' active       | an executor of D' op j                |
+//! | op(D, i), D committed, | op(D, i) + MARK            | removal of a node made absent by D    |
+//! |   op i Delete/Remove   |                            |                                       |
+//! | anything               | FINAL                      | recovery (single-threaded)            |
+//!
+//! An info value never repeats on a node: op references are unique while their descriptor
+//! lives, and FINAL words carry the node and the epoch. Executors rely on this (a CAS from an
+//! old value can never succeed once the word has moved on).
+
+use std::fmt;
+
+const FINAL: u64 = 1;
+const MARK: u64 = 1 << 1;
+const PRESENT: u64 = 1 << 2;
+
+/// A node info word. See the [module docs](self).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Info(pub u64);
+
+impl Info {
+    /// Operation `opid` of the descriptor at offset `desc` (64-byte aligned).
+    #[inline]
+    pub fn op(desc: u64, opid: usize) -> Info {
+        debug_assert!(desc.is_multiple_of(64) && desc != 0 && opid < 64);
+        Info((desc >> 6) << 8 | (opid as u64) << 2)
+    }
+
+    /// A final state of the node at `node`, written in recovery generation `epoch`.
+    #[inline]
+    pub fn final_state(node: u64, present: bool, epoch: u64) -> Info {
+        debug_assert!(node.is_multiple_of(16) && node < 1 << 48);
+        Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (epoch & 0x1_FFFF) << 47)
+    }
+
+    /// Whether this is a FINAL state.
+    #[inline]
+    pub fn is_final(self) -> bool {
+        self.0 & FINAL != 0
+    }
+
+    /// For a FINAL state: whether the key is present.
+    #[inline]
+    pub fn final_present(self) -> bool {
+        self.0 & PRESENT != 0
+    }
+
+    /// For a FINAL state: the node it belongs to.
+    #[inline]
+    pub fn final_node(self) -> u64 {
+        ((self.0 >> 3) & ((1 << 44) - 1)) << 4
+    }
+
+    /// For an op reference: the descriptor's offset.
+    #[inline]
+    pub fn desc(self) -> u64 {
+        debug_assert!(!self.is_final());
+        (self.0 >> 8) << 6
+    }
+
+    /// For an op reference: the operation's index.
+    #[inline]
+    pub fn opid(self) -> usize {
+        debug_assert!(!self.is_final());
+        ((self.0 >> 2) & 0x3F) as usize
+    }
+
+    /// Whether the node is being removed.
+    #[inline]
+    pub fn is_marked(self) -> bool {
+        self.0 & MARK != 0
+    }
+
+    /// The same word with the removal mark set.
+    #[inline]
+    pub fn marked(self) -> Info {
+        Info(self.0 | MARK)
+    }
+}
+
+impl fmt::Debug for Info {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mark = if self.is_marked() { "+MARK" } else { "" };
+        if self.is_final() {
+            write!(
+                f,
+                "FINAL({}, node {:#x}){mark}",
+                if self.final_present() { "present" } else { "absent" },
+                self.final_node()
+            )
+        } else {
+            write!(f, "op({:#x}, {}){mark}", self.desc(), self.opid())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip() {
+        let i = Info::op(0x1234_5678_9AC0, 63);
+        assert_eq!((i.desc(), i.opid(), i.is_final(), i.is_marked()), (0x1234_5678_9AC0, 63, false, false));
+        let m = i.marked();
+        assert_eq!((m.desc(), m.opid(), m.is_marked()), (0x1234_5678_9AC0, 63, true));
+        let f = Info::final_state(0xABC_DEF0, true, 5);
+        assert_eq!((f.is_final(), f.final_present(), f.final_node(), f.is_marked()), (true, true, 0xABC_DEF0, false));
+        assert_ne!(Info::final_state(0x10, true, 1), Info::final_state(0x20, true, 1), "unique per node");
+        assert_ne!(Info::final_state(0x10, true, 1), Info::final_state(0x10, true, 2), "and per epoch");
+        assert_ne!(Info::op(64, 0).0, 0, "no reference is zero");
+    }
+}

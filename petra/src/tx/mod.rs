@@ -1,0 +1,794 @@
+//! Transactions: the LFTT engine made durable as PETRA prescribes.
+//!
+//! A transaction is a static list of operations ([`Transaction`]). [`Handle::execute`] writes its
+//! descriptor into the calling thread's descriptor ring and runs the operations in order; each
+//! takes its key's node by a CAS of the node's [info word](info), after helping any unfinished
+//! transaction that holds the node. The transaction then commits (or aborts when a strict
+//! operation fails) and, if it wrote anything, persists **only its descriptor**: the txid is
+//! assigned once, the descriptor's lines are flushed, and one fence makes it durable
+//! ([`persist`](Handle::persist), Algorithm 5.4 of the dissertation, corrected). The nodes are
+//! never flushed; recovery rebuilds them from the descriptors.
+//!
+//! # Visibility (Algorithm 5.2 with PETRA's rule)
+//! The state of a key is read from its node's info word. A reference to operation `i` of
+//! descriptor `D` means: the state after op `i` if `D` is committed **and persisted** (a reader
+//! that meets a committed, unpersisted `D` persists it first), or if `D` is the reader's own
+//! transaction; otherwise the state before op `i`. The state before op `i` is the state of the
+//! info word op `i` replaced, which the op keeps in its volatile `prev` word (or "no node" if op
+//! `i` created the node). Unlike LFTT's strict operations, total operations (Put, Remove, Get)
+//! do not imply their before-state, so it is recorded and, once known, cached in the op.
+//!
+//! # Exactly-once execution
+//! Several threads may execute the same operation (the owner and helpers). An executor reads the
+//! op's `prev`, then the node's info, checks that the transaction is still active, and only then
+//! retargets `prev` (CAS) and takes the node (CAS of info from the value `prev` names). Info
+//! values never repeat on a node, and a node held by an active transaction is only taken over by
+//! that transaction itself or after it finished, so an op that has executed keeps its `prev`.
+//! Nodes are physically removed only through the epoch collector, after every thread that could
+//! still be executing an operation of the removing transaction's predecessors has unpinned: a
+//! late helper can therefore never re-create a node for an operation that already executed.
+
+pub mod descriptor;
+pub mod info;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::{Collector, Guard, LocalHandle};
+use crossbeam_queue::SegQueue;
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{AllocError, EngineError};
+use crate::mem::PMem;
+use crate::pool::{AllocCache, Pool, RootEntry};
+use crate::structures::list::List;
+use descriptor::{
+    CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, desc_bytes, persisted_bytes,
+};
+use info::Info;
+
+/// The kinds of operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum OpKind {
+    /// Strict: add a key that must be absent.
+    Insert = 1,
+    /// Strict: remove a key that must be present.
+    Delete = 2,
+    /// Strict: read a key that must be present.
+    Find = 3,
+    /// Strict: replace the value of a key that must be present.
+    Update = 4,
+    /// Total: insert or replace.
+    Put = 5,
+    /// Total: remove if present.
+    Remove = 6,
+    /// Total: read, present or not.
+    Get = 7,
+}
+
+impl OpKind {
+    pub(crate) fn from_code(c: u8) -> OpKind {
+        match c {
+            1 => OpKind::Insert,
+            2 => OpKind::Delete,
+            3 => OpKind::Find,
+            4 => OpKind::Update,
+            5 => OpKind::Put,
+            6 => OpKind::Remove,
+            7 => OpKind::Get,
+            _ => panic!("invalid op kind {c}"),
+        }
+    }
+
+    /// Whether the op's key must be in this presence state for the transaction not to abort.
+    pub(crate) fn allows(self, present: bool) -> bool {
+        match self {
+            OpKind::Insert => !present,
+            OpKind::Delete | OpKind::Find | OpKind::Update => present,
+            OpKind::Put | OpKind::Remove | OpKind::Get => true,
+        }
+    }
+
+    /// The presence the op leaves, if it writes: `Some(true)` present with the op's value,
+    /// `Some(false)` absent, `None` unchanged.
+    pub(crate) fn writes(self) -> Option<bool> {
+        match self {
+            OpKind::Insert | OpKind::Update | OpKind::Put => Some(true),
+            OpKind::Delete | OpKind::Remove => Some(false),
+            OpKind::Find | OpKind::Get => None,
+        }
+    }
+
+    /// Whether the op only reads.
+    pub fn is_read(self) -> bool {
+        self.writes().is_none()
+    }
+}
+
+/// A structure of the engine, by its slot in the pool's root table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StructId(pub u8);
+
+/// One operation of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// On which structure.
+    pub structure: StructId,
+    /// The key.
+    pub key: u64,
+    /// The value written by Insert, Update and Put (ignored otherwise).
+    pub value: u64,
+}
+
+/// A static transaction: its operations, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Transaction {
+    ops: Vec<Op>,
+    sort: bool,
+}
+
+impl Transaction {
+    /// An empty transaction.
+    pub fn new() -> Transaction {
+        Transaction::default()
+    }
+
+    fn push(&mut self, kind: OpKind, s: StructId, key: u64, value: u64) -> &mut Self {
+        self.ops.push(Op { kind, structure: s, key, value });
+        self
+    }
+
+    /// Adds a strict insert.
+    pub fn insert(&mut self, s: StructId, key: u64, value: u64) -> &mut Self {
+        self.push(OpKind::Insert, s, key, value)
+    }
+    /// Adds a strict delete.
+    pub fn delete(&mut self, s: StructId, key: u64) -> &mut Self {
+        self.push(OpKind::Delete, s, key, 0)
+    }
+    /// Adds a strict find.
+    pub fn find(&mut self, s: StructId, key: u64) -> &mut Self {
+        self.push(OpKind::Find, s, key, 0)
+    }
+    /// Adds a strict update.
+    pub fn update(&mut self, s: StructId, key: u64, value: u64) -> &mut Self {
+        self.push(OpKind::Update, s, key, value)
+    }
+    /// Adds a put (insert or replace).
+    pub fn put(&mut self, s: StructId, key: u64, value: u64) -> &mut Self {
+        self.push(OpKind::Put, s, key, value)
+    }
+    /// Adds a remove (if present).
+    pub fn remove(&mut self, s: StructId, key: u64) -> &mut Self {
+        self.push(OpKind::Remove, s, key, 0)
+    }
+    /// Adds a get.
+    pub fn get(&mut self, s: StructId, key: u64) -> &mut Self {
+        self.push(OpKind::Get, s, key, 0)
+    }
+    /// Adds `op`.
+    pub fn op(&mut self, op: Op) -> &mut Self {
+        self.ops.push(op);
+        self
+    }
+
+    /// Executes the ops sorted by (structure, key), stably, so that ops on one key keep their
+    /// order: transactions that take nodes in one global order cannot form helping cycles.
+    /// Results are still reported in the order the ops were added.
+    pub fn sorted(&mut self, sort: bool) -> &mut Self {
+        self.sort = sort;
+        self
+    }
+
+    /// The ops, in the order they were added.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// Whether no op writes.
+    pub fn is_read_only(&self) -> bool {
+        self.ops.iter().all(|o| o.kind.is_read())
+    }
+}
+
+/// What a transaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every op took effect, atomically.
+    Committed {
+        /// Per op, in the order added: the key's value just before the op (`None`: absent). For a
+        /// Get or Find that is what it read; for Put, Update, Remove and Delete what they replaced.
+        results: Vec<Option<u64>>,
+        /// The transaction's place in the serial order, if it has one: updating and multi-op
+        /// transactions do; a single read answered without a descriptor does not.
+        txid: Option<u64>,
+    },
+    /// No op took effect: the strict op at this index (in the order added) failed, or the
+    /// transaction was aborted to break a helping cycle (`None`).
+    Aborted {
+        /// The failed op.
+        failed_op: Option<usize>,
+    },
+}
+
+impl Outcome {
+    /// Whether the transaction committed.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, Outcome::Committed { .. })
+    }
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Bytes of each thread's descriptor ring. Descriptors are not recycled yet: a ring that
+    /// fills up makes transactions fail with [`EngineError::RingFull`] until the pool is reopened.
+    pub ring_bytes: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { ring_bytes: 64 << 20 }
+    }
+}
+
+/// Region tags of the engine.
+pub(crate) const RING_TAG: u16 = 0x7278;
+pub(crate) const META_TAG: u16 = 0x6D65;
+/// Root table kinds.
+pub(crate) const KIND_LIST: u32 = 1;
+
+/// Meta region words.
+pub(crate) const META_MAGIC: u64 = 0x5045_5452_414D_4554; // "PETRAMET"
+pub(crate) const META_EPOCH: u64 = 8;
+pub(crate) const META_ATTEMPT: u64 = 16;
+
+#[derive(Debug)]
+struct RingSlot {
+    off: u64,
+    len: u64,
+    cursor: u64,
+    taken: bool,
+}
+
+/// A structure known to the engine.
+#[derive(Debug, Clone)]
+pub(crate) enum Structure {
+    List(List),
+}
+
+pub(crate) struct Inner<M: PMem> {
+    pub(crate) pool: Pool<M>,
+    pub(crate) collector: Collector,
+    next_txid: AtomicU64,
+    /// The committed recovery epoch: descriptors carry it, FINAL states and normalised nodes too.
+    pub(crate) epoch: u64,
+    rings: Mutex<Vec<RingSlot>>,
+    pub(crate) structures: RwLock<Vec<Option<Structure>>>,
+    config: EngineConfig,
+    /// What the epoch collector hands back; shared with its deferred functions, which must not
+    /// hold the engine itself (the engine owns the collector).
+    pub(crate) deferred: Arc<Deferred>,
+}
+
+/// Work that became due when the epoch passed.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    /// Nodes whose Delete or Remove committed, ready to be removed: (structure, key, the info
+    /// word that made them absent).
+    pub(crate) removals: SegQueue<(StructId, u64, Info)>,
+    /// Unlinked nodes no thread can reach any more, ready to be freed.
+    pub(crate) frees: SegQueue<u64>,
+}
+
+impl<M: PMem> std::fmt::Debug for Inner<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("epoch", &self.epoch).field("next_txid", &self.next_txid).finish()
+    }
+}
+
+/// The engine over one pool: its structures, rings and txid counter. Cheap to clone.
+#[derive(Debug)]
+pub struct Engine<M: PMem + 'static> {
+    pub(crate) inner: Arc<Inner<M>>,
+}
+
+impl<M: PMem + 'static> Clone for Engine<M> {
+    fn clone(&self) -> Self {
+        Engine { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<M: PMem + 'static> Engine<M> {
+    /// Sets up the engine in a new pool (one without an engine).
+    pub fn create(pool: Pool<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
+        if !pool.regions(META_TAG).is_empty() {
+            return Err(EngineError::Corrupt("the pool already holds an engine".into()));
+        }
+        let meta = pool.alloc_region(META_TAG, 64)?.get();
+        let mem = pool.mem();
+        mem.store(meta, META_MAGIC, Ordering::Relaxed);
+        mem.store(meta + META_EPOCH, 1, Ordering::Relaxed);
+        mem.store(meta + META_ATTEMPT, 1, Ordering::Relaxed);
+        mem.flush(meta);
+        // Fence: the engine exists before anything refers to it.
+        mem.fence();
+        Ok(Engine::assemble(pool, config, 1, 1, Vec::new()))
+    }
+
+    /// Opens the engine of a pool made by [`Engine::create`], recovering it: every transaction
+    /// that was acknowledged is there, and no effect of one that was not.
+    pub fn open(
+        pool: Pool<M>,
+        config: EngineConfig,
+    ) -> Result<(Engine<M>, crate::recovery::RecoveryReport), EngineError> {
+        crate::recovery::recover(pool, config)
+    }
+
+    pub(crate) fn assemble(
+        pool: Pool<M>,
+        config: EngineConfig,
+        epoch: u64,
+        next_txid: u64,
+        structures: Vec<Option<Structure>>,
+    ) -> Engine<M> {
+        let rings = pool
+            .regions(RING_TAG)
+            .into_iter()
+            .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false })
+            .collect();
+        let mut structures = structures;
+        structures.resize(crate::pool::header::ROOT_ENTRIES, None);
+        Engine {
+            inner: Arc::new(Inner {
+                pool,
+                collector: Collector::new(),
+                next_txid: AtomicU64::new(next_txid.max(1)),
+                epoch,
+                rings: Mutex::new(rings),
+                structures: RwLock::new(structures),
+                config,
+                deferred: Arc::default(),
+            }),
+        }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<M> {
+        &self.inner.pool
+    }
+
+    /// Gives the pool back, to close it (or, in tests, to drop it as a crash would). Fails,
+    /// returning the engine, while a clone or a [`Handle`] of it lives.
+    pub fn into_pool(self) -> Result<Pool<M>, Engine<M>> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => Ok(inner.pool),
+            Err(inner) => Err(Engine { inner }),
+        }
+    }
+
+    /// A handle for the calling thread: its descriptor ring, allocation cache and epoch
+    /// participation. Keep one per thread.
+    pub fn handle(&self) -> Result<Handle<M>, EngineError> {
+        let ring = {
+            let mut rings = self.inner.rings.lock();
+            match rings.iter().position(|r| !r.taken) {
+                Some(i) => i,
+                None => {
+                    let off = self.inner.pool.alloc_region(RING_TAG, self.inner.config.ring_bytes)?.get();
+                    let len = self.inner.config.ring_bytes.next_multiple_of(self.inner.pool.header().layout.chunk_size);
+                    rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
+                    rings.len() - 1
+                }
+            }
+        };
+        let mut rings = self.inner.rings.lock();
+        rings[ring].taken = true;
+        let slot = &rings[ring];
+        Ok(Handle {
+            inner: Arc::clone(&self.inner),
+            epoch: self.inner.collector.register(),
+            ring,
+            cursor: slot.cursor,
+            ring_end: slot.off + slot.len,
+            cache: AllocCache::new(),
+            help_stack: Vec::new(),
+            alloc_failed: None,
+        })
+    }
+
+    /// Creates a new, empty list set and returns its id.
+    pub fn create_list(&self) -> Result<StructId, EngineError> {
+        let mut structures = self.inner.structures.write();
+        let list = List::create(&self.inner.pool)?;
+        let slot = self
+            .inner
+            .pool
+            .add_root(RootEntry { kind: KIND_LIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] })
+            .ok_or(EngineError::TooManyStructures)?;
+        structures[slot] = Some(Structure::List(list));
+        Ok(StructId(slot as u8))
+    }
+
+    /// The structures, by id.
+    pub fn structures(&self) -> Vec<StructId> {
+        let s = self.inner.structures.read();
+        (0..s.len()).filter(|&i| s[i].is_some()).map(|i| StructId(i as u8)).collect()
+    }
+
+    /// The present keys of a list with their values, in key order. Not a transaction: a snapshot
+    /// only when no transaction runs.
+    pub fn list_entries(&self, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
+        let h = self.handle()?;
+        let guard = h.epoch.pin();
+        match self.inner.structure(s)? {
+            Structure::List(list) => Ok(list.entries(&h, &guard)),
+        }
+    }
+
+    /// Txids handed out so far (the next one minus one): for checkers that bound when a read
+    /// happened.
+    pub fn txid_watermark(&self) -> u64 {
+        self.inner.next_txid.load(Ordering::Acquire) - 1
+    }
+}
+
+impl<M: PMem> Inner<M> {
+    pub(crate) fn structure(&self, s: StructId) -> Result<Structure, EngineError> {
+        self.structures.read().get(s.0 as usize).cloned().flatten().ok_or(EngineError::UnknownStructure(s.0))
+    }
+}
+
+/// What executing one op came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The op has taken effect (by this thread or another).
+    Done,
+    /// A strict op's precondition does not hold: the transaction must abort.
+    Fail,
+    /// The transaction is no longer active: stop executing it.
+    Stop,
+}
+
+/// A thread's access to the engine. See [`Engine::handle`].
+pub struct Handle<M: PMem + 'static> {
+    pub(crate) inner: Arc<Inner<M>>,
+    pub(crate) epoch: LocalHandle,
+    ring: usize,
+    cursor: u64,
+    ring_end: u64,
+    pub(crate) cache: AllocCache,
+    /// Descriptors this thread is executing, innermost last: the owner's, then those it helps.
+    help_stack: Vec<u64>,
+    /// Set when an allocation for an op failed (the transaction was aborted).
+    pub(crate) alloc_failed: Option<AllocError>,
+}
+
+impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("ring", &self.ring).field("cursor", &self.cursor).finish()
+    }
+}
+
+impl<M: PMem + 'static> Drop for Handle<M> {
+    fn drop(&mut self) {
+        self.inner.pool.release_cache(&mut self.cache);
+        let mut rings = self.inner.rings.lock();
+        let slot = &mut rings[self.ring];
+        slot.cursor = self.cursor;
+        slot.taken = false;
+    }
+}
+
+impl<M: PMem + 'static> Handle<M> {
+    pub(crate) fn mem(&self) -> &M {
+        self.inner.pool.mem()
+    }
+
+    /// Executes `tx`: Committed with each op's result, or Aborted with nothing changed.
+    pub fn execute(&mut self, tx: &Transaction) -> Result<Outcome, EngineError> {
+        let n = tx.ops.len();
+        if n == 0 {
+            return Ok(Outcome::Committed { results: Vec::new(), txid: None });
+        }
+        if n > MAX_OPS {
+            return Err(EngineError::TooManyOps { ops: n, max: MAX_OPS });
+        }
+        for op in &tx.ops {
+            self.inner.structure(op.structure)?;
+        }
+        let guard = self.epoch.pin();
+        self.alloc_failed = None;
+        self.run_removals(&guard);
+        if n == 1 && tx.ops[0].kind.is_read() {
+            return self.read_one(&tx.ops[0], &guard);
+        }
+        // Execution order: as added, or stably sorted by (structure, key).
+        let mut order: Vec<usize> = (0..n).collect();
+        if tx.sort {
+            order.sort_by_key(|&i| (tx.ops[i].structure, tx.ops[i].key));
+        }
+        let stored: Vec<StoredOp> = order
+            .iter()
+            .map(|&i| {
+                let op = &tx.ops[i];
+                StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value: op.value }
+            })
+            .collect();
+        let bytes = desc_bytes(n);
+        if self.cursor + bytes > self.ring_end {
+            return Err(EngineError::RingFull);
+        }
+        let d = self.cursor;
+        self.cursor += bytes;
+        descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), &stored);
+        self.help_stack.push(d);
+        let failed = self.run(d, 0, &guard);
+        self.help_stack.pop();
+        let desc = Desc::new(self.mem(), d);
+        let state = desc.state();
+        match state.status {
+            TxStatus::Committed => {
+                self.persist(d);
+                let mut results = vec![None; n];
+                for (pos, &i) in order.iter().enumerate() {
+                    results[i] = self.before_state(d, pos, &guard);
+                }
+                self.schedule_removals(d);
+                Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
+            }
+            _ => match self.alloc_failed.take() {
+                Some(e) => Err(EngineError::Alloc(e)),
+                None => Ok(Outcome::Aborted { failed_op: failed.map(|pos| order[pos]) }),
+            },
+        }
+    }
+
+    /// A single read, answered without a descriptor: linearised at the read of the node's info.
+    fn read_one(&mut self, op: &Op, guard: &Guard) -> Result<Outcome, EngineError> {
+        let state = match self.inner.structure(op.structure)? {
+            Structure::List(list) => match crate::structures::LinkedSet::search(&list, self, op.key, guard).1 {
+                None => None,
+                Some(node) => self.node_state(node, guard),
+            },
+        };
+        Ok(match (op.kind, state) {
+            (OpKind::Find, None) => Outcome::Aborted { failed_op: Some(0) },
+            _ => Outcome::Committed { results: vec![state], txid: None },
+        })
+    }
+
+    /// The state of a node as a reader outside any transaction sees it.
+    pub(crate) fn node_state(&mut self, node: u64, guard: &Guard) -> Option<u64> {
+        let cur = Info(self.mem().load(node + crate::structures::INFO, Ordering::Acquire));
+        if cur.is_marked() {
+            return None;
+        }
+        self.resolve(cur, None, guard)
+    }
+
+    /// Runs ops `from..` of `d` until it is no longer active, then finishes it (commit or abort).
+    /// Returns the index of a strict op that failed, if this thread saw one fail.
+    fn run(&mut self, d: u64, from: usize, guard: &Guard) -> Option<usize> {
+        let n = Desc::new(self.mem(), d).nops();
+        let mut failed = None;
+        for i in from..n {
+            if Desc::new(self.mem(), d).state().status != TxStatus::Active {
+                break;
+            }
+            match self.execute_op(d, i, guard) {
+                Step::Done => {}
+                Step::Fail => {
+                    failed = Some(i);
+                    let aborted = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted };
+                    let _ = Desc::new(self.mem(), d).cas_state(State::ACTIVE, aborted);
+                    break;
+                }
+                Step::Stop => break,
+            }
+        }
+        let desc = Desc::new(self.mem(), d);
+        if desc.state().status == TxStatus::Active {
+            if desc.read_only() {
+                // A read-only transaction persists nothing, but takes its place in the serial
+                // order before it commits, so that a writer that later takes one of its nodes
+                // (after it finished) gets a larger txid.
+                self.assign_txid(d);
+                let done = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
+                let _ = desc.cas_state(State::ACTIVE, done);
+            } else {
+                let done = State { status: TxStatus::Committed, pstatus: PersistStatus::Maybe };
+                let _ = desc.cas_state(State::ACTIVE, done);
+            }
+        }
+        failed
+    }
+
+    fn assign_txid(&self, d: u64) -> u64 {
+        let mem = self.mem();
+        let cur = mem.load(d + TXID, Ordering::Acquire);
+        if cur != 0 {
+            return cur;
+        }
+        // AcqRel on the counter: txids are handed out in a total order that matches the order of
+        // the transactions that depend on each other (see `persist`).
+        let t = self.inner.next_txid.fetch_add(1, Ordering::AcqRel);
+        // AcqRel: the txid is assigned once; a helper that loses uses the winner's.
+        match mem.compare_exchange(d + TXID, 0, t, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => t,
+            Err(winner) => winner,
+        }
+    }
+
+    /// Persists a committed descriptor (Algorithm 5.4): claim it, assign its txid once, flush its
+    /// persisted lines, one fence, then mark it persisted. Helpers that find it in progress
+    /// persist it too (their flushes and fence are then redundant but harmless).
+    pub(crate) fn persist(&self, d: u64) {
+        let desc = Desc::new(self.mem(), d);
+        let in_progress = State { status: TxStatus::Committed, pstatus: PersistStatus::InProgress };
+        loop {
+            let s = desc.state();
+            match (s.status, s.pstatus) {
+                (TxStatus::Committed, PersistStatus::Maybe) => {
+                    if desc.cas_state(s, in_progress).is_ok() {
+                        break;
+                    }
+                }
+                (TxStatus::Committed, PersistStatus::InProgress) => break,
+                _ => return,
+            }
+        }
+        let txid = self.assign_txid(d);
+        let mem = self.mem();
+        // Relaxed: every thread computes the same checksum; the fence below orders it for the
+        // media and the state CAS for other threads.
+        mem.store(d + CHECK, desc.checksum(txid), Ordering::Relaxed);
+        mem.flush_range(d, persisted_bytes(desc.nops()));
+        // Fence: the descriptor, the redo log of the transaction, is durable before the
+        // transaction becomes visible (pstatus Persisted).
+        mem.fence();
+        let persisted = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
+        let _ = desc.cas_state(in_progress, persisted);
+    }
+
+    /// Helps the active transaction `d2`, met at its op `opid`: executes its remaining ops. A
+    /// transaction already on this thread's help stack means a helping cycle: it is aborted.
+    pub(crate) fn help(&mut self, d2: u64, opid: usize, guard: &Guard) {
+        if self.help_stack.contains(&d2) {
+            let aborted = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted };
+            let _ = Desc::new(self.mem(), d2).cas_state(State::ACTIVE, aborted);
+            return;
+        }
+        self.help_stack.push(d2);
+        self.run(d2, opid + 1, guard);
+        self.help_stack.pop();
+        let s = Desc::new(self.mem(), d2).state();
+        if s.status == TxStatus::Committed && s.pstatus != PersistStatus::Persisted {
+            self.persist(d2);
+        }
+    }
+
+    /// Executes op `i` of `d`. See the [module docs](self).
+    fn execute_op(&mut self, d: u64, i: usize, guard: &Guard) -> Step {
+        let op = Desc::new(self.mem(), d).op(i);
+        match self.inner.structure(StructId(op.structure)).expect("checked at execute") {
+            Structure::List(list) => crate::structures::execute_op(self, &list, d, i, op, guard),
+        }
+    }
+
+    /// The state that info word `cur` stands for, seen from transaction `me` (or from outside
+    /// any transaction): `Some(value)` if present. Helps persist committed, unpersisted
+    /// descriptors it meets.
+    pub(crate) fn resolve(&self, mut cur: Info, me: Option<u64>, _guard: &Guard) -> Option<u64> {
+        let mem = self.mem();
+        loop {
+            if cur.is_final() {
+                return cur
+                    .final_present()
+                    .then(|| mem.load(cur.final_node() + crate::structures::VALUE, Ordering::Acquire));
+            }
+            let (d2, j) = (cur.desc(), cur.opid());
+            let desc2 = Desc::new(mem, d2);
+            let s = desc2.state();
+            let applied = match s.status {
+                TxStatus::Committed => {
+                    if s.pstatus != PersistStatus::Persisted {
+                        self.persist(d2);
+                    }
+                    true
+                }
+                TxStatus::Aborted => false,
+                TxStatus::Active => me == Some(d2),
+            };
+            let op2 = desc2.op(j);
+            if applied && let Some(present) = OpKind::from_code(op2.kind).writes() {
+                return present.then_some(op2.value);
+            }
+            // The state before op j of d2.
+            if let Some(cached) = read_cache(mem, &desc2, j) {
+                return cached;
+            }
+            let prev = mem.load(desc2.prev_off(j), Ordering::Acquire);
+            if prev == NO_NODE {
+                return None;
+            }
+            cur = Info(prev);
+        }
+    }
+
+    /// The before-state of op `i` of `d`, which has executed.
+    fn before_state(&self, d: u64, i: usize, guard: &Guard) -> Option<u64> {
+        let desc = Desc::new(self.mem(), d);
+        if let Some(cached) = read_cache(self.mem(), &desc, i) {
+            return cached;
+        }
+        let prev = self.mem().load(desc.prev_off(i), Ordering::Acquire);
+        if prev == NO_NODE { None } else { self.resolve(Info(prev), Some(d), guard) }
+    }
+
+    /// After commit: queue the nodes this transaction made absent for removal once every thread
+    /// that could still be executing on them has unpinned.
+    fn schedule_removals(&self, d: u64) {
+        let desc = Desc::new(self.mem(), d);
+        let mut any = false;
+        for i in 0..desc.nops() {
+            let op = desc.op(i);
+            if OpKind::from_code(op.kind).writes() == Some(false) {
+                any = true;
+                let deferred = Arc::clone(&self.inner.deferred);
+                let item = (StructId(op.structure), op.key, Info::op(d, i));
+                let guard = self.epoch.pin();
+                guard.defer(move || deferred.removals.push(item));
+            }
+        }
+        if any {
+            self.epoch.pin().flush();
+        }
+    }
+
+    /// Frees the nodes, and removes the keys, that the epoch made due (a few per transaction).
+    fn run_removals(&mut self, guard: &Guard) {
+        for _ in 0..16 {
+            let Some(node) = self.inner.deferred.frees.pop() else { break };
+            self.inner.pool.free(&mut self.cache, crate::pool::POff::new(node));
+        }
+        for _ in 0..8 {
+            let Some((s, key, info)) = self.inner.deferred.removals.pop() else { return };
+            if let Ok(Structure::List(list)) = self.inner.structure(s) {
+                list.remove_if(self, key, info, guard);
+            }
+        }
+    }
+}
+
+/// Op `i`'s cached before-state, if recorded.
+fn read_cache<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Option<Option<u64>> {
+    let at = desc.cache_off(i);
+    // Acquire: pairs with the Release in `write_cache`, so the value word is seen.
+    let flags = mem.load(at, Ordering::Acquire);
+    if flags & 1 == 0 {
+        return None;
+    }
+    Some((flags & 2 != 0).then(|| mem.load(at + 8, Ordering::Relaxed)))
+}
+
+/// Records op `i`'s before-state. Only the executor whose CAS took the node calls this; every
+/// value it could write is the same (the before-state is fixed once the op executed). Never
+/// called for a before-state that an earlier op of the same transaction produced: that one holds
+/// only if the transaction commits, and readers of an aborted one must look past it.
+pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64>) {
+    let desc = Desc::new(mem, d);
+    let at = desc.cache_off(i);
+    mem.store(at + 8, before.unwrap_or(0), Ordering::Relaxed);
+    // Release: publish the value word with the flags.
+    mem.store(at, 1 | (before.is_some() as u64) << 1, Ordering::Release);
+}
+
+impl From<AllocError> for EngineError {
+    fn from(e: AllocError) -> Self {
+        EngineError::Alloc(e)
+    }
+}

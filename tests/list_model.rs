@@ -1,0 +1,156 @@
+//! The list set against the sequential model: random transaction histories, with reopens (and so
+//! recovery) in between, and the exact persistence cost of each kind of transaction.
+
+use std::sync::Arc;
+
+use petra::mem::{Counting, MemCounts, SimMem};
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra_suite::model::{Model, same_outcome};
+use proptest::prelude::*;
+
+fn config() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig { ring_bytes: 1 << 20 }
+}
+
+fn op_strategy(structures: u8) -> impl Strategy<Value = Op> {
+    (1u8..=7, 0..structures, 0u64..12, 1u64..1000).prop_map(|(k, s, key, value)| Op {
+        kind: match k {
+            1 => OpKind::Insert,
+            2 => OpKind::Delete,
+            3 => OpKind::Find,
+            4 => OpKind::Update,
+            5 => OpKind::Put,
+            6 => OpKind::Remove,
+            _ => OpKind::Get,
+        },
+        structure: StructId(s),
+        key,
+        value,
+    })
+}
+
+/// A step of a history: a transaction, or a clean or unclean reopen.
+#[derive(Debug, Clone)]
+enum Step {
+    Tx(Vec<Op>, bool),
+    Reopen { clean: bool },
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        12 => (prop::collection::vec(op_strategy(2), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
+        1 => any::<bool>().prop_map(|clean| Step::Reopen { clean }),
+    ]
+}
+
+fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
+    let mem = Arc::new(SimMem::new(0, 64 << 20));
+    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+    let mut engine = Engine::create(pool, engine_config()).unwrap();
+    let ids = [engine.create_list().unwrap(), engine.create_list().unwrap()];
+    assert_eq!(ids, [StructId(0), StructId(1)]);
+    let mut model = Model::default();
+    let mut h = engine.handle().unwrap();
+    for step in steps {
+        match step {
+            Step::Tx(ops, sort) => {
+                let mut tx = Transaction::new();
+                for op in ops {
+                    tx.op(*op);
+                }
+                tx.sorted(*sort);
+                let got = h.execute(&tx).unwrap();
+                // Sorting changes which strict op fails first, not whether the transaction fails.
+                let mut sorted_ops = ops.clone();
+                if *sort {
+                    sorted_ops.sort_by_key(|o| (o.structure, o.key));
+                }
+                let want = model.apply(&sorted_ops);
+                match (&got, &want) {
+                    (Outcome::Aborted { .. }, Outcome::Aborted { .. }) if *sort => {}
+                    (Outcome::Committed { results, .. }, Outcome::Committed { results: w, .. }) if *sort => {
+                        // Results come back in the order added.
+                        let mut order: Vec<usize> = (0..ops.len()).collect();
+                        order.sort_by_key(|&i| (ops[i].structure, ops[i].key));
+                        for (pos, &i) in order.iter().enumerate() {
+                            prop_assert_eq!(results[i], w[pos], "op {} of {:?}", i, ops);
+                        }
+                    }
+                    _ => prop_assert!(same_outcome(&got, &want), "{:?}: got {:?}, want {:?}", ops, got, want),
+                }
+                if let Outcome::Committed { txid, .. } = &got {
+                    prop_assert!(txid.is_some() || (ops.len() == 1 && ops[0].kind.is_read()));
+                }
+            }
+            Step::Reopen { clean } => {
+                drop(h);
+                let pool = engine.into_pool().expect("no other handle");
+                if *clean {
+                    pool.close().unwrap();
+                }
+                let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
+                let (e, _) = Engine::open(pool, engine_config()).unwrap();
+                engine = e;
+                h = engine.handle().unwrap();
+            }
+        }
+        for s in ids {
+            prop_assert_eq!(engine.list_entries(s).unwrap(), model.entries(s), "after {:?}", step);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #[test]
+    fn random_histories_match_the_model(steps in prop::collection::vec(step_strategy(), 1..40)) {
+        run_history(&steps)?;
+    }
+}
+
+#[test]
+fn persistence_costs_exactly_one_fence_and_the_descriptor_lines() {
+    let pool = Pool::create_in(Counting::new(SimMem::new(0, 64 << 20)), &config()).unwrap();
+    let engine = Engine::create(pool, engine_config()).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    let count = |h: &mut petra::Handle<Counting<SimMem>>, tx: &Transaction| {
+        let before = MemCounts::current();
+        let out = h.execute(tx).unwrap();
+        let d = MemCounts::current() - before;
+        (out, d.flushes, d.fences)
+    };
+    // Updating transactions: 1 fence, ceil((32 + 24 n) / 64) flushes.
+    for n in [1usize, 2, 3, 5, 8, 16] {
+        let mut tx = Transaction::new();
+        for k in 0..n as u64 {
+            tx.put(s, 1000 * n as u64 + k, k);
+        }
+        let (out, flushes, fences) = count(&mut h, &tx);
+        assert!(out.is_committed());
+        assert_eq!((flushes, fences), ((32 + 24 * n as u64).div_ceil(64), 1), "{n} puts");
+    }
+    // Read-only transactions, single or multi-op: nothing.
+    let mut tx = Transaction::new();
+    tx.get(s, 1000);
+    let (out, flushes, fences) = count(&mut h, &tx);
+    assert_eq!(out, Outcome::Committed { results: vec![Some(0)], txid: None });
+    assert_eq!((flushes, fences), (0, 0), "a single read persists nothing");
+    let mut tx = Transaction::new();
+    tx.get(s, 1000).find(s, 2000).get(s, 7);
+    let (out, flushes, fences) = count(&mut h, &tx);
+    assert!(out.is_committed());
+    assert_eq!((flushes, fences), (0, 0), "a read-only transaction persists nothing");
+    // An aborted transaction: nothing.
+    let mut tx = Transaction::new();
+    tx.put(s, 5, 5).insert(s, 1000, 1);
+    let (out, flushes, fences) = count(&mut h, &tx);
+    assert_eq!(out, Outcome::Aborted { failed_op: Some(1) });
+    assert_eq!((flushes, fences), (0, 0), "an aborted transaction persists nothing");
+}
