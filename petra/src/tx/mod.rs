@@ -373,21 +373,18 @@ impl<M: PMem + 'static> Engine<M> {
     /// A handle for the calling thread: its descriptor ring, allocation cache and epoch
     /// participation. Keep one per thread.
     pub fn handle(&self) -> Result<Handle<M>, EngineError> {
-        let ring = {
-            let mut rings = self.inner.rings.lock();
-            match rings.iter().position(|r| !r.taken) {
-                Some(i) => i,
-                None => {
-                    let off = self.inner.pool.alloc_region(RING_TAG, self.inner.config.ring_bytes)?.get();
-                    let len = self.inner.config.ring_bytes.next_multiple_of(self.inner.pool.header().layout.chunk_size);
-                    rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
-                    rings.len() - 1
-                }
+        let mut rings = self.inner.rings.lock();
+        let ring = match rings.iter().position(|r| !r.taken) {
+            Some(i) => i,
+            None => {
+                let off = self.inner.pool.alloc_region(RING_TAG, self.inner.config.ring_bytes)?.get();
+                let len = self.inner.config.ring_bytes.next_multiple_of(self.inner.pool.header().layout.chunk_size);
+                rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
+                rings.len() - 1
             }
         };
-        let mut rings = self.inner.rings.lock();
-        rings[ring].taken = true;
-        let slot = &rings[ring];
+        let slot = &mut rings[ring];
+        slot.taken = true;
         Ok(Handle {
             inner: Arc::clone(&self.inner),
             epoch: self.inner.collector.register(),
