@@ -18,6 +18,9 @@ struct Committed {
     results: Vec<Option<u64>>,
 }
 
+/// A key's values after each transaction that touched it: (txid, value after).
+type KeyHistory = Vec<(u64, Option<u64>)>;
+
 struct SingleRead {
     lo: u64,
     hi: u64,
@@ -115,7 +118,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
     }
     // Replay, keeping each key's history of (txid, value after) for the single reads.
     let mut model = Model::default();
-    let mut history: BTreeMap<(StructId, u64), Vec<(u64, Option<u64>)>> = BTreeMap::new();
+    let mut history: BTreeMap<(StructId, u64), KeyHistory> = BTreeMap::new();
     for c in &committed {
         match model.apply(&c.ops) {
             Outcome::Committed { results, .. } => {

@@ -1,0 +1,146 @@
+//! The kill loop on a real pool file: a child process runs random transactions on two lists and
+//! is killed with SIGKILL at a random moment; the parent reopens the pool (recovering it) and
+//! checks that it holds every transaction the child acknowledged, plus possibly the one in flight,
+//! all or nothing. The next child carries on from what the parent found.
+
+use std::path::Path;
+
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, Transaction};
+use petra_recovery::kill::{KillLoop, ack, child_arg};
+use petra_suite::model::Model;
+use petra_suite::scratch_dir;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const LISTS: [StructId; 2] = [StructId(0), StructId(1)];
+
+fn engine_config() -> EngineConfig {
+    EngineConfig { ring_bytes: 8 << 20 }
+}
+
+fn kind_code(k: OpKind) -> u8 {
+    k as u8
+}
+
+fn kind_of(c: u8) -> OpKind {
+    [OpKind::Insert, OpKind::Delete, OpKind::Find, OpKind::Update, OpKind::Put, OpKind::Remove, OpKind::Get]
+        [c as usize - 1]
+}
+
+fn encode(ops: &[Op]) -> String {
+    ops.iter()
+        .map(|o| format!("{}:{}:{}:{}", kind_code(o.kind), o.structure.0, o.key, o.value))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn decode(s: &str) -> Vec<Op> {
+    s.split(',')
+        .map(|o| {
+            let f: Vec<u64> = o.split(':').map(|x| x.parse().unwrap()).collect();
+            Op { kind: kind_of(f[0] as u8), structure: StructId(f[1] as u8), key: f[2], value: f[3] }
+        })
+        .collect()
+}
+
+/// The child: recover, then run transactions until killed, announcing each before it starts
+/// ("B ops") and acknowledging each that commits ("C").
+fn child(arg: &str) {
+    let (path, seed) = arg.split_once('#').unwrap();
+    let pool = Pool::open(path, &Mapping::default()).expect("the child opens the pool");
+    let (engine, _) = Engine::open(pool, engine_config()).expect("recovery");
+    let mut h = engine.handle().unwrap();
+    let mut rng = StdRng::seed_from_u64(seed.parse().unwrap());
+    ack("R");
+    loop {
+        let n = rng.random_range(1..=4);
+        let ops: Vec<Op> = (0..n)
+            .map(|_| Op {
+                kind: kind_of(rng.random_range(1..=7)),
+                structure: LISTS[rng.random_range(0..2)],
+                key: rng.random_range(0..64),
+                value: rng.random_range(1..1_000_000),
+            })
+            .collect();
+        let mut tx = Transaction::new();
+        for op in &ops {
+            tx.op(*op);
+        }
+        ack(format!("B {}", encode(&ops)));
+        match h.execute(&tx) {
+            Ok(out) if out.is_committed() => ack("C"),
+            Ok(_) => ack("A"),
+            // Descriptors are not recycled yet: a child that fills its ring waits for the kill.
+            Err(EngineError::RingFull) => {
+                ack("A");
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Checks the recovered pool against `base` plus the child's acknowledged transactions; on
+/// success, `base` becomes the recovered state.
+fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
+    let pool = Pool::open(path, &Mapping::default()).map_err(|e| format!("reopen: {e}"))?;
+    let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
+    let got: Vec<Vec<(u64, u64)>> = LISTS.iter().map(|&s| engine.list_entries(s).unwrap()).collect();
+    let mut done = base.clone();
+    let mut in_flight: Option<Vec<Op>> = None;
+    for a in acks {
+        match a.as_str() {
+            "R" => {}
+            "C" => {
+                let ops = in_flight.take().ok_or("a commit without a transaction")?;
+                if !done.apply(&ops).is_committed() {
+                    return Err(format!("{ops:?} committed in the child, but not in the replay"));
+                }
+            }
+            "A" => in_flight = None,
+            b => in_flight = Some(decode(b.strip_prefix("B ").ok_or_else(|| format!("bad ack {b:?}"))?)),
+        }
+    }
+    let entries = |m: &Model| LISTS.iter().map(|&s| m.entries(s)).collect::<Vec<_>>();
+    let mut with_last = done.clone();
+    let candidates = match &in_flight {
+        Some(ops) if matches!(with_last.apply(ops), Outcome::Committed { .. }) => vec![done, with_last],
+        _ => vec![done],
+    };
+    match candidates.into_iter().find(|m| entries(m) == got) {
+        Some(m) => {
+            *base = m;
+            let live = report.allocator.live_blocks;
+            if live != report.present_keys + 2 {
+                return Err(format!("{live} live blocks for {} keys and 2 heads: a leak", report.present_keys));
+            }
+            Ok(())
+        }
+        None => {
+            Err(format!("recovered {got:?}, which is neither the acknowledged state nor it plus the one in flight"))
+        }
+    }
+}
+
+#[test]
+fn transactions_survive_sigkill() {
+    if let Some(arg) = child_arg() {
+        child(&arg);
+        return;
+    }
+    let dir = scratch_dir();
+    let path = dir.path().join("list.pool");
+    let config = PoolConfig { initial_size: 4 << 20, max_size: 1 << 30, chunk_size: 64 << 10, ..PoolConfig::default() };
+    let engine = Engine::create(Pool::create(&path, &config).unwrap(), engine_config()).unwrap();
+    assert_eq!([engine.create_list().unwrap(), engine.create_list().unwrap()], LISTS);
+    engine.into_pool().unwrap().close().unwrap();
+    let mut base = Model::default();
+    let report = KillLoop::new("transactions_survive_sigkill", 50)
+        .run(|round| format!("{}#{round}", path.display()), |_, out| check(&path, &out.acks, &mut base));
+    report.assert_ok(50);
+    assert!(report.acks > 500, "the children acknowledged only {} steps", report.acks);
+    eprintln!("{} kills, {} acknowledgements, final keys {}", report.kills, report.acks, base.entries(LISTS[0]).len());
+}
