@@ -1,5 +1,12 @@
 //! Benchmarks of PETRA.
 //!
-//! Nothing is built here yet: the micro-benchmarks, the key-value workloads and TATP all need the
-//! transaction engine. The persistence primitives are measured by the criterion bench
-//! `benches/persist.rs` at the workspace root.
+//! - [`micro`]: the dissertation's micro-benchmarks (today: the list set), durable and volatile in
+//!   one run, with throughput, abort rate and flushes and fences per transaction.
+//! - [`workload`]: the generators they draw from.
+//!
+//! The key-value workloads (pmemkv_bench style) and TATP are not built yet: they need the hash
+//! map, the skiplist and the key-value store. The persistence primitives are measured by the
+//! criterion bench `benches/persist.rs` at the workspace root.
+
+pub mod micro;
+pub mod workload;

@@ -1,0 +1,189 @@
+//! `petra-bench micro`: the dissertation's micro-benchmarks on PETRA's structures.
+//!
+//! Each configuration runs on a fresh pool file: the structure is prefilled, then every thread
+//! runs its share of transactions drawn from the workload, with strict op semantics (a failed
+//! Insert, Delete or Find aborts its transaction, as in the paper and the C++ harness).
+//!
+//! Reported per configuration:
+//! - **tx/s**: committed transactions per second of wall time;
+//! - **ops/s**: operations of committed transactions per second (tx/s times the size);
+//! - **abort %**: aborted transactions over all transactions run;
+//! - **flushes/tx** and **fences/tx**: per committed or aborted transaction, counted.
+
+use std::sync::Barrier;
+use std::time::Instant;
+
+use petra::mem::{Counting, MemCounts, MmapMem};
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::{Engine, EngineConfig, Outcome, Transaction};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::workload::{GenOp, Workload};
+
+/// Durability of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Flushes and fences as the pool's durability requires.
+    Durable,
+    /// Flushes and fences off: the cost of durability is the difference.
+    Volatile,
+}
+
+impl Mode {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Durable => "durable",
+            Mode::Volatile => "volatile",
+        }
+    }
+}
+
+/// One configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct MicroCase {
+    /// Durable or volatile.
+    pub mode: Mode,
+    /// Worker threads.
+    pub threads: usize,
+    /// The workload (key range, mix, transaction size).
+    pub workload: Workload,
+    /// Transactions per thread.
+    pub txs_per_thread: u64,
+    /// Share of the key range inserted before timing starts.
+    pub prefill: f64,
+    /// Seed of the workload.
+    pub seed: u64,
+}
+
+/// What a configuration measured.
+#[derive(Debug, Clone)]
+pub struct MicroResult {
+    /// The configuration.
+    pub case: MicroCase,
+    /// Committed transactions.
+    pub committed: u64,
+    /// Aborted transactions.
+    pub aborted: u64,
+    /// Wall seconds of the timed part.
+    pub secs: f64,
+    /// Flushes over all transactions.
+    pub flushes: u64,
+    /// Fences over all transactions.
+    pub fences: u64,
+}
+
+impl MicroResult {
+    /// Committed transactions per second.
+    pub fn tx_per_sec(&self) -> f64 {
+        self.committed as f64 / self.secs
+    }
+    /// Operations of committed transactions per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.tx_per_sec() * self.case.workload.tx_size as f64
+    }
+    /// Aborted share of all transactions, in percent.
+    pub fn abort_pct(&self) -> f64 {
+        100.0 * self.aborted as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+    /// Flushes per transaction run.
+    pub fn flushes_per_tx(&self) -> f64 {
+        self.flushes as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+    /// Fences per transaction run.
+    pub fn fences_per_tx(&self) -> f64 {
+        self.fences as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+}
+
+/// Runs one configuration on a fresh list in a pool file under `dir`.
+pub fn run_list(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
+    let w = case.workload;
+    let ring_bytes = (case.txs_per_thread + 64) * petra::tx::descriptor::desc_bytes(w.tx_size) + (1 << 20);
+    let path = dir.join(format!("micro-{}-{}-{}.pool", case.mode.name(), case.threads, w.tx_size));
+    let _ = std::fs::remove_file(&path);
+    let config =
+        PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping: Mapping::default() };
+    let mem = Pool::create(&path, &config).map_err(|e| e.to_string())?.into_mem();
+    drop(mem);
+    let mapping = Mapping { volatile: case.mode == Mode::Volatile, ..Mapping::default() };
+    let mem = Pool::open(&path, &mapping).map_err(|e| e.to_string())?.into_mem();
+    let pool = Pool::open_in(Counting::new(mem)).map_err(|e| e.to_string())?;
+    let engine = Engine::create(pool, EngineConfig { ring_bytes }).map_err(|e| e.to_string())?;
+    let list = engine.create_list().map_err(|e| e.to_string())?;
+    prefill(&engine, list, w.key_range, case.prefill, case.seed)?;
+    let barrier = Barrier::new(case.threads + 1);
+    let (start, per_thread) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..case.threads)
+            .map(|t| {
+                let (engine, barrier) = (&engine, &barrier);
+                s.spawn(move || -> Result<(u64, u64, MemCounts), String> {
+                    let mut h = engine.handle().map_err(|e| e.to_string())?;
+                    let mut rng = StdRng::seed_from_u64(case.seed.wrapping_mul(1000) + t as u64);
+                    let mut ops: Vec<GenOp> = Vec::with_capacity(w.tx_size);
+                    let mut tx = Transaction::new();
+                    let (mut committed, mut aborted) = (0, 0);
+                    barrier.wait();
+                    let before = MemCounts::current();
+                    for _ in 0..case.txs_per_thread {
+                        w.next_tx(&mut rng, &mut ops);
+                        tx = Transaction::new();
+                        for op in &ops {
+                            tx.op(petra::Op { kind: op.kind, structure: list, key: op.key, value: op.value });
+                        }
+                        match h.execute(&tx).map_err(|e| e.to_string())? {
+                            Outcome::Committed { .. } => committed += 1,
+                            Outcome::Aborted { .. } => aborted += 1,
+                        }
+                    }
+                    drop(tx);
+                    Ok((committed, aborted, MemCounts::current() - before))
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<_> = workers.into_iter().map(|h| h.join().expect("worker panicked")).collect();
+        (start.elapsed(), results)
+    });
+    let mut r = MicroResult { case, committed: 0, aborted: 0, secs: start.as_secs_f64(), flushes: 0, fences: 0 };
+    for p in per_thread {
+        let (c, a, counts) = p?;
+        r.committed += c;
+        r.aborted += a;
+        r.flushes += counts.flushes;
+        r.fences += counts.fences;
+    }
+    drop(engine);
+    let _ = std::fs::remove_file(&path);
+    Ok(r)
+}
+
+/// Inserts `share` of the key range, 16 keys per transaction.
+fn prefill<M: petra::mem::PMem + 'static>(
+    engine: &Engine<M>,
+    list: petra::StructId,
+    key_range: u64,
+    share: f64,
+    seed: u64,
+) -> Result<(), String> {
+    use rand::Rng;
+    let mut h = engine.handle().map_err(|e| e.to_string())?;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xF111);
+    let target = (key_range as f64 * share) as u64;
+    let mut inserted = 0;
+    while inserted < target {
+        let mut tx = Transaction::new();
+        for _ in 0..16.min(target - inserted) {
+            tx.put(list, rng.random_range(0..key_range), 0);
+        }
+        if let Outcome::Committed { results, .. } = h.execute(&tx).map_err(|e| e.to_string())? {
+            inserted += results.iter().filter(|r| r.is_none()).count() as u64;
+        }
+    }
+    Ok(())
+}
+
+/// The engine type the benchmark runs on.
+pub type BenchMem = Counting<MmapMem>;

@@ -1,0 +1,142 @@
+//! Workload generators: the dissertation's operation mixes over a uniform key range.
+
+use petra::OpKind;
+use rand::Rng;
+
+/// Shares of each operation kind, in percent (they add up to 100).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mix {
+    /// Inserts.
+    pub insert: u32,
+    /// Deletes.
+    pub delete: u32,
+    /// Updates (maps only).
+    pub update: u32,
+    /// Finds: the rest.
+    pub find: u32,
+}
+
+impl Mix {
+    /// A mix from insert, delete and update percentages; finds take the rest.
+    pub fn new(insert: u32, delete: u32, update: u32) -> Result<Mix, String> {
+        let writes = insert + delete + update;
+        if writes > 100 {
+            return Err(format!("insert {insert}% + delete {delete}% + update {update}% exceeds 100%"));
+        }
+        Ok(Mix { insert, delete, update, find: 100 - writes })
+    }
+
+    /// Parses "40/40/20" (insert/delete/find) or "40/30/10/20" (insert/delete/update/find).
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let parts: Vec<u32> = s
+            .split('/')
+            .map(|p| p.trim().parse::<u32>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("bad mix {s:?}: {e}"))?;
+        let mix = match parts[..] {
+            [i, d, f] => Mix { insert: i, delete: d, update: 0, find: f },
+            [i, d, u, f] => Mix { insert: i, delete: d, update: u, find: f },
+            _ => return Err(format!("bad mix {s:?}: give insert/delete/find or insert/delete/update/find")),
+        };
+        if mix.insert + mix.delete + mix.update + mix.find != 100 {
+            return Err(format!("bad mix {s:?}: the shares must add up to 100"));
+        }
+        Ok(mix)
+    }
+
+    /// Draws an op kind.
+    pub fn draw(&self, rng: &mut impl Rng) -> OpKind {
+        let r = rng.random_range(0..100);
+        if r < self.insert {
+            OpKind::Insert
+        } else if r < self.insert + self.delete {
+            OpKind::Delete
+        } else if r < self.insert + self.delete + self.update {
+            OpKind::Update
+        } else {
+            OpKind::Find
+        }
+    }
+}
+
+impl std::fmt::Display for Mix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.update == 0 {
+            write!(f, "{}/{}/{}", self.insert, self.delete, self.find)
+        } else {
+            write!(f, "{}/{}/{}/{}", self.insert, self.delete, self.update, self.find)
+        }
+    }
+}
+
+/// One operation of a generated transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenOp {
+    /// The kind.
+    pub kind: OpKind,
+    /// The key, uniform in `[0, key_range)`.
+    pub key: u64,
+    /// The value written, if any.
+    pub value: u64,
+}
+
+/// Generates transactions of `tx_size` ops drawn from `mix` over `[0, key_range)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    /// Keys are uniform in `[0, key_range)`.
+    pub key_range: u64,
+    /// The mix.
+    pub mix: Mix,
+    /// Ops per transaction.
+    pub tx_size: usize,
+}
+
+impl Workload {
+    /// The next transaction.
+    pub fn next_tx(&self, rng: &mut impl Rng, out: &mut Vec<GenOp>) {
+        out.clear();
+        for _ in 0..self.tx_size {
+            out.push(GenOp { kind: self.mix.draw(rng), key: rng.random_range(0..self.key_range), value: rng.random() });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    #[test]
+    fn the_mix_and_key_distribution_are_as_specified() {
+        let w = Workload { key_range: 100, mix: Mix::parse("40/30/10/20").unwrap(), tx_size: 4 };
+        let mut rng = StdRng::seed_from_u64(1);
+        let (mut counts, mut keys) = ([0u32; 8], vec![0u32; 100]);
+        let mut tx = Vec::new();
+        for _ in 0..50_000 {
+            w.next_tx(&mut rng, &mut tx);
+            assert_eq!(tx.len(), 4);
+            for op in &tx {
+                counts[op.kind as usize] += 1;
+                keys[op.key as usize] += 1;
+            }
+        }
+        let n = 200_000.0;
+        for (kind, share) in [(OpKind::Insert, 0.4), (OpKind::Delete, 0.3), (OpKind::Update, 0.1), (OpKind::Find, 0.2)]
+        {
+            let got = counts[kind as usize] as f64 / n;
+            assert!((got - share).abs() < 0.01, "{kind:?}: {got}");
+        }
+        // Uniform keys: every key within 10% of its expected 2000 draws.
+        assert!(keys.iter().all(|&k| (1800..=2200).contains(&k)), "{keys:?}");
+    }
+
+    #[test]
+    fn bad_mixes_are_refused() {
+        assert!(Mix::parse("40/40").is_err());
+        assert!(Mix::parse("50/40/20").is_err());
+        assert!(Mix::parse("a/b/c").is_err());
+        assert!(Mix::new(60, 50, 0).is_err());
+        assert_eq!(Mix::parse("10/10/80").unwrap(), Mix::new(10, 10, 0).unwrap());
+    }
+}
