@@ -21,9 +21,13 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 mod counting;
+#[cfg(loom)]
+mod loom;
 mod mmap;
 mod sim;
 
+#[cfg(loom)]
+pub use self::loom::LoomMem;
 pub use counting::{Counting, MemCounts};
 pub use mmap::{FlushKind, MmapMem, MmapOptions};
 pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, SimMem};

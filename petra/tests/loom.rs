@@ -1,0 +1,123 @@
+//! Loom models of the engine's protocols on tiny pools: two threads, one to three ops each.
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p petra --release --test loom`; the preemption bound is 2
+//! unless `LOOM_MAX_PREEMPTIONS` says otherwise (3 takes about two minutes on two cores).
+
+#![cfg(loom)]
+
+use petra::mem::LoomMem;
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::{Engine, EngineConfig, Outcome, StructId, Transaction};
+
+/// An engine with one list holding `prefill`, and two free rings and warm allocation caches, so
+/// that the modelled threads take no lock that loom cannot see.
+fn engine(prefill: &[(u64, u64)]) -> (Engine<LoomMem>, StructId) {
+    let config = PoolConfig { initial_size: 0, max_size: 1 << 20, chunk_size: 64 << 10, mapping: Mapping::default() };
+    let pool = Pool::create_in(LoomMem::new(0, 1 << 20), &config).unwrap();
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 10 }).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h1 = engine.handle().unwrap();
+    let h2 = engine.handle().unwrap();
+    let mut tx = Transaction::new();
+    for &(k, v) in prefill {
+        tx.put(s, k, v);
+    }
+    tx.get(s, 1000); // also warms the node cache
+    assert!(h1.execute(&tx).unwrap().is_committed());
+    drop((h1, h2));
+    (engine, s)
+}
+
+/// Loom settings: a preemption bound (2 by default), and room for the single-threaded set-up.
+fn builder() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.max_branches = 1_000_000;
+    builder
+}
+
+fn committed(out: &Outcome) -> (&Vec<Option<u64>>, u64) {
+    match out {
+        Outcome::Committed { results, txid } => (results, txid.expect("descriptor transactions have txids")),
+        other => panic!("expected a commit, got {other:?}"),
+    }
+}
+
+fn run2(engine: &Engine<LoomMem>, a: Transaction, b: Transaction) -> (Outcome, Outcome) {
+    let (e1, e2) = (engine.clone(), engine.clone());
+    let t1 = loom::thread::spawn(move || e1.handle().unwrap().execute(&a).unwrap());
+    let t2 = loom::thread::spawn(move || e2.handle().unwrap().execute(&b).unwrap());
+    (t1.join().unwrap(), t2.join().unwrap())
+}
+
+#[test]
+fn two_transactions_conflicting_on_one_key_serialize() {
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(5, 1)]);
+        let (x, y) = run2(&engine, Transaction::new().put(s, 5, 2).clone(), Transaction::new().put(s, 5, 3).clone());
+        let ((rx, tx), (ry, ty)) = (committed(&x), committed(&y));
+        // Serial order by txid: the later one saw the earlier one's value.
+        let (first, second, last_value) = if tx < ty { (rx, ry, 3) } else { (ry, rx, 2) };
+        assert_eq!(first[0], Some(1));
+        assert_eq!(second[0], Some(if last_value == 3 { 2 } else { 3 }));
+        assert_eq!(engine.list_entries(s).unwrap(), vec![(5, last_value)]);
+    });
+}
+
+#[test]
+fn a_helper_finishes_and_persists_a_stalled_transaction() {
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(1, 10), (2, 20)]);
+        // The writer takes key 1, then key 2; the reader reads them in the same order, so that it
+        // meets the writer holding key 1 wherever the writer stalls, and must finish and persist
+        // the writer's transaction before it can read (or come entirely before it).
+        let mut w = Transaction::new();
+        w.put(s, 1, 11).put(s, 2, 21);
+        let mut r = Transaction::new();
+        r.get(s, 1).get(s, 2);
+        let (wo, ro) = run2(&engine, w, r);
+        let ((wr, wt), (rr, rt)) = (committed(&wo), committed(&ro));
+        assert_eq!(wr, &vec![Some(10), Some(20)]);
+        if rt < wt {
+            assert_eq!(rr, &vec![Some(10), Some(20)], "the reader came first");
+        } else {
+            assert_eq!(rr, &vec![Some(11), Some(21)], "the reader came after the writer");
+        }
+        assert_eq!(engine.list_entries(s).unwrap(), vec![(1, 11), (2, 21)]);
+    });
+}
+
+#[test]
+fn a_helping_cycle_ends_with_a_serial_outcome() {
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(1, 0), (2, 0)]);
+        // Opposite orders, unsorted: each can meet the other holding its second key.
+        let mut a = Transaction::new();
+        a.put(s, 1, 1).put(s, 2, 1);
+        let mut b = Transaction::new();
+        b.put(s, 2, 2).put(s, 1, 2);
+        let (ao, bo) = run2(&engine, a, b);
+        let entries = engine.list_entries(s).unwrap();
+        match (&ao, &bo) {
+            (Outcome::Committed { txid: Some(ta), .. }, Outcome::Committed { txid: Some(tb), .. }) => {
+                let v = if ta < tb { 2 } else { 1 };
+                assert_eq!(entries, vec![(1, v), (2, v)], "both committed: the later one wins both keys");
+            }
+            (Outcome::Committed { .. }, Outcome::Aborted { failed_op: None }) => {
+                assert_eq!(entries, vec![(1, 1), (2, 1)])
+            }
+            (Outcome::Aborted { failed_op: None }, Outcome::Committed { .. }) => {
+                assert_eq!(entries, vec![(1, 2), (2, 2)])
+            }
+            (Outcome::Aborted { failed_op: None }, Outcome::Aborted { failed_op: None }) => {
+                assert_eq!(entries, vec![(1, 0), (2, 0)])
+            }
+            other => panic!("unexpected outcomes {other:?}"),
+        }
+    });
+}
