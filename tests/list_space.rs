@@ -1,0 +1,70 @@
+//! Space: deleted nodes are reclaimed through the epoch collector and reused, and a full
+//! descriptor ring is refused cleanly, never wrapped over live descriptors.
+
+use std::sync::Arc;
+
+use petra::mem::SimMem;
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::{Engine, EngineConfig, EngineError, Transaction};
+
+fn config() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: 256 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
+}
+
+#[test]
+fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
+    let dir = petra_suite::scratch_dir();
+    let pool = Pool::create(dir.path().join("churn.pool"), &config()).unwrap();
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    // Fresh keys every round, so that every insert makes a new node.
+    for round in 0..2_000u64 {
+        for k in round * 50..round * 50 + 50 {
+            assert!(h.execute(Transaction::new().insert(s, k, round)).unwrap().is_committed());
+        }
+        for k in round * 50..round * 50 + 50 {
+            assert!(h.execute(Transaction::new().delete(s, k)).unwrap().is_committed());
+        }
+    }
+    // 100 000 nodes were created and deleted; without reclamation they would fill 75 chunks of
+    // 64 KiB (48-byte nodes).
+    let chunks = engine.pool().chunk_counts().node;
+    assert!(chunks <= 3, "{chunks} node chunks for at most 50 live keys: deleted nodes are not reused");
+    assert!(engine.list_entries(s).unwrap().is_empty());
+}
+
+#[test]
+fn a_full_ring_is_refused_and_everything_before_it_survives() {
+    let mem = Arc::new(SimMem::new(0, 256 << 20));
+    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+    // One 64 KiB chunk holds 511 single-op descriptors of 128 bytes after the ring's header line.
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 10 }).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    let mut committed = 0u64;
+    let err = loop {
+        match h.execute(Transaction::new().put(s, committed, committed)) {
+            Ok(out) => {
+                assert!(out.is_committed());
+                committed += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, EngineError::RingFull), "{err}");
+    assert_eq!(committed, 511);
+    assert!(err.to_string().contains("ring is full"));
+    // Refused again, and nothing changed.
+    assert!(matches!(h.execute(Transaction::new().put(s, 0, 99)), Err(EngineError::RingFull)));
+    assert_eq!(engine.list_entries(s).unwrap().len(), 511);
+    // A reopen recovers everything and empties the rings.
+    drop(h);
+    drop(engine.into_pool().unwrap());
+    let (engine, report) =
+        Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), EngineConfig { ring_bytes: 64 << 10 }).unwrap();
+    assert_eq!(report.present_keys, 511);
+    let mut h = engine.handle().unwrap();
+    assert!(h.execute(Transaction::new().put(s, 0, 99)).unwrap().is_committed());
+    assert_eq!(engine.list_entries(s).unwrap()[0], (0, 99));
+}
