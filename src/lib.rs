@@ -77,3 +77,36 @@ pub mod model {
         }
     }
 }
+
+/// The structures every engine test runs on: one of each kind, so that every transaction test
+/// also crosses structures.
+pub mod kinds {
+    use petra::mem::PMem;
+    use petra::{Engine, StructId};
+
+    /// A kind of structure.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Kind {
+        /// The list set.
+        List,
+        /// The hash map, with 16 buckets: short chains, and collisions on small key ranges.
+        HashMap,
+    }
+
+    /// Every kind.
+    pub const ALL: [Kind; 2] = [Kind::List, Kind::HashMap];
+
+    /// Creates a structure of `kind`.
+    pub fn create<M: PMem + 'static>(engine: &Engine<M>, kind: Kind) -> StructId {
+        match kind {
+            Kind::List => engine.create_list(),
+            Kind::HashMap => engine.create_hash_map(16),
+        }
+        .expect("a structure is created")
+    }
+
+    /// One structure of each kind, in the order of [`ALL`].
+    pub fn create_all<M: PMem + 'static>(engine: &Engine<M>) -> Vec<StructId> {
+        ALL.iter().map(|&k| create(engine, k)).collect()
+    }
+}

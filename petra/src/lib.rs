@@ -21,8 +21,8 @@
 //! // A strict op that fails aborts the whole transaction: nothing changes.
 //! let out = h.execute(Transaction::new().put(set1, 1, 10).delete(set1, 7))?;
 //! assert_eq!(out, Outcome::Aborted { failed_op: Some(1) });
-//! assert_eq!(engine.list_entries(set1)?, vec![]);
-//! assert_eq!(engine.list_entries(set2)?, vec![(7, 70)]);
+//! assert_eq!(engine.entries(set1)?, vec![]);
+//! assert_eq!(engine.entries(set2)?, vec![(7, 70)]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -63,7 +63,7 @@ fn two_transactions_conflicting_on_one_key_serialize() {
         let (first, second, last_value) = if tx < ty { (rx, ry, 3) } else { (ry, rx, 2) };
         assert_eq!(first[0], Some(1));
         assert_eq!(second[0], Some(if last_value == 3 { 2 } else { 3 }));
-        assert_eq!(engine.list_entries(s).unwrap(), vec![(5, last_value)]);
+        assert_eq!(engine.entries(s).unwrap(), vec![(5, last_value)]);
     });
 }
 
@@ -87,7 +87,7 @@ fn a_helper_finishes_and_persists_a_stalled_transaction() {
         } else {
             assert_eq!(rr, &vec![Some(11), Some(21)], "the reader came after the writer");
         }
-        assert_eq!(engine.list_entries(s).unwrap(), vec![(1, 11), (2, 21)]);
+        assert_eq!(engine.entries(s).unwrap(), vec![(1, 11), (2, 21)]);
     });
 }
 
@@ -102,7 +102,7 @@ fn a_helping_cycle_ends_with_a_serial_outcome() {
         let mut b = Transaction::new();
         b.put(s, 2, 2).put(s, 1, 2);
         let (ao, bo) = run2(&engine, a, b);
-        let entries = engine.list_entries(s).unwrap();
+        let entries = engine.entries(s).unwrap();
         match (&ao, &bo) {
             (Outcome::Committed { txid: Some(ta), .. }, Outcome::Committed { txid: Some(tb), .. }) => {
                 let v = if ta < tb { 2 } else { 1 };

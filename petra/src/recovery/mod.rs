@@ -22,18 +22,21 @@
 //! recovery simply runs again. Each attempt writes its nodes under a fresh attempt number, so
 //! nodes of an attempt that never committed are never taken for a baseline.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::collections::HashMap as StdHashMap;
 use std::sync::atomic::Ordering;
 
 use crate::error::EngineError;
 use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool, RebuildReport};
-use crate::structures::list::{List, NODE_BYTES};
-use crate::structures::{CHECK, INFO, KEY, LINKS, NORM, VALUE, norm_check, norm_word};
+use crate::structures::hashmap::HashMap;
+use crate::structures::list::{List, NEXT, NODE_BYTES};
+use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
 use crate::tx::descriptor::read_persisted;
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, KIND_LIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, OpKind, RING_TAG, Structure,
+    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, OpKind, RING_TAG,
+    Structure,
 };
 
 /// What recovery found and did.
@@ -73,15 +76,20 @@ pub(crate) fn recover<M: PMem + 'static>(
     let attempt = mem.load(meta + META_ATTEMPT, Ordering::Acquire);
 
     // The structures.
-    let mut lists: BTreeMap<u8, List> = BTreeMap::new();
+    let mut structures: BTreeMap<u8, Structure> = BTreeMap::new();
     for (slot, entry) in pool.roots() {
-        if entry.kind == KIND_LIST {
-            lists.insert(slot as u8, List { head: entry.params[0] });
-        }
+        let s = match entry.kind {
+            KIND_LIST => Structure::List(List { head: entry.params[0] }),
+            KIND_HASH_MAP => Structure::HashMap(HashMap { buckets: entry.params[0], n: entry.params[1] }),
+            other => {
+                return Err(EngineError::Corrupt(format!("root slot {slot} holds an unknown structure kind {other}")));
+            }
+        };
+        structures.insert(slot as u8, s);
     }
 
     // 1. KDMap: (structure, key) -> (txid, state).
-    let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();
+    let mut kdmap: StdHashMap<(u8, u64), (u64, Option<u64>)> = StdHashMap::new();
     let mut max_txid = pool.checkpoint_txid();
     for (ring, len) in pool.regions(RING_TAG) {
         let end = ring.get() + len;
@@ -134,28 +142,36 @@ pub(crate) fn recover<M: PMem + 'static>(
     mem.fence();
     let mut cache = AllocCache::new();
     let mut live: Vec<POff> = Vec::new();
-    for (&slot, list) in &lists {
-        let mut next = 0u64;
-        let present: Vec<(u64, u64)> =
-            state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
-        for &(key, value) in present.iter().rev() {
-            let node = pool.alloc(&mut cache, NODE_BYTES)?.get();
-            let norm = norm_word(new_epoch, slot, true);
-            mem.store(node + KEY, key, Ordering::Relaxed);
-            mem.store(node + INFO, Info::final_state(node, true, new_epoch).0, Ordering::Relaxed);
-            mem.store(node + VALUE, value, Ordering::Relaxed);
-            mem.store(node + NORM, norm, Ordering::Relaxed);
-            mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
-            mem.store(node + LINKS, next, Ordering::Relaxed);
-            mem.flush_range(node, NODE_BYTES);
-            live.push(POff::new(node));
-            next = node;
+    for (&slot, structure) in &structures {
+        // Present keys by chain, each in key order.
+        let mut chains: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
+        for (&(_, key), v) in state.range((slot, 0)..=(slot, u64::MAX)) {
+            if let Some(v) = *v {
+                chains.entry(structure.link_of(key)).or_default().push((key, v));
+                report.present_keys += 1;
+            }
         }
-        report.present_keys += present.len() as u64;
-        mem.store(list.head + INFO, Info::final_state(list.head, false, new_epoch).0, Ordering::Relaxed);
-        mem.store(list.head + LINKS, next, Ordering::Relaxed);
-        mem.flush_range(list.head, NODE_BYTES);
-        live.push(POff::new(list.head));
+        for link in structure.chains() {
+            let mut next = 0u64;
+            for &(key, value) in chains.get(&link).map(Vec::as_slice).unwrap_or(&[]).iter().rev() {
+                let node = pool.alloc(&mut cache, NODE_BYTES)?.get();
+                let norm = norm_word(new_epoch, slot, true);
+                mem.store(node + KEY, key, Ordering::Relaxed);
+                mem.store(node + INFO, Info::final_state(node, true, new_epoch).0, Ordering::Relaxed);
+                mem.store(node + VALUE, value, Ordering::Relaxed);
+                mem.store(node + NORM, norm, Ordering::Relaxed);
+                mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
+                mem.store(node + NEXT, next, Ordering::Relaxed);
+                mem.flush_range(node, NODE_BYTES);
+                live.push(POff::new(node));
+                next = node;
+            }
+            mem.store(link, next, Ordering::Relaxed);
+            mem.flush(link);
+        }
+        if let Structure::List(list) = structure {
+            live.push(POff::new(list.head));
+        }
     }
     pool.release_cache(&mut cache);
     // Fence: every new node is durable before the epoch that makes them the truth.
@@ -171,8 +187,7 @@ pub(crate) fn recover<M: PMem + 'static>(
     report.allocator = pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
     report.epoch = new_epoch;
     report.max_txid = max_txid;
-    let structures = (0..=lists.keys().max().copied().unwrap_or(0))
-        .map(|slot| lists.get(&slot).map(|l| Structure::List(*l)))
-        .collect();
+    let structures =
+        (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
     Ok((Engine::assemble(pool, config, new_epoch, max_txid + 1, structures), report))
 }

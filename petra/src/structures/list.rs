@@ -1,11 +1,12 @@
-//! The list set: a sorted Harris list of nodes, one per key.
+//! The list set, and the sorted chain it is made of (which the hash map's buckets share).
 //!
-//! A node's `next` word holds the successor's offset with bit 0 as Harris's deletion mark. A node
-//! leaves the list in three steps, each helped by whoever meets it half done: its info word is
-//! marked (only while it still names the committed Delete or Remove that made it absent, so a
-//! node taken over by a later transaction is never removed), its `next` is marked, and a search
-//! unlinks it. The thread whose CAS unlinks it hands it to the epoch collector, which frees it
-//! once no thread can still be reading it.
+//! A chain hangs off one link word (a list's head sentinel, a hash map's bucket). A node's `next`
+//! word holds the successor's offset with bit 0 as Harris's deletion mark. A node leaves a chain
+//! in three steps, each helped by whoever meets it half done: its info word is marked (only while
+//! it still names the committed Delete or Remove that made it absent, so a node taken over by a
+//! later transaction is never removed), its `next` is marked, and a search unlinks it. The thread
+//! whose CAS unlinks it hands it to the epoch collector, which frees it once no thread can still
+//! be reading it.
 //!
 //! ```text
 //! +0..+40  the common node header (see structures)
@@ -24,12 +25,113 @@ use crate::pool::{AllocCache, Pool};
 use crate::tx::Handle;
 use crate::tx::info::Info;
 
-const NEXT: u64 = LINKS;
-/// Bytes of a list node.
+/// Offset of a chain node's `next` word.
+pub(crate) const NEXT: u64 = LINKS;
+/// Bytes of a chain node.
 pub const NODE_BYTES: u64 = LINKS + 8;
 const MARK: u64 = 1;
 
-/// A list set: the offset of its head sentinel.
+/// Where a new node would go in a chain: the address of the link word to swing, and the node it
+/// holds now (0 for the end).
+pub(crate) type ChainPos = (u64, u64);
+
+/// Finds `key` in the chain hanging off the link word at `link`: the position for a new node,
+/// and the node holding the key. Unlinks every marked node on its way.
+pub(crate) fn chain_search<M: PMem + 'static>(
+    h: &Handle<M>,
+    link: u64,
+    key: u64,
+    guard: &Guard,
+) -> (ChainPos, Option<u64>) {
+    let mem = h.mem();
+    'retry: loop {
+        let mut pred_link = link;
+        // Acquire: a node reached through a link is seen initialised (links are published with
+        // Release).
+        let mut curr = mem.load(pred_link, Ordering::Acquire) & !MARK;
+        loop {
+            if curr == 0 {
+                return ((pred_link, 0), None);
+            }
+            let succ = mem.load(curr + NEXT, Ordering::Acquire);
+            if succ & MARK != 0 {
+                // AcqRel: unlinking publishes the new link like any link.
+                if mem.compare_exchange(pred_link, curr, succ & !MARK, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    continue 'retry;
+                }
+                retire(h, curr, guard);
+                curr = succ & !MARK;
+                continue;
+            }
+            let k = mem.load(curr + KEY, Ordering::Relaxed);
+            if k >= key {
+                return ((pred_link, curr), (k == key).then_some(curr));
+            }
+            pred_link = curr + NEXT;
+            curr = succ;
+        }
+    }
+}
+
+/// Links the initialised, unpublished `node` at `pos`; false if the position changed.
+pub(crate) fn chain_link<M: PMem>(mem: &M, pos: &ChainPos, node: u64) -> bool {
+    let (pred_link, succ) = *pos;
+    mem.store(node + NEXT, succ, Ordering::Relaxed);
+    // Release: the node's words are visible before the link that reaches it.
+    mem.compare_exchange(pred_link, succ, node, Ordering::Release, Ordering::Relaxed).is_ok()
+}
+
+/// Marks `node`'s `next` and unlinks it from the chain at `link`.
+pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u64, guard: &Guard) {
+    let mem = h.mem();
+    loop {
+        let next = mem.load(node + NEXT, Ordering::Acquire);
+        if next & MARK != 0 {
+            break;
+        }
+        // AcqRel: marking orders against inserts after the node, which then fail.
+        if mem.compare_exchange(node + NEXT, next, next | MARK, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            break;
+        }
+    }
+    let key = mem.load(node + KEY, Ordering::Relaxed);
+    // The search unlinks every marked node on its way, this one included.
+    let _ = chain_search(h, link, key, guard);
+}
+
+/// Appends the present keys of the chain at `link`, with their values, in key order.
+pub(crate) fn chain_entries<M: PMem + 'static>(h: &Handle<M>, link: u64, guard: &Guard, out: &mut Vec<(u64, u64)>) {
+    let mem = h.mem();
+    let mut curr = mem.load(link, Ordering::Acquire) & !MARK;
+    while curr != 0 {
+        let cur = Info(mem.load(curr + INFO, Ordering::Acquire));
+        if !cur.is_marked()
+            && let Some(v) = h.resolve(cur, None, guard)
+        {
+            out.push((mem.load(curr + KEY, Ordering::Relaxed), v));
+        }
+        curr = mem.load(curr + NEXT, Ordering::Acquire) & !MARK;
+    }
+}
+
+/// Removes the node of `key` from the chain at `link` if its info word still is `info` (the
+/// committed op that made it absent).
+pub(crate) fn chain_remove_if<M: PMem + 'static>(h: &Handle<M>, link: u64, key: u64, info: Info, guard: &Guard) {
+    let (_, found) = chain_search(h, link, key, guard);
+    let Some(node) = found else { return };
+    // AcqRel: the mark is a transition of the info word like any other.
+    if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        chain_remove(h, link, node, guard);
+    }
+}
+
+/// Hands an unlinked node to the collector.
+fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
+    let deferred = Arc::clone(&h.inner.deferred);
+    guard.defer(move || deferred.frees.push(node));
+}
+
+/// A list set: one chain, hanging off a head sentinel node.
 #[derive(Debug, Clone, Copy)]
 pub struct List {
     /// The head sentinel (never removed; its key is not compared).
@@ -53,105 +155,28 @@ impl List {
         Ok(List { head })
     }
 
-    /// Removes the node of `key` if its info word still is `info` (the committed op that made it
-    /// absent).
-    pub(crate) fn remove_if<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, info: Info, guard: &Guard) {
-        let (_, found) = LinkedSet::search(self, h, key, guard);
-        let Some(node) = found else { return };
-        // AcqRel: the mark is a transition of the info word like any other.
-        if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            self.help_remove(h, node, guard);
-        }
-    }
-
-    /// The present keys and their values, in order.
-    pub(crate) fn entries<M: PMem + 'static>(&self, h: &Handle<M>, guard: &Guard) -> Vec<(u64, u64)> {
-        let mem = h.mem();
-        let mut out = Vec::new();
-        let mut curr = mem.load(self.head + NEXT, Ordering::Acquire) & !MARK;
-        while curr != 0 {
-            let cur = Info(mem.load(curr + INFO, Ordering::Acquire));
-            if !cur.is_marked()
-                && let Some(v) = h.resolve(cur, None, guard)
-            {
-                out.push((mem.load(curr + KEY, Ordering::Relaxed), v));
-            }
-            curr = mem.load(curr + NEXT, Ordering::Acquire) & !MARK;
-        }
-        out
-    }
-
-    /// Hands an unlinked node to the collector.
-    fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
-        let deferred = Arc::clone(&h.inner.deferred);
-        guard.defer(move || deferred.frees.push(node));
+    /// The link word the chain hangs off.
+    pub(crate) fn link(&self) -> u64 {
+        self.head + NEXT
     }
 }
 
 impl<M: PMem + 'static> LinkedSet<M> for List {
-    /// (predecessor, successor) around the key.
-    type Pos = (u64, u64);
+    type Pos = ChainPos;
 
     fn node_bytes(&self) -> u64 {
         NODE_BYTES
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> ((u64, u64), Option<u64>) {
-        let mem = h.mem();
-        'retry: loop {
-            let mut pred = self.head;
-            // Acquire: a node reached through a link is seen initialised (links are published
-            // with Release).
-            let mut curr = mem.load(pred + NEXT, Ordering::Acquire) & !MARK;
-            loop {
-                if curr == 0 {
-                    return ((pred, 0), None);
-                }
-                let succ = mem.load(curr + NEXT, Ordering::Acquire);
-                if succ & MARK != 0 {
-                    // AcqRel: unlinking publishes the new link like any link.
-                    if mem
-                        .compare_exchange(pred + NEXT, curr, succ & !MARK, Ordering::AcqRel, Ordering::Acquire)
-                        .is_err()
-                    {
-                        continue 'retry;
-                    }
-                    List::retire(h, curr, guard);
-                    curr = succ & !MARK;
-                    continue;
-                }
-                let k = mem.load(curr + KEY, Ordering::Relaxed);
-                if k >= key {
-                    return ((pred, curr), (k == key).then_some(curr));
-                }
-                pred = curr;
-                curr = succ;
-            }
-        }
+    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (ChainPos, Option<u64>) {
+        chain_search(h, self.link(), key, guard)
     }
 
-    fn link(&self, h: &mut Handle<M>, pos: &(u64, u64), node: u64, _guard: &Guard) -> bool {
-        let (pred, succ) = *pos;
-        let mem = h.mem();
-        mem.store(node + NEXT, succ, Ordering::Relaxed);
-        // Release: the node's words are visible before the link that reaches it.
-        mem.compare_exchange(pred + NEXT, succ, node, Ordering::Release, Ordering::Relaxed).is_ok()
+    fn link(&self, h: &mut Handle<M>, pos: &ChainPos, node: u64, _guard: &Guard) -> bool {
+        chain_link(h.mem(), pos, node)
     }
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
-        let mem = h.mem();
-        loop {
-            let next = mem.load(node + NEXT, Ordering::Acquire);
-            if next & MARK != 0 {
-                break;
-            }
-            // AcqRel: marking orders against inserts after the node, which then fail.
-            if mem.compare_exchange(node + NEXT, next, next | MARK, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                break;
-            }
-        }
-        let key = mem.load(node + KEY, Ordering::Relaxed);
-        // The search unlinks every marked node on its way, this one included.
-        let _ = self.search(h, key, guard);
+        chain_remove(h, List::link(self), node, guard)
     }
 }

@@ -15,6 +15,7 @@
 //! Values are never written into a node by a transaction: a transaction's values live in its
 //! descriptor until recovery normalises the node.
 
+pub mod hashmap;
 pub mod list;
 
 use std::sync::atomic::Ordering;

@@ -41,7 +41,8 @@ use parking_lot::{Mutex, RwLock};
 use crate::error::{AllocError, EngineError};
 use crate::mem::PMem;
 use crate::pool::{AllocCache, Pool, RootEntry};
-use crate::structures::list::List;
+use crate::structures::hashmap::HashMap;
+use crate::structures::list::{List, chain_entries, chain_remove_if, chain_search};
 use descriptor::{
     CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, desc_bytes, persisted_bytes,
 };
@@ -240,6 +241,7 @@ pub(crate) const RING_TAG: u16 = 0x7278;
 pub(crate) const META_TAG: u16 = 0x6D65;
 /// Root table kinds.
 pub(crate) const KIND_LIST: u32 = 1;
+pub(crate) const KIND_HASH_MAP: u32 = 2;
 
 /// Meta region words.
 pub(crate) const META_MAGIC: u64 = 0x5045_5452_414D_4554; // "PETRAMET"
@@ -258,6 +260,25 @@ struct RingSlot {
 #[derive(Debug, Clone)]
 pub(crate) enum Structure {
     List(List),
+    HashMap(HashMap),
+}
+
+impl Structure {
+    /// The link word of the chain that holds `key`.
+    pub(crate) fn link_of(&self, key: u64) -> u64 {
+        match self {
+            Structure::List(l) => l.link(),
+            Structure::HashMap(m) => m.bucket_link(key),
+        }
+    }
+
+    /// Every chain's link word.
+    pub(crate) fn chains(&self) -> Vec<u64> {
+        match self {
+            Structure::List(l) => vec![l.link()],
+            Structure::HashMap(m) => (0..m.n).map(|i| m.bucket(i)).collect(),
+        }
+    }
 }
 
 pub(crate) struct Inner<M: PMem> {
@@ -399,14 +420,30 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// Creates a new, empty list set and returns its id.
     pub fn create_list(&self) -> Result<StructId, EngineError> {
+        self.add_structure(|pool| {
+            let list = List::create(pool)?;
+            Ok((Structure::List(list), RootEntry { kind: KIND_LIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] }))
+        })
+    }
+
+    /// Creates a new, empty hash map of `buckets` buckets (fixed: choose about the number of keys
+    /// expected) and returns its id.
+    pub fn create_hash_map(&self, buckets: u64) -> Result<StructId, EngineError> {
+        self.add_structure(|pool| {
+            let map = HashMap::create(pool, buckets)?;
+            let entry = RootEntry { kind: KIND_HASH_MAP, flags: 0, params: [map.buckets, map.n, 0, 0, 0, 0] };
+            Ok((Structure::HashMap(map), entry))
+        })
+    }
+
+    fn add_structure(
+        &self,
+        make: impl FnOnce(&Pool<M>) -> Result<(Structure, RootEntry), AllocError>,
+    ) -> Result<StructId, EngineError> {
         let mut structures = self.inner.structures.write();
-        let list = List::create(&self.inner.pool)?;
-        let slot = self
-            .inner
-            .pool
-            .add_root(RootEntry { kind: KIND_LIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] })
-            .ok_or(EngineError::TooManyStructures)?;
-        structures[slot] = Some(Structure::List(list));
+        let (structure, entry) = make(&self.inner.pool)?;
+        let slot = self.inner.pool.add_root(entry).ok_or(EngineError::TooManyStructures)?;
+        structures[slot] = Some(structure);
         Ok(StructId(slot as u8))
     }
 
@@ -416,14 +453,18 @@ impl<M: PMem + 'static> Engine<M> {
         (0..s.len()).filter(|&i| s[i].is_some()).map(|i| StructId(i as u8)).collect()
     }
 
-    /// The present keys of a list with their values, in key order. Not a transaction: a snapshot
-    /// only when no transaction runs.
-    pub fn list_entries(&self, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
+    /// The present keys of a structure with their values, in key order. Not a transaction: a
+    /// snapshot only when no transaction runs.
+    pub fn entries(&self, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
+        let structure = self.inner.structure(s)?;
         let h = self.handle()?;
         let guard = h.epoch.pin();
-        match self.inner.structure(s)? {
-            Structure::List(list) => Ok(list.entries(&h, &guard)),
+        let mut out = Vec::new();
+        for link in structure.chains() {
+            chain_entries(&h, link, &guard, &mut out);
         }
+        out.sort_unstable();
+        Ok(out)
     }
 
     /// Txids handed out so far (the next one minus one): for checkers that bound when a read
@@ -546,11 +587,10 @@ impl<M: PMem + 'static> Handle<M> {
 
     /// A single read, answered without a descriptor: linearised at the read of the node's info.
     fn read_one(&mut self, op: &Op, guard: &Guard) -> Result<Outcome, EngineError> {
-        let state = match self.inner.structure(op.structure)? {
-            Structure::List(list) => match crate::structures::LinkedSet::search(&list, self, op.key, guard).1 {
-                None => None,
-                Some(node) => self.node_state(node, guard),
-            },
+        let structure = self.inner.structure(op.structure)?;
+        let state = match chain_search(self, structure.link_of(op.key), op.key, guard).1 {
+            None => None,
+            Some(node) => self.node_state(node, guard),
         };
         Ok(match (op.kind, state) {
             (OpKind::Find, None) => Outcome::Aborted { failed_op: Some(0) },
@@ -673,6 +713,7 @@ impl<M: PMem + 'static> Handle<M> {
         let op = Desc::new(self.mem(), d).op(i);
         match self.inner.structure(StructId(op.structure)).expect("checked at execute") {
             Structure::List(list) => crate::structures::execute_op(self, &list, d, i, op, guard),
+            Structure::HashMap(map) => crate::structures::execute_op(self, &map, d, i, op, guard),
         }
     }
 
@@ -754,8 +795,8 @@ impl<M: PMem + 'static> Handle<M> {
         }
         for _ in 0..8 {
             let Some((s, key, info)) = self.inner.deferred.removals.pop() else { return };
-            if let Ok(Structure::List(list)) = self.inner.structure(s) {
-                list.remove_if(self, key, info, guard);
+            if let Ok(structure) = self.inner.structure(s) {
+                chain_remove_if(self, structure.link_of(key), key, info, guard);
             }
         }
     }

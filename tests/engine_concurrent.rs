@@ -1,4 +1,4 @@
-//! Serializability of concurrent transactions on the list set: threads run random transactions on
+//! Serializability of concurrent transactions over a list and a hash map: threads run random transactions on
 //! a few hot keys; replaying the committed ones in txid order on the model must reproduce every
 //! result they returned, and single reads (answered without a descriptor) must return a value
 //! the key had at a point of the serial order while they ran.
@@ -47,7 +47,7 @@ fn config() -> PoolConfig {
 
 fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, keys: u64, seed: u64) {
     let engine = Engine::create(pool, EngineConfig { ring_bytes: 16 << 20 }).unwrap();
-    let lists = [engine.create_list().unwrap(), engine.create_list().unwrap()];
+    let lists = petra_suite::kinds::create_all(&engine);
     let logs: Vec<(Vec<Committed>, Vec<SingleRead>, usize)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -151,7 +151,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
         );
     }
     for s in lists {
-        assert_eq!(engine.list_entries(s).unwrap(), model.entries(s), "final state of {s:?}");
+        assert_eq!(engine.entries(s).unwrap(), model.entries(s), "final state of {s:?}");
     }
     assert!(committed.len() > txs_per_thread, "{} committed, {aborted} aborted", committed.len());
     eprintln!("{} committed, {} single reads, {aborted} aborted", committed.len(), reads.len());

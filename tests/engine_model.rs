@@ -1,4 +1,5 @@
-//! The list set against the sequential model: random transaction histories, with reopens (and so
+//! The structures (a list and a hash map, crossed by every transaction) against the sequential
+//! model: random transaction histories, with reopens (and so
 //! recovery) in between, and the exact persistence cost of each kind of transaction.
 
 use std::sync::Arc;
@@ -52,7 +53,7 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
     let mem = Arc::new(SimMem::new(0, 64 << 20));
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let mut engine = Engine::create(pool, engine_config()).unwrap();
-    let ids = [engine.create_list().unwrap(), engine.create_list().unwrap()];
+    let ids = petra_suite::kinds::create_all(&engine);
     assert_eq!(ids, [StructId(0), StructId(1)]);
     let mut model = Model::default();
     let mut h = engine.handle().unwrap();
@@ -99,8 +100,8 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
                 h = engine.handle().unwrap();
             }
         }
-        for s in ids {
-            prop_assert_eq!(engine.list_entries(s).unwrap(), model.entries(s), "after {:?}", step);
+        for &s in &ids {
+            prop_assert_eq!(engine.entries(s).unwrap(), model.entries(s), "after {:?}", step);
         }
     }
     Ok(())
@@ -118,7 +119,12 @@ proptest! {
 fn persistence_costs_exactly_one_fence_and_the_descriptor_lines() {
     let pool = Pool::create_in(Counting::new(SimMem::new(0, 64 << 20)), &config()).unwrap();
     let engine = Engine::create(pool, engine_config()).unwrap();
-    let s = engine.create_list().unwrap();
+    for kind in petra_suite::kinds::ALL {
+        costs_of(&engine, petra_suite::kinds::create(&engine, kind));
+    }
+}
+
+fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let mut h = engine.handle().unwrap();
     let count = |h: &mut petra::Handle<Counting<SimMem>>, tx: &Transaction| {
         let before = MemCounts::current();
