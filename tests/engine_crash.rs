@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use petra::mem::{CrashPlan, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, Transaction};
 use petra_recovery::crash::{CrashTest, Report};
 use petra_suite::model::Model;
 use rand::rngs::StdRng;
@@ -196,4 +196,38 @@ fn a_crash_during_recovery_is_recovered() {
     eprintln!("{} crash points in recovery, {} images", report.points, report.images);
     report.assert_ok();
     assert!(report.points > 20);
+}
+
+#[test]
+fn an_interrupted_engine_create_leaves_no_engine_or_a_whole_one() {
+    let test = CrashTest { plan: CrashPlan::all(0.1, 3), exhaustive_bound: 64, samples: 8, ..CrashTest::new(3) };
+    let report = test.run(
+        || {
+            let mem = Arc::new(SimMem::new(0, MAX_LEN));
+            Pool::create_in(Arc::clone(&mem), &config()).unwrap().close().unwrap();
+            Arc::into_inner(mem).unwrap()
+        },
+        |mem| {
+            let engine = Engine::create(Pool::open_in(mem).unwrap(), engine_config()).unwrap();
+            petra_suite::kinds::create_all(&engine);
+        },
+        |_, _, mem| {
+            let pool = Pool::open_in(mem).map_err(|e| e.to_string())?;
+            match Engine::open(pool, engine_config()) {
+                Ok((engine, report)) if report.present_keys == 0 => {
+                    // Whatever structures were created are empty and usable.
+                    for s in engine.structures() {
+                        if !engine.entries(s).map_err(|e| e.to_string())?.is_empty() {
+                            return Err("a new structure is not empty".into());
+                        }
+                    }
+                    Ok(())
+                }
+                Ok((_, report)) => Err(format!("{} keys in a pool where none was written", report.present_keys)),
+                Err(EngineError::NoEngine) => Ok(()),
+                Err(e) => Err(format!("a crash during create left a broken engine: {e}")),
+            }
+        },
+    );
+    report.assert_ok();
 }

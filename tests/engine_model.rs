@@ -126,6 +126,8 @@ fn persistence_costs_exactly_one_fence_and_the_descriptor_lines() {
 
 fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let mut h = engine.handle().unwrap();
+    // A handle takes its descriptor ring (a region, persisted once) with its first descriptor.
+    assert!(h.execute(Transaction::new().get(s, 0).get(s, 1)).unwrap().is_committed());
     let count = |h: &mut petra::Handle<Counting<SimMem>>, tx: &Transaction| {
         let before = MemCounts::current();
         let out = h.execute(tx).unwrap();

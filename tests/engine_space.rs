@@ -74,3 +74,64 @@ fn a_full_ring_is_refused_and_everything_before_it_survives() {
     assert!(h.execute(Transaction::new().put(s, 0, 99)).unwrap().is_committed());
     assert_eq!(engine.entries(s).unwrap()[0], (0, 99));
 }
+
+#[test]
+fn a_full_pool_refuses_the_transaction_whole() {
+    // Seven chunks: the engine's meta region, a ring of four, and two for nodes.
+    let small = PoolConfig { initial_size: 0, max_size: 512 << 10, chunk_size: 64 << 10, mapping: Mapping::default() };
+    let pool = Pool::create_in(SimMem::new(0, 512 << 10), &small).unwrap();
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 256 << 10 }).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    let mut key = 0u64;
+    let err = loop {
+        let mut tx = Transaction::new();
+        for k in key..key + 8 {
+            tx.insert(s, k, k);
+        }
+        match h.execute(&tx) {
+            Ok(out) => {
+                assert!(out.is_committed());
+                key += 8;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, EngineError::Alloc(petra::error::AllocError::PoolFull { .. })), "{err}");
+    assert!(err.to_string().contains("pool full"), "{err}");
+    // Nothing of the refused transaction is there; everything before it is.
+    let entries = engine.entries(s).unwrap();
+    assert_eq!(entries.len() as u64, key);
+    assert!(entries.iter().all(|&(k, v)| k == v && k < key));
+}
+
+#[test]
+fn txids_keep_increasing_across_restarts() {
+    let mem = Arc::new(SimMem::new(0, 256 << 20));
+    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+    let mut engine = Engine::create(pool, EngineConfig { ring_bytes: 1 << 20 }).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    let txid = |out: petra::Outcome| match out {
+        petra::Outcome::Committed { txid: Some(t), .. } => t,
+        other => panic!("{other:?}"),
+    };
+    let mut last = txid(h.execute(Transaction::new().put(s, 1, 1)).unwrap());
+    // Read-only transactions take txids that are never persisted.
+    for _ in 0..10 {
+        let t = txid(h.execute(Transaction::new().get(s, 1).get(s, 2)).unwrap());
+        assert!(t > last);
+        last = t;
+    }
+    for _ in 0..3 {
+        drop(h);
+        drop(engine.into_pool().unwrap()); // a crash, as far as the engine knows
+        let (e, _) =
+            Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), EngineConfig { ring_bytes: 1 << 20 }).unwrap();
+        h = e.handle().unwrap();
+        let t = txid(h.execute(Transaction::new().get(s, 1).get(s, 2)).unwrap());
+        assert!(t > last, "txid {t} after a restart, {last} before");
+        last = txid(h.execute(Transaction::new().put(s, 1, t)).unwrap());
+        engine = e;
+    }
+}

@@ -166,6 +166,9 @@ pub enum EngineError {
     /// Pool memory ran out (the transaction was aborted and changed nothing).
     #[error(transparent)]
     Alloc(AllocError),
+    /// The pool holds no engine (none was created, or its creation was interrupted).
+    #[error("the pool holds no engine: create one with Engine::create")]
+    NoEngine,
     /// The pool's engine metadata is damaged.
     #[error("corrupt engine state: {0}")]
     Corrupt(String),

@@ -10,14 +10,16 @@ use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Outcome, StructId, Transaction};
 
 /// An engine with one list holding `prefill`, and two free rings and warm allocation caches, so
-/// that the modelled threads take no lock that loom cannot see.
+/// that the modelled threads take no lock that loom cannot see (and allocate no ring).
 fn engine(prefill: &[(u64, u64)]) -> (Engine<LoomMem>, StructId) {
     let config = PoolConfig { initial_size: 0, max_size: 1 << 20, chunk_size: 64 << 10, mapping: Mapping::default() };
     let pool = Pool::create_in(LoomMem::new(0, 1 << 20), &config).unwrap();
     let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 10 }).unwrap();
     let s = engine.create_list().unwrap();
     let mut h1 = engine.handle().unwrap();
-    let h2 = engine.handle().unwrap();
+    let mut h2 = engine.handle().unwrap();
+    // Each handle takes its ring with its first descriptor.
+    assert!(h2.execute(Transaction::new().get(s, 1000).get(s, 1001)).unwrap().is_committed());
     let mut tx = Transaction::new();
     for &(k, v) in prefill {
         tx.put(s, k, v);

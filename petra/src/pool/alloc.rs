@@ -114,13 +114,15 @@ pub struct ChunkCounts {
 
 impl Allocator {
     /// The state right after open: every chunk the table marks free is free, every slab is full.
-    pub(crate) fn attach<M: PMem>(mem: &M, layout: &Layout) -> Allocator {
+    /// In a pool just created (`fresh`), free chunks are known to be zero.
+    pub(crate) fn attach<M: PMem>(mem: &M, layout: &Layout, fresh: bool) -> Allocator {
         let in_file = layout.chunks_in(mem.len());
         let uses = read_uses(mem, layout, in_file);
         let mut free = BTreeMap::new();
+        let dirty = if fresh { Dirty::Zero } else { Dirty::Maybe };
         for (i, u) in uses.iter().enumerate() {
             if *u == ChunkUse::Free {
-                free.insert(i as u64, Dirty::Maybe);
+                free.insert(i as u64, dirty);
             }
         }
         Allocator {

@@ -142,7 +142,7 @@ impl Pool<MmapMem> {
         check_len(&header.layout, len)?;
         check_table(&header.layout, len, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
         let mem = MmapMem::map(file, &mmap_options(mapping, header.layout.max_len())).map_err(io_err(path))?;
-        let mut pool = Pool::attach(mem, header).map_err(io_err(path))?;
+        let mut pool = Pool::attach(mem, header, false).map_err(io_err(path))?;
         pool.path = Some(path.to_owned());
         Ok(pool)
     }
@@ -199,7 +199,7 @@ fn check_table(
 }
 
 impl<M: PMem> Pool<M> {
-    /// Formats `mem`, which must be zeroed, as a new pool.
+    /// Formats `mem`, which must be zeroed (its header page is checked), as a new pool.
     pub fn create_in(mem: M, config: &PoolConfig) -> Result<Pool<M>, CreateError> {
         let layout = config.layout()?;
         if layout.max_len() > mem.max_len() {
@@ -229,7 +229,7 @@ impl<M: PMem> Pool<M> {
             Ok(())
         })
         .expect("reading memory cannot fail")?;
-        Pool::attach(mem, header).map_err(|source| OpenError::Io { path: PathBuf::new(), source })
+        Pool::attach(mem, header, false).map_err(|source| OpenError::Io { path: PathBuf::new(), source })
     }
 
     fn format(mem: M, layout: Layout) -> Result<Pool<M>, CreateError> {
@@ -252,11 +252,11 @@ impl<M: PMem> Pool<M> {
         // Fence: the pool exists once the magic is durable.
         mem.fence();
         mem.sync().map_err(|source| CreateError::Io { path: PathBuf::new(), source })?;
-        Pool::attach(mem, header).map_err(|source| CreateError::Io { path: PathBuf::new(), source })
+        Pool::attach(mem, header, true).map_err(|source| CreateError::Io { path: PathBuf::new(), source })
     }
 
     /// Takes a validated pool into use: reads the shutdown word, then marks the pool in use.
-    fn attach(mem: M, header: Header) -> io::Result<Pool<M>> {
+    fn attach(mem: M, header: Header, fresh: bool) -> io::Result<Pool<M>> {
         let was_clean = mem.load(SHUTDOWN_OFF, Ordering::Acquire) == CLEAN_SHUTDOWN;
         if mem.load(SHUTDOWN_OFF, Ordering::Relaxed) != 0 {
             mem.store(SHUTDOWN_OFF, 0, Ordering::Release);
@@ -265,7 +265,7 @@ impl<M: PMem> Pool<M> {
             mem.fence();
             mem.sync()?;
         }
-        let alloc = Allocator::attach(&mem, &header.layout);
+        let alloc = Allocator::attach(&mem, &header.layout, fresh);
         Ok(Pool { mem, header, alloc, was_clean, path: None })
     }
 

@@ -35,8 +35,8 @@ use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
 use crate::tx::descriptor::read_persisted;
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, OpKind, RING_TAG,
-    Structure,
+    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED,
+    OpKind, RING_TAG, Structure, TXID_BLOCK,
 };
 
 /// What recovery found and did.
@@ -65,12 +65,15 @@ pub(crate) fn recover<M: PMem + 'static>(
     let mut report = RecoveryReport::default();
     let metas = pool.regions(META_TAG);
     let [(meta, _)] = metas[..] else {
-        return Err(EngineError::Corrupt(format!("{} engine meta regions, expected 1", metas.len())));
+        return Err(match metas.len() {
+            0 => EngineError::NoEngine,
+            n => EngineError::Corrupt(format!("{n} engine meta regions, expected 1")),
+        });
     };
     let meta = meta.get();
     let mem = pool.mem();
     if mem.load(meta, Ordering::Acquire) != META_MAGIC {
-        return Err(EngineError::Corrupt("engine meta region without its magic".into()));
+        return Err(EngineError::NoEngine);
     }
     let epoch = mem.load(meta + META_EPOCH, Ordering::Acquire);
     let attempt = mem.load(meta + META_ATTEMPT, Ordering::Acquire);
@@ -90,7 +93,9 @@ pub(crate) fn recover<M: PMem + 'static>(
 
     // 1. KDMap: (structure, key) -> (txid, state).
     let mut kdmap: StdHashMap<(u8, u64), (u64, Option<u64>)> = StdHashMap::new();
-    let mut max_txid = pool.checkpoint_txid();
+    // Every txid handed out before the crash is below the reservation; persisted ones too.
+    let mut max_txid =
+        pool.checkpoint_txid().max(mem.load(meta + META_TXID_RESERVED, Ordering::Acquire).saturating_sub(1));
     for (ring, len) in pool.regions(RING_TAG) {
         let end = ring.get() + len;
         let mut pos = ring.get() + 64;
@@ -174,13 +179,18 @@ pub(crate) fn recover<M: PMem + 'static>(
         }
     }
     pool.release_cache(&mut cache);
-    // Fence: every new node is durable before the epoch that makes them the truth.
+    // The txids handed out from now on start above everything seen: durable before the commit,
+    // since the commit makes the old descriptors (and their txids) unreadable.
+    pool.set_checkpoint_txid(max_txid);
+    mem.store(meta + META_TXID_RESERVED, max_txid + 1 + TXID_BLOCK, Ordering::Relaxed);
+    mem.flush(meta + META_TXID_RESERVED);
+    // Fence: every new node, the checkpoint txid and the reservation are durable before the epoch
+    // that makes the new nodes the truth.
     mem.fence();
     mem.store(meta + META_EPOCH, new_epoch, Ordering::Relaxed);
     mem.flush(meta + META_EPOCH);
     // Fence: recovery is committed.
     mem.fence();
-    pool.set_checkpoint_txid(max_txid);
     pool.sync()?;
 
     // 4. Everything not live is free.
@@ -189,5 +199,5 @@ pub(crate) fn recover<M: PMem + 'static>(
     report.max_txid = max_txid;
     let structures =
         (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
-    Ok((Engine::assemble(pool, config, new_epoch, max_txid + 1, structures), report))
+    Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
 }

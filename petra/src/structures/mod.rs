@@ -145,10 +145,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                 }
                 let node = match h.inner.pool.alloc(&mut h.cache, set.node_bytes()) {
                     Ok(n) => n.get(),
-                    Err(e) => {
-                        h.alloc_failed = Some(e);
-                        return Step::Fail;
-                    }
+                    Err(_) => return Step::NoMemory,
                 };
                 let mem = h.mem();
                 mem.store(node + KEY, op.key, Ordering::Relaxed);

@@ -28,6 +28,9 @@
 //! | Committed | InProgress | some thread is persisting it                              |
 //! | Committed | Persisted  | durable (or read-only: nothing to persist) and visible    |
 //! | Aborted   | Persisted  | finished; never visible, nothing persisted                |
+//!
+//! Bit 4 of an aborted state word records that the pool was full (the owner reports an error
+//! rather than an abort).
 
 use std::sync::atomic::Ordering;
 
@@ -85,6 +88,7 @@ impl State {
     }
 
     pub fn decode(w: u64) -> State {
+        let w = w & 0xF;
         let status = match w & 3 {
             0 => TxStatus::Active,
             1 => TxStatus::Committed,
@@ -159,6 +163,25 @@ impl<'m, M: PMem> Desc<'m, M> {
             .compare_exchange(self.off + STATE, from.encode(), to.encode(), Ordering::AcqRel, Ordering::Acquire)
             .map(|_| ())
             .map_err(State::decode)
+    }
+
+    /// Aborts the transaction if it is still active; `no_memory` records that the pool was full.
+    pub fn abort(&self, no_memory: bool) {
+        let to =
+            State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted }.encode() | (no_memory as u64) << 4;
+        // AcqRel: as for `cas_state`.
+        let _ = self.mem.compare_exchange(
+            self.off + STATE,
+            State::ACTIVE.encode(),
+            to,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Whether the transaction was aborted because the pool was full.
+    pub fn aborted_for_memory(&self) -> bool {
+        self.mem.load(self.off + STATE, Ordering::Acquire) & (1 << 4) != 0
     }
 
     pub fn op(&self, i: usize) -> StoredOp {

@@ -247,6 +247,11 @@ pub(crate) const KIND_HASH_MAP: u32 = 2;
 pub(crate) const META_MAGIC: u64 = 0x5045_5452_414D_4554; // "PETRAMET"
 pub(crate) const META_EPOCH: u64 = 8;
 pub(crate) const META_ATTEMPT: u64 = 16;
+/// Meta word: every txid handed out is below it (read-only transactions' txids are never
+/// persisted, so recovery starts the counter here, keeping txids increasing across restarts).
+pub(crate) const META_TXID_RESERVED: u64 = 24;
+/// Txids reserved durably at a time: one flush and fence per this many transactions.
+pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 
 #[derive(Debug)]
 struct RingSlot {
@@ -285,6 +290,10 @@ pub(crate) struct Inner<M: PMem> {
     pub(crate) pool: Pool<M>,
     pub(crate) collector: Collector,
     next_txid: AtomicU64,
+    /// Txids below this are durably reserved (the meta word `META_TXID_RESERVED`).
+    txid_reserved: AtomicU64,
+    /// The engine's meta region.
+    meta: u64,
     /// The committed recovery epoch: descriptors carry it, FINAL states and normalised nodes too.
     pub(crate) epoch: u64,
     rings: Mutex<Vec<RingSlot>>,
@@ -326,18 +335,26 @@ impl<M: PMem + 'static> Clone for Engine<M> {
 impl<M: PMem + 'static> Engine<M> {
     /// Sets up the engine in a new pool (one without an engine).
     pub fn create(pool: Pool<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
-        if !pool.regions(META_TAG).is_empty() {
-            return Err(EngineError::Corrupt("the pool already holds an engine".into()));
-        }
-        let meta = pool.alloc_region(META_TAG, 64)?.get();
+        // A meta region without its magic is an interrupted create: it is taken over.
+        let meta = match pool.regions(META_TAG).first() {
+            Some(&(off, _)) if pool.mem().load(off.get(), Ordering::Acquire) == META_MAGIC => {
+                return Err(EngineError::Corrupt("the pool already holds an engine".into()));
+            }
+            Some(&(off, _)) => off.get(),
+            None => pool.alloc_region(META_TAG, 64)?.get(),
+        };
         let mem = pool.mem();
-        mem.store(meta, META_MAGIC, Ordering::Relaxed);
         mem.store(meta + META_EPOCH, 1, Ordering::Relaxed);
         mem.store(meta + META_ATTEMPT, 1, Ordering::Relaxed);
+        mem.store(meta + META_TXID_RESERVED, 1 + TXID_BLOCK, Ordering::Relaxed);
+        mem.flush(meta);
+        // Fence: the meta words are durable before the magic says the engine exists.
+        mem.fence();
+        mem.store(meta, META_MAGIC, Ordering::Relaxed);
         mem.flush(meta);
         // Fence: the engine exists before anything refers to it.
         mem.fence();
-        Ok(Engine::assemble(pool, config, 1, 1, Vec::new()))
+        Ok(Engine::assemble(pool, config, meta, 1, 1, Vec::new()))
     }
 
     /// Opens the engine of a pool made by [`Engine::create`], recovering it: every transaction
@@ -352,6 +369,7 @@ impl<M: PMem + 'static> Engine<M> {
     pub(crate) fn assemble(
         pool: Pool<M>,
         config: EngineConfig,
+        meta: u64,
         epoch: u64,
         next_txid: u64,
         structures: Vec<Option<Structure>>,
@@ -363,11 +381,14 @@ impl<M: PMem + 'static> Engine<M> {
             .collect();
         let mut structures = structures;
         structures.resize(crate::pool::header::ROOT_ENTRIES, None);
+        let txid_reserved = pool.mem().load(meta + META_TXID_RESERVED, Ordering::Acquire);
         Engine {
             inner: Arc::new(Inner {
                 pool,
                 collector: Collector::new(),
                 next_txid: AtomicU64::new(next_txid.max(1)),
+                txid_reserved: AtomicU64::new(txid_reserved),
+                meta,
                 epoch,
                 rings: Mutex::new(rings),
                 structures: RwLock::new(structures),
@@ -394,27 +415,14 @@ impl<M: PMem + 'static> Engine<M> {
     /// A handle for the calling thread: its descriptor ring, allocation cache and epoch
     /// participation. Keep one per thread.
     pub fn handle(&self) -> Result<Handle<M>, EngineError> {
-        let mut rings = self.inner.rings.lock();
-        let ring = match rings.iter().position(|r| !r.taken) {
-            Some(i) => i,
-            None => {
-                let off = self.inner.pool.alloc_region(RING_TAG, self.inner.config.ring_bytes)?.get();
-                let len = self.inner.config.ring_bytes.next_multiple_of(self.inner.pool.header().layout.chunk_size);
-                rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
-                rings.len() - 1
-            }
-        };
-        let slot = &mut rings[ring];
-        slot.taken = true;
         Ok(Handle {
             inner: Arc::clone(&self.inner),
             epoch: self.inner.collector.register(),
-            ring,
-            cursor: slot.cursor,
-            ring_end: slot.off + slot.len,
+            ring: None,
+            cursor: 0,
+            ring_end: 0,
             cache: AllocCache::new(),
             help_stack: Vec::new(),
-            alloc_failed: None,
         })
     }
 
@@ -489,20 +497,21 @@ pub(crate) enum Step {
     Fail,
     /// The transaction is no longer active: stop executing it.
     Stop,
+    /// The pool is full: the transaction must abort.
+    NoMemory,
 }
 
 /// A thread's access to the engine. See [`Engine::handle`].
 pub struct Handle<M: PMem + 'static> {
     pub(crate) inner: Arc<Inner<M>>,
     pub(crate) epoch: LocalHandle,
-    ring: usize,
+    /// The descriptor ring this handle writes to, taken at its first descriptor.
+    ring: Option<usize>,
     cursor: u64,
     ring_end: u64,
     pub(crate) cache: AllocCache,
     /// Descriptors this thread is executing, innermost last: the owner's, then those it helps.
     help_stack: Vec<u64>,
-    /// Set when an allocation for an op failed (the transaction was aborted).
-    pub(crate) alloc_failed: Option<AllocError>,
 }
 
 impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
@@ -514,16 +523,37 @@ impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
 impl<M: PMem + 'static> Drop for Handle<M> {
     fn drop(&mut self) {
         self.inner.pool.release_cache(&mut self.cache);
-        let mut rings = self.inner.rings.lock();
-        let slot = &mut rings[self.ring];
-        slot.cursor = self.cursor;
-        slot.taken = false;
+        if let Some(ring) = self.ring {
+            let mut rings = self.inner.rings.lock();
+            let slot = &mut rings[ring];
+            slot.cursor = self.cursor;
+            slot.taken = false;
+        }
     }
 }
 
 impl<M: PMem + 'static> Handle<M> {
     pub(crate) fn mem(&self) -> &M {
         self.inner.pool.mem()
+    }
+
+    /// Takes a free descriptor ring (or a new one) for this handle.
+    fn take_ring(&mut self) -> Result<(), EngineError> {
+        let inner = &self.inner;
+        let mut rings = inner.rings.lock();
+        let ring = match rings.iter().position(|r| !r.taken) {
+            Some(i) => i,
+            None => {
+                let off = inner.pool.alloc_region(RING_TAG, inner.config.ring_bytes)?.get();
+                let len = inner.config.ring_bytes.next_multiple_of(inner.pool.header().layout.chunk_size);
+                rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
+                rings.len() - 1
+            }
+        };
+        let slot = &mut rings[ring];
+        slot.taken = true;
+        (self.ring, self.cursor, self.ring_end) = (Some(ring), slot.cursor, slot.off + slot.len);
+        Ok(())
     }
 
     /// Executes `tx`: Committed with each op's result, or Aborted with nothing changed.
@@ -539,7 +569,6 @@ impl<M: PMem + 'static> Handle<M> {
             self.inner.structure(op.structure)?;
         }
         let guard = self.epoch.pin();
-        self.alloc_failed = None;
         self.run_removals(&guard);
         if n == 1 && tx.ops[0].kind.is_read() {
             return self.read_one(&tx.ops[0], &guard);
@@ -556,6 +585,9 @@ impl<M: PMem + 'static> Handle<M> {
                 StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value: op.value }
             })
             .collect();
+        if self.ring.is_none() {
+            self.take_ring()?;
+        }
         let bytes = desc_bytes(n);
         if self.cursor + bytes > self.ring_end {
             return Err(EngineError::RingFull);
@@ -575,13 +607,18 @@ impl<M: PMem + 'static> Handle<M> {
                 for (pos, &i) in order.iter().enumerate() {
                     results[i] = self.before_state(d, pos, &guard);
                 }
-                self.schedule_removals(d);
+                self.schedule_removals(d, true);
                 Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
             }
-            _ => match self.alloc_failed.take() {
-                Some(e) => Err(EngineError::Alloc(e)),
-                None => Ok(Outcome::Aborted { failed_op: failed.map(|pos| order[pos]) }),
-            },
+            _ if desc.aborted_for_memory() => {
+                self.schedule_removals(d, false);
+                let node = crate::structures::list::NODE_BYTES;
+                Err(EngineError::Alloc(AllocError::PoolFull { requested: node, max: self.inner.pool.max_len() }))
+            }
+            _ => {
+                self.schedule_removals(d, false);
+                Ok(Outcome::Aborted { failed_op: failed.map(|pos| order[pos]) })
+            }
         }
     }
 
@@ -620,8 +657,11 @@ impl<M: PMem + 'static> Handle<M> {
                 Step::Done => {}
                 Step::Fail => {
                     failed = Some(i);
-                    let aborted = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted };
-                    let _ = Desc::new(self.mem(), d).cas_state(State::ACTIVE, aborted);
+                    Desc::new(self.mem(), d).abort(false);
+                    break;
+                }
+                Step::NoMemory => {
+                    Desc::new(self.mem(), d).abort(true);
                     break;
                 }
                 Step::Stop => break,
@@ -653,11 +693,36 @@ impl<M: PMem + 'static> Handle<M> {
         // AcqRel on the counter: txids are handed out in a total order that matches the order of
         // the transactions that depend on each other (see `persist`).
         let t = self.inner.next_txid.fetch_add(1, Ordering::AcqRel);
+        if t >= self.inner.txid_reserved.load(Ordering::Acquire) {
+            self.reserve_txids(t);
+        }
         // AcqRel: the txid is assigned once; a helper that loses uses the winner's.
         match mem.compare_exchange(d + TXID, 0, t, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => t,
             Err(winner) => winner,
         }
+    }
+
+    /// Durably raises the txid reservation above `t` before `t` is used, so that no txid handed
+    /// out (read-only ones are never persisted) is handed out again after a restart. Once per
+    /// [`TXID_BLOCK`] txids.
+    #[cold]
+    fn reserve_txids(&self, t: u64) {
+        let mem = self.mem();
+        let at = self.inner.meta + META_TXID_RESERVED;
+        let want = t + TXID_BLOCK;
+        let mut cur = mem.load(at, Ordering::Acquire);
+        while cur < want {
+            // AcqRel: the reservation only grows.
+            match mem.compare_exchange(at, cur, want, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        mem.flush(at);
+        // Fence: the reservation is durable before a txid under it is used.
+        mem.fence();
+        self.inner.txid_reserved.fetch_max(mem.load(at, Ordering::Acquire), Ordering::AcqRel);
     }
 
     /// Persists a committed descriptor (Algorithm 5.4): claim it, assign its txid once, flush its
@@ -695,8 +760,7 @@ impl<M: PMem + 'static> Handle<M> {
     /// transaction already on this thread's help stack means a helping cycle: it is aborted.
     pub(crate) fn help(&mut self, d2: u64, opid: usize, guard: &Guard) {
         if self.help_stack.contains(&d2) {
-            let aborted = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted };
-            let _ = Desc::new(self.mem(), d2).cas_state(State::ACTIVE, aborted);
+            Desc::new(self.mem(), d2).abort(false);
             return;
         }
         self.help_stack.push(d2);
@@ -767,14 +831,22 @@ impl<M: PMem + 'static> Handle<M> {
         if prev == NO_NODE { None } else { self.resolve(Info(prev), Some(d), guard) }
     }
 
-    /// After commit: queue the nodes this transaction made absent for removal once every thread
-    /// that could still be executing on them has unpinned.
-    fn schedule_removals(&self, d: u64) {
+    /// After the transaction finished: queue the nodes it left absent (deleted or removed keys,
+    /// nodes made for reads or removals of absent keys, nodes made by an aborted transaction) for
+    /// removal once every thread that could still be executing on them has unpinned. The removal
+    /// happens only if the node's info word still names this op by then.
+    fn schedule_removals(&self, d: u64, committed: bool) {
         let desc = Desc::new(self.mem(), d);
         let mut any = false;
         for i in 0..desc.nops() {
             let op = desc.op(i);
-            if OpKind::from_code(op.kind).writes() == Some(false) {
+            let absent_before = read_cache(self.mem(), &desc, i) == Some(None);
+            let absent_after = match OpKind::from_code(op.kind).writes() {
+                _ if !committed => absent_before,
+                Some(present) => !present,
+                None => absent_before,
+            };
+            if absent_after {
                 any = true;
                 let deferred = Arc::clone(&self.inner.deferred);
                 let item = (StructId(op.structure), op.key, Info::op(d, i));
