@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use petra_bench::micro::{MicroCase, Mode, run_list};
+use petra_bench::micro::{MicroCase, Mode, StructureKind, run};
 use petra_bench::workload::{Mix, Workload};
 
 /// Benchmarks of PETRA, the persistent transactional lock-free structures.
@@ -16,8 +16,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The dissertation's micro-benchmarks: transactions of strict inserts, deletes and finds on
-    /// the list set, durable and volatile in one run.
+    /// The dissertation's micro-benchmarks: transactions of strict inserts, deletes, updates and
+    /// finds on a structure, durable and volatile in one run.
     ///
     /// tx/s counts committed transactions per second; ops/s counts their operations; abort % is
     /// the share of transactions aborted because a strict op failed (or to break a helping
@@ -27,17 +27,22 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct MicroArgs {
+    /// The structure: list (defaults: key range 10K, mixes 40/40/20 and 10/10/80) or hashmap
+    /// (key range 1M, mixes 40/30/10/20 and 10/10/5/75, insert/delete/update/find).
+    #[arg(long, default_value = "list")]
+    structure: String,
     /// Thread counts to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
     threads: Vec<usize>,
     /// Transaction sizes to run, comma-separated (1 to 16).
     #[arg(long = "tx-size", value_delimiter = ',', default_values_t = [1usize, 4])]
     tx_sizes: Vec<usize>,
-    /// Keys are uniform in [0, key-range).
-    #[arg(long, default_value_t = 10_000)]
-    key_range: u64,
-    /// Operation mix, insert/delete/find in percent (the dissertation's lists: 40/40/20 and 10/10/80).
-    #[arg(long, value_delimiter = ',', default_values_t = ["40/40/20".to_string(), "10/10/80".to_string()])]
+    /// Keys are uniform in [0, key-range) (default: the structure's).
+    #[arg(long)]
+    key_range: Option<u64>,
+    /// Operation mixes in percent, insert/delete/find or insert/delete/update/find (default: the
+    /// structure's, from the dissertation).
+    #[arg(long, value_delimiter = ',')]
     mix: Vec<String>,
     /// Transactions per thread.
     #[arg(long, default_value_t = 100_000)]
@@ -79,7 +84,15 @@ fn micro(args: MicroArgs) -> Result<(), String> {
             other => Err(format!("unknown mode {other:?}: use durable or volatile")),
         })
         .collect::<Result<_, _>>()?;
-    let mixes: Vec<Mix> = args.mix.iter().map(|m| Mix::parse(m)).collect::<Result<_, _>>()?;
+    let structure = StructureKind::parse(&args.structure)?;
+    let (default_range, default_mixes): (u64, &[&str]) = match structure {
+        StructureKind::List => (10_000, &["40/40/20", "10/10/80"]),
+        StructureKind::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
+    };
+    let key_range = args.key_range.unwrap_or(default_range);
+    let mix_names: Vec<String> =
+        if args.mix.is_empty() { default_mixes.iter().map(|m| m.to_string()).collect() } else { args.mix.clone() };
+    let mixes: Vec<Mix> = mix_names.iter().map(|m| Mix::parse(m)).collect::<Result<_, _>>()?;
     if let Some(&bad) = args.tx_sizes.iter().find(|&&s| s == 0 || s > 16) {
         return Err(format!("transaction size {bad} is outside 1 to 16"));
     }
@@ -95,14 +108,15 @@ fn micro(args: MicroArgs) -> Result<(), String> {
     };
     let dir = args.dir.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().to_path_buf());
     println!(
-        "list set, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
-        args.key_range,
+        "{}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
+        structure.name(),
+        key_range,
         args.txs,
         args.prefill * 100.0,
         dir.display()
     );
     println!(
-        "{:<9} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
+        "{:<12} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
         "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
     );
     for mix in &mixes {
@@ -112,14 +126,15 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                 let mut rows = Vec::new();
                 for &mode in &modes {
                     let case = MicroCase {
+                        structure,
                         mode,
                         threads,
-                        workload: Workload { key_range: args.key_range, mix: *mix, tx_size },
+                        workload: Workload { key_range, mix: *mix, tx_size },
                         txs_per_thread: args.txs,
                         prefill: args.prefill,
                         seed: args.seed,
                     };
-                    let r = run_list(case, &dir)?;
+                    let r = run(case, &dir)?;
                     if mode == Mode::Volatile {
                         volatile_tps = Some(r.tx_per_sec());
                     }
@@ -131,7 +146,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                         _ => String::from("-"),
                     };
                     println!(
-                        "{:<9} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
+                        "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
                         mix.to_string(),
                         r.case.mode.name(),
                         threads,

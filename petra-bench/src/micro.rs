@@ -40,9 +40,39 @@ impl Mode {
     }
 }
 
+/// The structure a configuration runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StructureKind {
+    /// The list set.
+    List,
+    /// The hash map, with as many buckets as keys in the range.
+    HashMap,
+}
+
+impl StructureKind {
+    /// Its name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            StructureKind::List => "list",
+            StructureKind::HashMap => "hashmap",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Result<StructureKind, String> {
+        match s {
+            "list" => Ok(StructureKind::List),
+            "hashmap" => Ok(StructureKind::HashMap),
+            other => Err(format!("unknown structure {other:?}: use list or hashmap")),
+        }
+    }
+}
+
 /// One configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct MicroCase {
+    /// The structure.
+    pub structure: StructureKind,
     /// Durable or volatile.
     pub mode: Mode,
     /// Worker threads.
@@ -97,11 +127,17 @@ impl MicroResult {
     }
 }
 
-/// Runs one configuration on a fresh list in a pool file under `dir`.
-pub fn run_list(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
+/// Runs one configuration on a fresh structure in a pool file under `dir`.
+pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
     let w = case.workload;
-    let ring_bytes = (case.txs_per_thread + 64) * petra::tx::descriptor::desc_bytes(w.tx_size) + (1 << 20);
-    let path = dir.join(format!("micro-{}-{}-{}.pool", case.mode.name(), case.threads, w.tx_size));
+    // Descriptors are not recycled yet: a ring must hold every descriptor of a run, and one of
+    // the workers reuses the prefill's ring after it.
+    let prefill_txs = (w.key_range as f64 * case.prefill) as u64 / 8 + 64;
+    let ring_bytes = (case.txs_per_thread + 64) * petra::tx::descriptor::desc_bytes(w.tx_size)
+        + prefill_txs * petra::tx::descriptor::desc_bytes(16)
+        + (1 << 20);
+    let path =
+        dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure.name(), case.mode.name(), case.threads, w.tx_size));
     let _ = std::fs::remove_file(&path);
     let config =
         PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping: Mapping::default() };
@@ -111,7 +147,11 @@ pub fn run_list(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, S
     let mem = Pool::open(&path, &mapping).map_err(|e| e.to_string())?.into_mem();
     let pool = Pool::open_in(Counting::new(mem)).map_err(|e| e.to_string())?;
     let engine = Engine::create(pool, EngineConfig { ring_bytes }).map_err(|e| e.to_string())?;
-    let list = engine.create_list().map_err(|e| e.to_string())?;
+    let list = match case.structure {
+        StructureKind::List => engine.create_list(),
+        StructureKind::HashMap => engine.create_hash_map(w.key_range),
+    }
+    .map_err(|e| e.to_string())?;
     prefill(&engine, list, w.key_range, case.prefill, case.seed)?;
     let barrier = Barrier::new(case.threads + 1);
     let (start, per_thread) = std::thread::scope(|s| {

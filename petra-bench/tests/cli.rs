@@ -14,6 +14,7 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["micro", "--mix", "50/40/20"], "add up to 100"),
         (&["micro", "--modes", "fast"], "unknown mode"),
         (&["micro", "--threads", "0"], "at least 1"),
+        (&["micro", "--structure", "tree"], "unknown structure"),
         (&["micro", "--txs", "many"], "invalid value"),
         (&["frobnicate"], "unrecognized subcommand"),
     ] {
