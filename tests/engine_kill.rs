@@ -20,18 +20,9 @@ fn engine_config() -> EngineConfig {
     EngineConfig { ring_bytes: 8 << 20 }
 }
 
-fn kind_code(k: OpKind) -> u8 {
-    k as u8
-}
-
-fn kind_of(c: u8) -> OpKind {
-    [OpKind::Insert, OpKind::Delete, OpKind::Find, OpKind::Update, OpKind::Put, OpKind::Remove, OpKind::Get]
-        [c as usize - 1]
-}
-
 fn encode(ops: &[Op]) -> String {
     ops.iter()
-        .map(|o| format!("{}:{}:{}:{}", kind_code(o.kind), o.structure.0, o.key, o.value))
+        .map(|o| format!("{}:{}:{}:{}", o.kind as u8, o.structure.0, o.key, o.value))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -40,7 +31,7 @@ fn decode(s: &str) -> Vec<Op> {
     s.split(',')
         .map(|o| {
             let f: Vec<u64> = o.split(':').map(|x| x.parse().unwrap()).collect();
-            Op { kind: kind_of(f[0] as u8), structure: StructId(f[1] as u8), key: f[2], value: f[3] }
+            Op { kind: OpKind::from_code(f[0] as u8), structure: StructId(f[1] as u8), key: f[2], value: f[3] }
         })
         .collect()
 }
@@ -58,7 +49,7 @@ fn child(arg: &str) {
         let n = rng.random_range(1..=4);
         let ops: Vec<Op> = (0..n)
             .map(|_| Op {
-                kind: kind_of(rng.random_range(1..=7)),
+                kind: OpKind::from_code(rng.random_range(1..=7)),
                 structure: LISTS[rng.random_range(0..2)],
                 key: rng.random_range(0..64),
                 value: rng.random_range(1..1_000_000),

@@ -20,15 +20,7 @@ fn engine_config() -> EngineConfig {
 
 fn op_strategy(structures: u8) -> impl Strategy<Value = Op> {
     (1u8..=7, 0..structures, 0u64..12, 1u64..1000).prop_map(|(k, s, key, value)| Op {
-        kind: match k {
-            1 => OpKind::Insert,
-            2 => OpKind::Delete,
-            3 => OpKind::Find,
-            4 => OpKind::Update,
-            5 => OpKind::Put,
-            6 => OpKind::Remove,
-            _ => OpKind::Get,
-        },
+        kind: OpKind::from_code(k),
         structure: StructId(s),
         key,
         value,

@@ -69,15 +69,17 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub(crate) fn from_code(c: u8) -> OpKind {
+    /// Every kind, in the order of their codes (1 to 7).
+    pub const ALL: [OpKind; 7] =
+        [OpKind::Insert, OpKind::Delete, OpKind::Find, OpKind::Update, OpKind::Put, OpKind::Remove, OpKind::Get];
+
+    /// The kind with code `c` (its discriminant, 1 to 7).
+    ///
+    /// # Panics
+    /// On any other code: descriptors are checksummed, so a bad code is a bug.
+    pub fn from_code(c: u8) -> OpKind {
         match c {
-            1 => OpKind::Insert,
-            2 => OpKind::Delete,
-            3 => OpKind::Find,
-            4 => OpKind::Update,
-            5 => OpKind::Put,
-            6 => OpKind::Remove,
-            7 => OpKind::Get,
+            1..=7 => OpKind::ALL[c as usize - 1],
             _ => panic!("invalid op kind {c}"),
         }
     }
