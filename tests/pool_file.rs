@@ -100,6 +100,12 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     std::fs::write(&bad, &b).unwrap();
     assert!(matches!(refused(&bad), OpenError::HeaderChecksum { .. }));
 
+    // A chunk table entry inside the file that names no use.
+    let mut b = good.clone();
+    b[4096..4104].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&bad, &b).unwrap();
+    assert!(matches!(refused(&bad), OpenError::BadLayout(why) if why.contains("chunk table entry 0")));
+
     // Cut in the middle of a chunk.
     std::fs::write(&bad, &good[..good.len() - 100]).unwrap();
     assert!(matches!(refused(&bad), OpenError::Truncated { .. }));
@@ -352,4 +358,32 @@ fn volatile_mode_is_reported_and_skips_persistence() {
     drop(pool);
     let err = Pool::open(&path, &Mapping { require_dax: true, ..Mapping::default() }).unwrap_err();
     assert!(err.to_string().contains("DAX"), "{err}");
+}
+
+#[test]
+fn a_cache_filled_before_a_rebuild_hands_out_nothing_twice() {
+    let mut pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
+    let mut cache = petra::pool::AllocCache::new();
+    let blocks: Vec<POff> = (0..10).map(|_| pool.alloc(&mut cache, 64).unwrap()).collect();
+    for &b in &blocks[..5] {
+        pool.free(&mut cache, b); // the cache now holds these five
+    }
+    pool.rebuild(blocks[5..].iter().copied()).unwrap(); // ...which the rebuild also frees
+    let mut seen = HashSet::new();
+    for _ in 0..(CHUNK / 64) {
+        let b = pool.alloc(&mut cache, 64).unwrap();
+        assert!(!blocks[5..].contains(&b), "{b} is live");
+        assert!(seen.insert(b), "{b} handed out twice");
+    }
+}
+
+#[test]
+#[should_panic(expected = "not the start of a whole block")]
+fn freeing_the_fragment_at_a_chunks_end_is_refused() {
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
+    let mut cache = petra::pool::AllocCache::new();
+    let first = pool.alloc(&mut cache, 48).unwrap();
+    // 48-byte blocks: the chunk's last 16 bytes hold no whole block.
+    let chunk_start = first.get() - (first.get() - pool.header().layout.data_off) % CHUNK;
+    pool.free(&mut cache, POff::new(chunk_start + (CHUNK / 48) * 48));
 }

@@ -25,6 +25,7 @@
 //! ```
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -182,17 +183,17 @@ impl KillLoop {
             }
         }
         std::thread::sleep(delay);
-        let exited = child.try_wait().map_err(|e| e.to_string())?.is_some();
-        if !exited {
-            // SIGKILL: `Child::kill` sends it on Unix.
-            child.kill().map_err(|e| format!("cannot kill the child: {e}"))?;
-        }
+        // SIGKILL: `Child::kill` sends it on Unix (and fails only if the child was reaped).
+        child.kill().map_err(|e| format!("cannot kill the child: {e}"))?;
         let status = child.wait().map_err(|e| e.to_string())?;
         reader.join().map_err(|_| "the reader thread panicked".to_owned())?;
         acks.extend(rx.try_iter());
-        if exited && !status.success() {
+        // Killed only if the signal ended it: a child that exited on its own, even just before
+        // the kill, did not die by it, and one that failed is reported.
+        let killed = status.signal() == Some(libc::SIGKILL);
+        if !killed && !status.success() {
             return Err(format!("the child failed on its own ({status}); its stderr is above"));
         }
-        Ok(ChildOutput { acks, killed: !exited, ran_for: start.elapsed() })
+        Ok(ChildOutput { acks, killed, ran_for: start.elapsed() })
     }
 }

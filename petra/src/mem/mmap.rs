@@ -165,7 +165,8 @@ impl MmapMem {
             grow_lock: Mutex::new(()),
         };
         // From here on, dropping `mem` releases the reservation.
-        let dax = mem.map_range(0, len, true)?;
+        let dax = mem.probe_sync();
+        mem.map_range(0, len, dax)?;
         if options.require_dax && !dax {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -194,43 +195,80 @@ impl MmapMem {
         Ok(mem)
     }
 
-    /// Maps file bytes `[from, to)` at the same offsets of the reservation. With `try_sync`,
-    /// first asks for `MAP_SYNC` and reports whether the kernel granted it.
-    fn map_range(&self, from: u64, to: u64, try_sync: bool) -> io::Result<bool> {
+    /// Whether the kernel maps this file with `MAP_SYNC` (it does only for files on DAX). Probed
+    /// with a mapping at an address of the kernel's choosing, never over the reservation: a
+    /// refused `MAP_FIXED` request can unmap the range it was to replace before it fails.
+    fn probe_sync(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            let page = page_size() as usize;
+            // SAFETY: a fresh shared mapping of the file's first page at an address the kernel
+            // chooses; it aliases nothing of ours and is unmapped right away, untouched.
+            let addr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                    self.file.as_raw_fd(),
+                    0,
+                )
+            };
+            if addr == libc::MAP_FAILED {
+                return false;
+            }
+            // SAFETY: `addr` is the mapping just made, of `page` bytes, referenced by nothing.
+            unsafe { libc::munmap(addr, page) };
+            true
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// Maps file bytes `[from, to)` at the same offsets of the reservation, with `MAP_SYNC` if
+    /// `sync`. On failure the range is reserved again, so that no other mapping can take it.
+    fn map_range(&self, from: u64, to: u64, sync: bool) -> io::Result<()> {
         debug_assert!(from < to && to <= self.max_len);
         let length = (to - from) as usize;
         let offset = libc::off_t::try_from(from).map_err(|_| io::Error::other("offset too large"))?;
-        let fd = self.file.as_raw_fd();
-        let try_map = |flags: libc::c_int| {
-            // SAFETY: the target range lies inside our own reservation (`to <= max_len`) and is
-            // either still PROT_NONE or (for a retry) the same file range; MAP_FIXED replaces it,
-            // which can invalidate no reference because no reference into `[from, to)` exists yet:
-            // `len` is published only after this returns.
-            unsafe {
+        #[cfg(target_os = "linux")]
+        let flags = if sync { libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC } else { libc::MAP_SHARED };
+        #[cfg(not(target_os = "linux"))]
+        let flags = {
+            let _ = sync;
+            libc::MAP_SHARED
+        };
+        // SAFETY: the target range lies inside our own reservation (`to <= max_len`) and is still
+        // PROT_NONE; MAP_FIXED replaces it, which can invalidate no reference because no
+        // reference into `[from, to)` exists yet: `len` is published only after this returns.
+        let addr = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(from as usize).cast(),
+                length,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags | libc::MAP_FIXED,
+                self.file.as_raw_fd(),
+                offset,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            let err = io::Error::last_os_error();
+            // SAFETY: as above: the range is ours and unreferenced; this puts the reservation back
+            // where the failed call may have removed it.
+            let restored = unsafe {
                 libc::mmap(
                     self.base.as_ptr().add(from as usize).cast(),
                     length,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags | libc::MAP_FIXED,
-                    fd,
-                    offset,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                    -1,
+                    0,
                 )
-            }
-        };
-        #[cfg(target_os = "linux")]
-        if try_sync {
-            let addr = try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC);
-            if addr != libc::MAP_FAILED {
-                return Ok(true);
-            }
+            };
+            assert!(restored != libc::MAP_FAILED, "cannot restore the pool's address reservation: {err}");
+            return Err(err);
         }
-        #[cfg(not(target_os = "linux"))]
-        let _ = try_sync;
-        let addr = try_map(libc::MAP_SHARED);
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(false)
+        Ok(())
     }
 
     /// The flush instruction in use.

@@ -56,9 +56,21 @@ fn depot_index(family: Family, class: usize) -> usize {
     family as usize * CLASSES + class
 }
 
+/// Whether a chunk table word names a use this build knows.
+pub(crate) fn valid_entry(w: u64) -> bool {
+    match ChunkUse::decode(w) {
+        Some(ChunkUse::Slab { class, .. }) => (class as usize) < CLASSES,
+        Some(_) => true,
+        None => false,
+    }
+}
+
 /// Volatile allocator state shared by all threads.
 #[derive(Debug)]
 pub(crate) struct Allocator {
+    /// Which allocator, and which rebuild of it, a cache's blocks come from.
+    id: u64,
+    generation: std::sync::atomic::AtomicU64,
     /// Full magazines of free blocks, per (family, class).
     depots: Vec<SegQueue<Vec<u64>>>,
     /// Single blocks freed by threads without a cache of their own (deferred frees), per
@@ -125,7 +137,11 @@ impl Allocator {
                 free.insert(i as u64, dirty);
             }
         }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Allocator {
+            // Relaxed: only uniqueness matters.
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            generation: std::sync::atomic::AtomicU64::new(0),
             depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             returns: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             chunks: Mutex::new(Chunks { free, in_file }),
@@ -203,6 +219,15 @@ impl<M: PMem> Pool<M> {
                 self.mem.store(w, 0, std::sync::atomic::Ordering::Relaxed);
             }
             self.mem.flush_range(off, len);
+            // Stale entries (a run whose creation never finished reads as free but is still on the
+            // media) are cleared under the same fence, so that a partly persisted new use can
+            // never combine with them into a run that looks whole.
+            for i in start..start + n {
+                if self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed) != 0 {
+                    self.mem.store(layout.entry_off(i), 0, std::sync::atomic::Ordering::Relaxed);
+                    self.mem.flush(layout.entry_off(i));
+                }
+            }
             // Fence: the zeroes are durable before the table entry names the new use.
             self.mem.fence();
         }
@@ -350,7 +375,8 @@ impl<M: PMem> Pool<M> {
                 other => return Err(not_block(format!("in a chunk used as {other:?}"))),
             }
         }
-        // Validated: now change state.
+        // Validated: now change state. Caches filled before this rebuild are stale from now on.
+        self.alloc.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         for depot in &self.alloc.depots {
             while depot.pop().is_some() {}
         }
@@ -451,19 +477,33 @@ fn find_run(free: &BTreeMap<u64, Dirty>, n: u64) -> Option<u64> {
 /// A thread's cache of free blocks: one magazine per (family, class). Owned, so that a
 /// long-lived per-thread structure can keep one; give it back with
 /// [`Pool::release_cache`](super::Pool::release_cache) (or use [`Local`], which does).
+/// A cache remembers the allocator (and the rebuild of it) its blocks came from: used with another
+/// pool, or after a rebuild, its blocks are dropped rather than handed out twice.
 #[derive(Debug, Default)]
 pub struct AllocCache {
     mags: Vec<Vec<u64>>,
+    /// (allocator id, generation) the blocks belong to; (0, 0) for none yet.
+    owner: (u64, u64),
 }
 
 impl AllocCache {
     /// An empty cache.
     pub fn new() -> AllocCache {
-        AllocCache { mags: vec![Vec::new(); FAMILIES * CLASSES] }
+        AllocCache { mags: vec![Vec::new(); FAMILIES * CLASSES], owner: (0, 0) }
     }
 }
 
 impl<M: PMem> Pool<M> {
+    /// Makes `cache` this allocator's current one, dropping blocks it holds from another pool or
+    /// from before a rebuild (the rebuild already counted them free).
+    fn bind(&self, cache: &mut AllocCache) {
+        let owner = (self.alloc.id, self.alloc.generation.load(std::sync::atomic::Ordering::Acquire));
+        if cache.owner != owner || cache.mags.is_empty() {
+            *cache = AllocCache::new();
+            cache.owner = owner;
+        }
+    }
+
     /// Allocates a node block of at least `size` bytes (at most [`MAX_CLASS_SIZE`]) through
     /// `cache`. Its bytes are whatever its last use left, or zero. No flush, no fence.
     pub fn alloc(&self, cache: &mut AllocCache, size: u64) -> Result<POff, AllocError> {
@@ -473,9 +513,7 @@ impl<M: PMem> Pool<M> {
 
     fn alloc_class(&self, cache: &mut AllocCache, family: Family, class: usize) -> Result<POff, AllocError> {
         let idx = depot_index(family, class);
-        if cache.mags.is_empty() {
-            *cache = AllocCache::new();
-        }
+        self.bind(cache);
         if let Some(off) = cache.mags[idx].pop() {
             return Ok(POff::new(off));
         }
@@ -517,9 +555,7 @@ impl<M: PMem> Pool<M> {
 
     /// Puts a free block into `cache`, passing a magazine to the depot when the cache holds two.
     fn cache_free(&self, cache: &mut AllocCache, idx: usize, off: POff) {
-        if cache.mags.is_empty() {
-            *cache = AllocCache::new();
-        }
+        self.bind(cache);
         cache.mags[idx].push(off.get());
         if cache.mags[idx].len() >= 2 * MAGAZINE {
             let full = cache.mags[idx].split_off(MAGAZINE);
@@ -545,7 +581,11 @@ impl<M: PMem> Pool<M> {
             }
             other => panic!("free({off}): not a {family:?} block but {other:?}"),
         };
-        assert!(rel.is_multiple_of(CLASS_SIZES[class] as u64), "free({off}): inside a block");
+        let size = CLASS_SIZES[class] as u64;
+        assert!(
+            rel.is_multiple_of(size) && rel / size < self.header.layout.chunk_size / size,
+            "free({off}): not the start of a whole block"
+        );
         depot_index(family, class)
     }
 
@@ -592,6 +632,7 @@ impl<M: PMem> Pool<M> {
 
     /// Returns a cache's blocks to the shared depot.
     pub fn release_cache(&self, cache: &mut AllocCache) {
+        self.bind(cache);
         for (idx, mag) in cache.mags.iter_mut().enumerate() {
             if !mag.is_empty() {
                 self.alloc.depots[idx].push(std::mem::take(mag));

@@ -177,7 +177,9 @@ fn check_len(layout: &Layout, len: u64) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// Every chunk table entry past the file's end must be free: a used one means the file was cut.
+/// Every chunk table entry must decode (a single 8-byte store writes each, so only corruption
+/// makes one that does not), and every entry past the file's end must be free: a used one means
+/// the file was cut.
 fn check_table(
     layout: &Layout,
     len: u64,
@@ -185,13 +187,21 @@ fn check_table(
 ) -> io::Result<Result<(), OpenError>> {
     let in_file = layout.chunks_in(len);
     let mut buf = vec![0u8; 64 << 10];
-    let (mut i, end) = (in_file, layout.chunk_capacity);
-    while i < end {
-        let n = ((end - i) as usize).min(buf.len() / 8);
+    let mut i = 0;
+    while i < layout.chunk_capacity {
+        let n = ((layout.chunk_capacity - i) as usize).min(buf.len() / 8);
         read(layout.entry_off(i), &mut buf[..n * 8])?;
-        if let Some(k) = buf[..n * 8].chunks(8).position(|w| w != [0; 8]) {
-            let needed = layout.chunk_off(i + k as u64 + 1);
-            return Ok(Err(OpenError::Truncated { len, expected: needed }));
+        for (k, w) in buf[..n * 8].chunks(8).enumerate() {
+            let (entry, word) = (i + k as u64, u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            if word == 0 {
+                continue;
+            }
+            if entry >= in_file {
+                return Ok(Err(OpenError::Truncated { len, expected: layout.chunk_off(entry + 1) }));
+            }
+            if !alloc::valid_entry(word) {
+                return Ok(Err(OpenError::BadLayout(format!("chunk table entry {entry} is corrupt ({word:#x})"))));
+            }
         }
         i += n as u64;
     }
