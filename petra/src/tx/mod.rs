@@ -31,12 +31,12 @@
 pub mod descriptor;
 pub mod info;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 use crossbeam_queue::SegQueue;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::error::{AllocError, EngineError};
 use crate::mem::PMem;
@@ -299,7 +299,11 @@ pub(crate) struct Inner<M: PMem> {
     /// The committed recovery epoch: descriptors carry it, FINAL states and normalised nodes too.
     pub(crate) epoch: u64,
     rings: Mutex<Vec<RingSlot>>,
-    pub(crate) structures: RwLock<Vec<Option<Structure>>>,
+    /// The structures by root slot: set once when created (or recovered), then only read, so
+    /// that looking one up is a plain load, not a shared lock's read-modify-write.
+    pub(crate) structures: Vec<OnceLock<Structure>>,
+    /// Serialises the creation of structures.
+    create_lock: Mutex<()>,
     config: EngineConfig,
     /// What the epoch collector hands back; shared with its deferred functions, which must not
     /// hold the engine itself (the engine owns the collector).
@@ -381,8 +385,12 @@ impl<M: PMem + 'static> Engine<M> {
             .into_iter()
             .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false })
             .collect();
-        let mut structures = structures;
-        structures.resize(crate::pool::header::ROOT_ENTRIES, None);
+        let slots: Vec<OnceLock<Structure>> = (0..crate::pool::header::ROOT_ENTRIES).map(|_| OnceLock::new()).collect();
+        for (slot, s) in structures.into_iter().enumerate() {
+            if let Some(s) = s {
+                let _ = slots[slot].set(s);
+            }
+        }
         let txid_reserved = pool.mem().load(meta + META_TXID_RESERVED, Ordering::Acquire);
         Engine {
             inner: Arc::new(Inner {
@@ -393,7 +401,8 @@ impl<M: PMem + 'static> Engine<M> {
                 meta,
                 epoch,
                 rings: Mutex::new(rings),
-                structures: RwLock::new(structures),
+                structures: slots,
+                create_lock: Mutex::new(()),
                 config,
                 deferred: Arc::default(),
             }),
@@ -450,17 +459,19 @@ impl<M: PMem + 'static> Engine<M> {
         &self,
         make: impl FnOnce(&Pool<M>) -> Result<(Structure, RootEntry), AllocError>,
     ) -> Result<StructId, EngineError> {
-        let mut structures = self.inner.structures.write();
+        let _creating = self.inner.create_lock.lock();
         let (structure, entry) = make(&self.inner.pool)?;
         let slot = self.inner.pool.add_root(entry).ok_or(EngineError::TooManyStructures)?;
-        structures[slot] = Some(structure);
+        self.inner.structures[slot]
+            .set(structure)
+            .map_err(|_| EngineError::Corrupt(format!("root slot {slot} taken twice")))?;
         Ok(StructId(slot as u8))
     }
 
     /// The structures, by id.
     pub fn structures(&self) -> Vec<StructId> {
-        let s = self.inner.structures.read();
-        (0..s.len()).filter(|&i| s[i].is_some()).map(|i| StructId(i as u8)).collect()
+        let s = &self.inner.structures;
+        (0..s.len()).filter(|&i| s[i].get().is_some()).map(|i| StructId(i as u8)).collect()
     }
 
     /// The present keys of a structure with their values, in key order. Not a transaction: a
@@ -486,7 +497,7 @@ impl<M: PMem + 'static> Engine<M> {
 
 impl<M: PMem> Inner<M> {
     pub(crate) fn structure(&self, s: StructId) -> Result<Structure, EngineError> {
-        self.structures.read().get(s.0 as usize).cloned().flatten().ok_or(EngineError::UnknownStructure(s.0))
+        self.structures.get(s.0 as usize).and_then(OnceLock::get).cloned().ok_or(EngineError::UnknownStructure(s.0))
     }
 }
 
