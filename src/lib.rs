@@ -91,16 +91,23 @@ pub mod kinds {
         List,
         /// The hash map, with 16 buckets: short chains, and collisions on small key ranges.
         HashMap,
+        /// The skiplist.
+        SkipList,
     }
 
     /// Every kind.
-    pub const ALL: [Kind; 2] = [Kind::List, Kind::HashMap];
+    pub const ALL: [Kind; 3] = [Kind::List, Kind::HashMap, Kind::SkipList];
+
+    /// Blocks the allocator holds besides the nodes of present keys: the list's and the
+    /// skiplist's head sentinels (the hash map's buckets are a region).
+    pub const HEADS: u64 = 2;
 
     /// Creates a structure of `kind`.
     pub fn create<M: PMem + 'static>(engine: &Engine<M>, kind: Kind) -> StructId {
         match kind {
             Kind::List => engine.create_list(),
             Kind::HashMap => engine.create_hash_map(16),
+            Kind::SkipList => engine.create_skiplist(),
         }
         .expect("a structure is created")
     }

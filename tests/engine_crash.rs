@@ -13,6 +13,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const MAX_LEN: u64 = 16 << 20;
+/// A list, a hash map and a skiplist.
+const ALL: [StructId; 3] = [StructId(0), StructId(1), StructId(2)];
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 512 << 10, max_size: MAX_LEN, chunk_size: 64 << 10, mapping: Mapping::default() }
@@ -33,15 +35,17 @@ struct Acked {
     results: Vec<Option<u64>>,
 }
 
-/// A pool with an engine, two lists and a few keys, cleanly closed.
+/// A pool with an engine, one structure of each kind and a few keys, cleanly closed.
 fn setup() -> SimMem {
     let mem = Arc::new(SimMem::new(0, MAX_LEN));
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let engine = Engine::create(pool, engine_config()).unwrap();
-    let [a, b] = petra_suite::kinds::create_all(&engine)[..] else { unreachable!() };
+    let ids = petra_suite::kinds::create_all(&engine);
+    assert_eq!(ids, ALL);
+    let [a, b, c] = ALL;
     let mut h = engine.handle().unwrap();
     let mut tx = Transaction::new();
-    tx.put(a, 1, 10).put(a, 2, 20).put(b, 1, 100);
+    tx.put(a, 1, 10).put(a, 2, 20).put(b, 1, 100).put(c, 3, 300);
     assert!(h.execute(&tx).unwrap().is_committed());
     drop(h);
     engine.into_pool().unwrap().close().unwrap();
@@ -62,7 +66,7 @@ fn random_tx(rng: &mut StdRng) -> Vec<Op> {
             };
             Op {
                 kind,
-                structure: StructId(rng.random_range(0..2)),
+                structure: StructId(rng.random_range(0..3)),
                 key: rng.random_range(0..6),
                 value: rng.random_range(1..1000),
             }
@@ -123,18 +127,19 @@ fn replay(base: &Model, set: &[&Acked], acked_before: u64) -> Option<Model> {
 fn check(acked: &[Acked], crash_event: u64, mem: SimMem) -> Result<(), String> {
     let pool = Pool::open_in(mem).map_err(|e| format!("open: {e}"))?;
     let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
-    let got: Vec<Vec<(u64, u64)>> = [StructId(0), StructId(1)].iter().map(|&s| engine.entries(s).unwrap()).collect();
+    let got: Vec<Vec<(u64, u64)>> = ALL.iter().map(|&s| engine.entries(s).unwrap()).collect();
     // The allocator holds exactly the nodes of the present keys and the list's head (the map's
     // buckets are a region).
     let live = report.allocator.live_blocks;
-    if live != report.present_keys + 1 {
-        return Err(format!("{live} live blocks for {} keys and 1 list head", report.present_keys));
+    if live != report.present_keys + petra_suite::kinds::HEADS {
+        return Err(format!("{live} live blocks for {} keys and the heads", report.present_keys));
     }
     let mut base = Model::default();
     base.apply(&[
         Op { kind: OpKind::Put, structure: StructId(0), key: 1, value: 10 },
         Op { kind: OpKind::Put, structure: StructId(0), key: 2, value: 20 },
         Op { kind: OpKind::Put, structure: StructId(1), key: 1, value: 100 },
+        Op { kind: OpKind::Put, structure: StructId(2), key: 3, value: 300 },
     ]);
     let done: Vec<&Acked> = acked.iter().filter(|a| a.end <= crash_event).collect();
     let in_flight: Vec<&Acked> = acked.iter().filter(|a| a.start <= crash_event && a.end > crash_event).collect();
@@ -142,7 +147,7 @@ fn check(acked: &[Acked], crash_event: u64, mem: SimMem) -> Result<(), String> {
         let mut set = done.clone();
         set.extend(in_flight.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, a)| *a));
         if let Some(m) = replay(&base, &set, crash_event)
-            && got == [m.entries(StructId(0)), m.entries(StructId(1))]
+            && got == ALL.iter().map(|&s| m.entries(s)).collect::<Vec<_>>()
         {
             return Ok(());
         }

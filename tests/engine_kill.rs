@@ -14,7 +14,7 @@ use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const LISTS: [StructId; 2] = [StructId(0), StructId(1)];
+const LISTS: [StructId; 3] = [StructId(0), StructId(1), StructId(2)];
 
 fn engine_config() -> EngineConfig {
     EngineConfig { ring_bytes: 8 << 20 }
@@ -50,7 +50,7 @@ fn child(arg: &str) {
         let ops: Vec<Op> = (0..n)
             .map(|_| Op {
                 kind: OpKind::from_code(rng.random_range(1..=7)),
-                structure: LISTS[rng.random_range(0..2)],
+                structure: LISTS[rng.random_range(0..3)],
                 key: rng.random_range(0..64),
                 value: rng.random_range(1..1_000_000),
             })
@@ -106,8 +106,8 @@ fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
         Some(m) => {
             *base = m;
             let live = report.allocator.live_blocks;
-            if live != report.present_keys + 1 {
-                return Err(format!("{live} live blocks for {} keys and 1 list head: a leak", report.present_keys));
+            if live != report.present_keys + petra_suite::kinds::HEADS {
+                return Err(format!("{live} live blocks for {} keys and the heads: a leak", report.present_keys));
             }
             Ok(())
         }

@@ -36,7 +36,7 @@ enum Step {
 
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
-        12 => (prop::collection::vec(op_strategy(2), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
+        12 => (prop::collection::vec(op_strategy(3), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
         1 => any::<bool>().prop_map(|clean| Step::Reopen { clean }),
     ]
 }
@@ -46,7 +46,7 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let mut engine = Engine::create(pool, engine_config()).unwrap();
     let ids = petra_suite::kinds::create_all(&engine);
-    assert_eq!(ids, [StructId(0), StructId(1)]);
+    assert_eq!(ids, [StructId(0), StructId(1), StructId(2)]);
     let mut model = Model::default();
     let mut h = engine.handle().unwrap();
     for step in steps {
@@ -118,8 +118,11 @@ fn persistence_costs_exactly_one_fence_and_the_descriptor_lines() {
 
 fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let mut h = engine.handle().unwrap();
-    // A handle takes its descriptor ring (a region, persisted once) with its first descriptor.
-    assert!(h.execute(Transaction::new().get(s, 0).get(s, 1)).unwrap().is_committed());
+    // A handle takes its descriptor ring (a region, persisted once) with its first descriptor, and
+    // the first node of each size persists its slab chunk's use once: warm both up.
+    for k in 0..512 {
+        assert!(h.execute(Transaction::new().put(s, 1 << 40 | k, 0).remove(s, 1 << 40 | k)).unwrap().is_committed());
+    }
     let count = |h: &mut petra::Handle<Counting<SimMem>>, tx: &Transaction| {
         let before = MemCounts::current();
         let out = h.execute(tx).unwrap();
@@ -153,4 +156,36 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let (out, flushes, fences) = count(&mut h, &tx);
     assert_eq!(out, Outcome::Aborted { failed_op: Some(1) });
     assert_eq!((flushes, fences), (0, 0), "an aborted transaction persists nothing");
+}
+
+#[test]
+fn skiplist_towers_index_about_a_quarter_of_the_keys_per_level() {
+    use petra::mem::PMem;
+    use std::sync::atomic::Ordering;
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &config()).unwrap();
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 4 << 20 }).unwrap();
+    let s = engine.create_skiplist().unwrap();
+    let mut h = engine.handle().unwrap();
+    for k in 0..4096u64 {
+        assert!(h.execute(Transaction::new().insert(s, k, k).find(s, k)).unwrap().is_committed());
+    }
+    let head = engine.pool().root(s.0 as usize).unwrap().params[0];
+    let mem = engine.pool().mem();
+    // Level l's links: +40 for level 0, then +56, +64, ... (see structures::skiplist).
+    let count = |l: u64| {
+        let off = if l == 0 { 40 } else { 48 + 8 * l };
+        let (mut n, mut curr, mut last_key) = (0u64, mem.load(head + off, Ordering::Acquire), None);
+        while curr != 0 {
+            let key = mem.load(curr, Ordering::Relaxed);
+            assert!(last_key < Some(key), "level {l} out of order");
+            last_key = Some(key);
+            n += 1;
+            curr = mem.load(curr + off, Ordering::Acquire) & !1;
+        }
+        n
+    };
+    assert_eq!(count(0), 4096);
+    let (l1, l2) = (count(1), count(2));
+    assert!((800..1300).contains(&l1), "level 1 indexes {l1} of 4096 keys");
+    assert!((150..380).contains(&l2), "level 2 indexes {l2} of 4096 keys");
 }

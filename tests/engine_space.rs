@@ -25,7 +25,7 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
     let chunks_before = engine.pool().chunk_counts().node;
     let mut h = engine.handle().unwrap();
     // Fresh keys every round, so that every insert makes a new node.
-    for round in 0..2_000u64 {
+    for round in 0..1_000u64 {
         for k in round * 50..round * 50 + 50 {
             assert!(h.execute(Transaction::new().insert(s, k, round)).unwrap().is_committed());
         }
@@ -33,10 +33,11 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
             assert!(h.execute(Transaction::new().delete(s, k)).unwrap().is_committed());
         }
     }
-    // 100 000 nodes were created and deleted; without reclamation they would fill 75 chunks of
-    // 64 KiB (48-byte nodes).
+    // 50 000 nodes were created and deleted; without reclamation they would fill at least 37
+    // chunks of 64 KiB (48-byte nodes; skiplist towers are larger).
     let chunks = engine.pool().chunk_counts().node - chunks_before;
-    assert!(chunks <= 3, "{chunks} more node chunks for at most 50 live keys: deleted nodes are not reused");
+    // A chunk or two per size class in use (skiplist towers of heights 1 to 5 use three).
+    assert!(chunks <= 6, "{chunks} more node chunks for at most 50 live keys: deleted nodes are not reused");
     assert!(engine.entries(s).unwrap().is_empty());
 }
 

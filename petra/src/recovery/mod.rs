@@ -31,12 +31,13 @@ use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool, RebuildReport};
 use crate::structures::hashmap::HashMap;
 use crate::structures::list::{List, NEXT, NODE_BYTES};
+use crate::structures::skiplist::{MAX_HEIGHT, META, SkipList, height_of, next_off, node_bytes_of};
 use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
 use crate::tx::descriptor::read_persisted;
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED,
-    OpKind, RING_TAG, Structure, TXID_BLOCK,
+    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, KIND_SKIPLIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG,
+    META_TXID_RESERVED, OpKind, RING_TAG, Structure, TXID_BLOCK,
 };
 
 /// What recovery found and did.
@@ -84,6 +85,7 @@ pub(crate) fn recover<M: PMem + 'static>(
         let s = match entry.kind {
             KIND_LIST => Structure::List(List { head: entry.params[0] }),
             KIND_HASH_MAP => Structure::HashMap(HashMap { buckets: entry.params[0], n: entry.params[1] }),
+            KIND_SKIPLIST => Structure::SkipList(SkipList { head: entry.params[0] }),
             other => {
                 return Err(EngineError::Corrupt(format!("root slot {slot} holds an unknown structure kind {other}")));
             }
@@ -148,6 +150,13 @@ pub(crate) fn recover<M: PMem + 'static>(
     let mut cache = AllocCache::new();
     let mut live: Vec<POff> = Vec::new();
     for (&slot, structure) in &structures {
+        if let Structure::SkipList(list) = structure {
+            let present: Vec<(u64, u64)> =
+                state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
+            report.present_keys += present.len() as u64;
+            rebuild_skiplist(&pool, &mut cache, list, slot, new_epoch, &present, &mut live)?;
+            continue;
+        }
         // Present keys by chain, each in key order.
         let mut chains: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
         for (&(_, key), v) in state.range((slot, 0)..=(slot, u64::MAX)) {
@@ -200,4 +209,47 @@ pub(crate) fn recover<M: PMem + 'static>(
     let structures =
         (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
     Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
+}
+
+/// Writes a skiplist of normalised nodes for `present` (in key order) and hangs it off `list`'s
+/// head: every tower whole, each node's link count its height.
+fn rebuild_skiplist<M: PMem>(
+    pool: &Pool<M>,
+    cache: &mut AllocCache,
+    list: &SkipList,
+    slot: u8,
+    epoch: u64,
+    present: &[(u64, u64)],
+    live: &mut Vec<POff>,
+) -> Result<(), EngineError> {
+    let mem = pool.mem();
+    let mut last = [list.head; MAX_HEIGHT];
+    for l in 0..MAX_HEIGHT {
+        mem.store(list.head + next_off(l), 0, Ordering::Relaxed);
+    }
+    let mut nodes = Vec::with_capacity(present.len());
+    for &(key, value) in present {
+        let height = height_of(key);
+        let node = pool.alloc(cache, node_bytes_of(height))?.get();
+        let norm = norm_word(epoch, slot, true);
+        mem.store(node + KEY, key, Ordering::Relaxed);
+        mem.store(node + INFO, Info::final_state(node, true, epoch).0, Ordering::Relaxed);
+        mem.store(node + VALUE, value, Ordering::Relaxed);
+        mem.store(node + NORM, norm, Ordering::Relaxed);
+        mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
+        mem.store(node + META, height as u64 | (height as u64) << 8, Ordering::Relaxed);
+        for (l, prev) in last.iter_mut().enumerate().take(height) {
+            mem.store(node + next_off(l), 0, Ordering::Relaxed);
+            mem.store(*prev + next_off(l), node, Ordering::Relaxed);
+            *prev = node;
+        }
+        nodes.push((node, node_bytes_of(height)));
+        live.push(POff::new(node));
+    }
+    for (node, bytes) in nodes {
+        mem.flush_range(node, bytes);
+    }
+    mem.flush_range(list.head, node_bytes_of(MAX_HEIGHT));
+    live.push(POff::new(list.head));
+    Ok(())
 }

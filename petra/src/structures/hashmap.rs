@@ -59,7 +59,7 @@ fn mix(key: u64) -> u64 {
 impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     type Pos = ChainPos;
 
-    fn node_bytes(&self) -> u64 {
+    fn node_bytes(&self, _key: u64) -> u64 {
         NODE_BYTES
     }
 

@@ -164,7 +164,7 @@ impl List {
 impl<M: PMem + 'static> LinkedSet<M> for List {
     type Pos = ChainPos;
 
-    fn node_bytes(&self) -> u64 {
+    fn node_bytes(&self, _key: u64) -> u64 {
         NODE_BYTES
     }
 

@@ -17,6 +17,7 @@
 
 pub mod hashmap;
 pub mod list;
+pub mod skiplist;
 
 use std::sync::atomic::Ordering;
 
@@ -57,8 +58,12 @@ pub(crate) fn norm_check(key: u64, value: u64, norm: u64) -> u64 {
 pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// Where a new node for a key would go.
     type Pos;
-    /// Bytes of a node.
-    fn node_bytes(&self) -> u64;
+    /// Bytes of a node for `key`.
+    fn node_bytes(&self, key: u64) -> u64;
+    /// Initialises the structure's own words of a new node for `key` (before [`link`]).
+    ///
+    /// [`link`]: LinkedSet::link
+    fn init_links(&self, _mem: &M, _node: u64, _key: u64) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
     fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (Self::Pos, Option<u64>);
     /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile.
@@ -143,7 +148,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                         continue;
                     }
                 }
-                let node = match h.inner.pool.alloc(&mut h.cache, set.node_bytes()) {
+                let node = match h.inner.pool.alloc(&mut h.cache, set.node_bytes(op.key)) {
                     Ok(n) => n.get(),
                     Err(_) => return Step::NoMemory,
                 };
@@ -153,6 +158,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                 mem.store(node + VALUE, if kind.writes() == Some(true) { op.value } else { 0 }, Ordering::Relaxed);
                 mem.store(node + NORM, 0, Ordering::Relaxed);
                 mem.store(node + CHECK, 0, Ordering::Relaxed);
+                set.init_links(mem, node, op.key);
                 if set.link(h, &pos, node, guard) {
                     write_cache(h.mem(), d, i, None);
                     return Step::Done;

@@ -43,6 +43,7 @@ use crate::mem::PMem;
 use crate::pool::{AllocCache, Pool, RootEntry};
 use crate::structures::hashmap::HashMap;
 use crate::structures::list::{List, chain_entries, chain_remove_if, chain_search};
+use crate::structures::skiplist::SkipList;
 use descriptor::{
     CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, desc_bytes, persisted_bytes,
 };
@@ -244,6 +245,7 @@ pub(crate) const META_TAG: u16 = 0x6D65;
 /// Root table kinds.
 pub(crate) const KIND_LIST: u32 = 1;
 pub(crate) const KIND_HASH_MAP: u32 = 2;
+pub(crate) const KIND_SKIPLIST: u32 = 3;
 
 /// Meta region words.
 pub(crate) const META_MAGIC: u64 = 0x5045_5452_414D_4554; // "PETRAMET"
@@ -268,22 +270,54 @@ struct RingSlot {
 pub(crate) enum Structure {
     List(List),
     HashMap(HashMap),
+    SkipList(SkipList),
 }
 
 impl Structure {
-    /// The link word of the chain that holds `key`.
+    /// The link word of the level-0 chain that holds `key`.
     pub(crate) fn link_of(&self, key: u64) -> u64 {
         match self {
             Structure::List(l) => l.link(),
             Structure::HashMap(m) => m.bucket_link(key),
+            Structure::SkipList(s) => s.link(),
         }
     }
 
-    /// Every chain's link word.
+    /// Every level-0 chain's link word.
     pub(crate) fn chains(&self) -> Vec<u64> {
         match self {
             Structure::List(l) => vec![l.link()],
             Structure::HashMap(m) => (0..m.n).map(|i| m.bucket(i)).collect(),
+            Structure::SkipList(s) => vec![s.link()],
+        }
+    }
+
+    /// The node holding `key`, if any.
+    pub(crate) fn find_node<M: PMem + 'static>(&self, h: &Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
+        match self {
+            Structure::SkipList(s) => s.find(h, key, guard).1,
+            _ => chain_search(h, self.link_of(key), key, guard).1,
+        }
+    }
+
+    /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
+    pub(crate) fn remove_if<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, info: Info, guard: &Guard) {
+        match self {
+            Structure::SkipList(s) => {
+                let Some(node) = s.find(h, key, guard).1 else { return };
+                // AcqRel: the mark is a transition of the info word like any other.
+                let marked = h.mem().compare_exchange(
+                    node + crate::structures::INFO,
+                    info.0,
+                    info.marked().0,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                if marked.is_ok() {
+                    crate::structures::LinkedSet::help_remove(s, h, node, guard);
+                }
+            }
+            _ => chain_remove_if(h, self.link_of(key), key, info, guard),
         }
     }
 }
@@ -442,6 +476,17 @@ impl<M: PMem + 'static> Engine<M> {
         self.add_structure(|pool| {
             let list = List::create(pool)?;
             Ok((Structure::List(list), RootEntry { kind: KIND_LIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] }))
+        })
+    }
+
+    /// Creates a new, empty skiplist and returns its id.
+    pub fn create_skiplist(&self) -> Result<StructId, EngineError> {
+        self.add_structure(|pool| {
+            let list = SkipList::create(pool)?;
+            Ok((
+                Structure::SkipList(list),
+                RootEntry { kind: KIND_SKIPLIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] },
+            ))
         })
     }
 
@@ -638,7 +683,7 @@ impl<M: PMem + 'static> Handle<M> {
     /// A single read, answered without a descriptor: linearised at the read of the node's info.
     fn read_one(&mut self, op: &Op, guard: &Guard) -> Result<Outcome, EngineError> {
         let structure = self.inner.structure(op.structure)?;
-        let state = match chain_search(self, structure.link_of(op.key), op.key, guard).1 {
+        let state = match structure.find_node(self, op.key, guard) {
             None => None,
             Some(node) => self.node_state(node, guard),
         };
@@ -791,6 +836,7 @@ impl<M: PMem + 'static> Handle<M> {
         match self.inner.structure(StructId(op.structure)).expect("checked at execute") {
             Structure::List(list) => crate::structures::execute_op(self, &list, d, i, op, guard),
             Structure::HashMap(map) => crate::structures::execute_op(self, &map, d, i, op, guard),
+            Structure::SkipList(list) => crate::structures::execute_op(self, &list, d, i, op, guard),
         }
     }
 
@@ -881,7 +927,7 @@ impl<M: PMem + 'static> Handle<M> {
         for _ in 0..8 {
             let Some((s, key, info)) = self.inner.deferred.removals.pop() else { return };
             if let Ok(structure) = self.inner.structure(s) {
-                chain_remove_if(self, structure.link_of(key), key, info, guard);
+                structure.remove_if(self, key, info, guard);
             }
         }
     }

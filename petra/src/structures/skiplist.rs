@@ -1,0 +1,273 @@
+//! The skiplist: Fraser-style towers over a sorted base chain.
+//!
+//! Level 0 is a chain exactly like the list's (same `next` word at +40), and is the truth: a key
+//! is in the structure once its node is linked there, and every transaction protocol works on
+//! level 0 only. The upper levels are an index, linked after level 0 and unlinked before it.
+//!
+//! ```text
+//! +0..+40   the common node header (see structures)
+//! +40       next[0]: successor at level 0 | deletion mark
+//! +48       meta: height (bits 0..8) | links (bits 8..): levels the node is linked at, plus one
+//!           while its inserter is still building the tower
+//! +56 + 8(l-1)  next[l] for 1 <= l < height
+//! ```
+//!
+//! A node's height comes from a hash of its key (geometric, p = 1/4, at most [`MAX_HEIGHT`]).
+//! Removal marks `next` from the top level down to level 0, then a search unlinks it level by
+//! level. A node goes to the epoch collector only when its `links` count reaches zero: unlinked at
+//! every level and no inserter still able to link it somewhere. (Retiring it at its level-0
+//! unlink, as a list does, would be wrong: an inserter still building the tower could link it at
+//! an upper level afterwards, where threads that pinned later could reach it.)
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch::Guard;
+
+use super::{INFO, KEY, LINKS, LinkedSet};
+use crate::error::AllocError;
+use crate::mem::PMem;
+use crate::pool::{AllocCache, Pool};
+use crate::tx::Handle;
+use crate::tx::info::Info;
+
+/// The tallest tower.
+pub const MAX_HEIGHT: usize = 16;
+const MARK: u64 = 1;
+pub(crate) const META: u64 = LINKS + 8;
+const LINK: u64 = 1 << 8;
+
+/// Offset of `next[l]` in a node.
+pub(crate) fn next_off(l: usize) -> u64 {
+    if l == 0 { LINKS } else { META + 8 * l as u64 }
+}
+
+/// Bytes of a node of height `h`.
+pub(crate) fn node_bytes_of(h: usize) -> u64 {
+    META + 8 * h as u64
+}
+
+/// The height of `key`'s node.
+pub(crate) fn height_of(key: u64) -> usize {
+    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // Two bits per level: each level is kept with probability 1/4.
+    (1 + (z.trailing_ones() / 2) as usize).min(MAX_HEIGHT)
+}
+
+/// Predecessors and successors at every level.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Towers {
+    preds: [u64; MAX_HEIGHT],
+    succs: [u64; MAX_HEIGHT],
+}
+
+/// A skiplist: its head tower.
+#[derive(Debug, Clone, Copy)]
+pub struct SkipList {
+    /// The head sentinel, of height [`MAX_HEIGHT`].
+    pub head: u64,
+}
+
+impl SkipList {
+    /// Allocates and persists an empty skiplist's head.
+    pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<SkipList, AllocError> {
+        let mut cache = AllocCache::new();
+        let bytes = node_bytes_of(MAX_HEIGHT);
+        let head = pool.alloc(&mut cache, bytes)?.get();
+        pool.release_cache(&mut cache);
+        let mem = pool.mem();
+        for w in (0..bytes).step_by(8) {
+            mem.store(head + w, 0, Ordering::Relaxed);
+        }
+        mem.store(head + INFO, Info::final_state(head, false, 0).0, Ordering::Relaxed);
+        mem.store(head + META, MAX_HEIGHT as u64 | LINK, Ordering::Relaxed);
+        mem.flush_range(head, bytes);
+        // Fence: the head is durable before the root entry names it.
+        mem.fence();
+        Ok(SkipList { head })
+    }
+
+    /// The level-0 link word (the base chain hangs off it).
+    pub(crate) fn link(&self) -> u64 {
+        self.head + LINKS
+    }
+
+    /// Finds `key`: predecessors and successors at every level, and the node holding the key at
+    /// level 0. Unlinks every marked node it passes.
+    pub(crate) fn find<M: PMem + 'static>(&self, h: &Handle<M>, key: u64, guard: &Guard) -> (Towers, Option<u64>) {
+        let mem = h.mem();
+        let mut t = Towers { preds: [0; MAX_HEIGHT], succs: [0; MAX_HEIGHT] };
+        'retry: loop {
+            let mut pred = self.head;
+            for l in (0..MAX_HEIGHT).rev() {
+                // Acquire: nodes reached through links are seen initialised.
+                let mut curr = mem.load(pred + next_off(l), Ordering::Acquire) & !MARK;
+                loop {
+                    if curr == 0 {
+                        break;
+                    }
+                    let succ = mem.load(curr + next_off(l), Ordering::Acquire);
+                    if succ & MARK != 0 {
+                        // AcqRel: unlinking publishes the new link like any link.
+                        if mem
+                            .compare_exchange(
+                                pred + next_off(l),
+                                curr,
+                                succ & !MARK,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_err()
+                        {
+                            continue 'retry;
+                        }
+                        release_link(h, curr, guard);
+                        curr = succ & !MARK;
+                        continue;
+                    }
+                    if mem.load(curr + KEY, Ordering::Relaxed) < key {
+                        pred = curr;
+                        curr = succ;
+                    } else {
+                        break;
+                    }
+                }
+                t.preds[l] = pred;
+                t.succs[l] = curr;
+            }
+            let found = t.succs[0];
+            let hit = found != 0 && mem.load(found + KEY, Ordering::Relaxed) == key;
+            return (t, hit.then_some(found));
+        }
+    }
+}
+
+/// Drops one of `node`'s links; the last one hands it to the collector.
+fn release_link<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
+    // AcqRel: the thread that drops the last link sees every other thread's unlinking.
+    let before = h.mem().fetch_add(node + META, LINK.wrapping_neg(), Ordering::AcqRel);
+    if (before >> 8) == 1 {
+        let deferred = Arc::clone(&h.inner.deferred);
+        guard.defer(move || deferred.frees.push(node));
+    }
+}
+
+/// Initialises a new node's tower words for `key`: all `next` zero, links = 2 (level 0, about to
+/// be linked, and the inserter's building token).
+pub(crate) fn init_tower<M: PMem>(mem: &M, node: u64, key: u64) {
+    let height = height_of(key);
+    mem.store(node + META, height as u64 | 2 * LINK, Ordering::Relaxed);
+    for l in 0..height {
+        mem.store(node + next_off(l), 0, Ordering::Relaxed);
+    }
+}
+
+impl<M: PMem + 'static> LinkedSet<M> for SkipList {
+    type Pos = Towers;
+
+    fn node_bytes(&self, key: u64) -> u64 {
+        node_bytes_of(height_of(key))
+    }
+
+    fn init_links(&self, mem: &M, node: u64, key: u64) {
+        init_tower(mem, node, key);
+    }
+
+    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (Towers, Option<u64>) {
+        self.find(h, key, guard)
+    }
+
+    fn link(&self, h: &mut Handle<M>, pos: &Towers, node: u64, guard: &Guard) -> bool {
+        let mem = h.mem();
+        mem.store(node + next_off(0), pos.succs[0], Ordering::Relaxed);
+        // Release: the node's words are visible before the link that reaches it.
+        if mem
+            .compare_exchange(pos.preds[0] + next_off(0), pos.succs[0], node, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // The key is in. Build the index tower, best effort: stop if the node is being removed.
+        let key = mem.load(node + KEY, Ordering::Relaxed);
+        let height = (mem.load(node + META, Ordering::Relaxed) & 0xFF) as usize;
+        let mut t = *pos;
+        'levels: for l in 1..height {
+            loop {
+                let nx = mem.load(node + next_off(l), Ordering::Acquire);
+                if nx & MARK != 0 {
+                    break 'levels;
+                }
+                // AcqRel: fails if a remover marked this level meanwhile.
+                if mem
+                    .compare_exchange(node + next_off(l), nx, t.succs[l], Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    break 'levels;
+                }
+                // AcqRel: count the link before it exists, so that it is never freed while linked.
+                mem.fetch_add(node + META, LINK, Ordering::AcqRel);
+                if mem
+                    .compare_exchange(t.preds[l] + next_off(l), t.succs[l], node, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break;
+                }
+                mem.fetch_add(node + META, LINK.wrapping_neg(), Ordering::AcqRel);
+                let (fresh, found) = self.find(h, key, guard);
+                if found != Some(node) {
+                    break 'levels;
+                }
+                t = fresh;
+            }
+        }
+        // A remover may have marked levels this thread linked after its search passed them.
+        if mem.load(node + next_off(0), Ordering::Acquire) & MARK != 0 {
+            let _ = self.find(h, key, guard);
+        }
+        release_link(h, node, guard); // the building token
+        true
+    }
+
+    fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
+        let mem = h.mem();
+        let height = (mem.load(node + META, Ordering::Acquire) & 0xFF) as usize;
+        for l in (0..height).rev() {
+            loop {
+                let next = mem.load(node + next_off(l), Ordering::Acquire);
+                if next & MARK != 0 {
+                    break;
+                }
+                // AcqRel: the mark stops inserters from linking this level, and inserts after it.
+                if mem
+                    .compare_exchange(node + next_off(l), next, next | MARK, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        }
+        let key = mem.load(node + KEY, Ordering::Relaxed);
+        let _ = self.find(h, key, guard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heights_are_geometric_with_p_one_quarter() {
+        let mut counts = [0u32; MAX_HEIGHT + 1];
+        for k in 0..400_000u64 {
+            counts[height_of(k)] += 1;
+        }
+        assert_eq!(counts[0], 0);
+        // About 3/4 at height 1, 3/16 at 2, 3/64 at 3.
+        assert!((290_000..310_000).contains(&counts[1]), "{counts:?}");
+        assert!((70_000..80_000).contains(&counts[2]), "{counts:?}");
+        assert!((17_000..20_500).contains(&counts[3]), "{counts:?}");
+    }
+}
