@@ -159,7 +159,7 @@ fn release_link<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
 /// be linked, and the inserter's building token).
 pub(crate) fn init_tower<M: PMem>(mem: &M, node: u64, key: u64) {
     let height = height_of(key);
-    mem.store(node + META, height as u64 | 2 * LINK, Ordering::Relaxed);
+    mem.store(node + META, height as u64 | (2 * LINK), Ordering::Relaxed);
     for l in 0..height {
         mem.store(node + next_off(l), 0, Ordering::Relaxed);
     }
