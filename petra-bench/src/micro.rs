@@ -47,6 +47,8 @@ pub enum StructureKind {
     List,
     /// The hash map, with as many buckets as keys in the range.
     HashMap,
+    /// The skiplist.
+    SkipList,
 }
 
 impl StructureKind {
@@ -55,6 +57,7 @@ impl StructureKind {
         match self {
             StructureKind::List => "list",
             StructureKind::HashMap => "hashmap",
+            StructureKind::SkipList => "skiplist",
         }
     }
 
@@ -63,7 +66,8 @@ impl StructureKind {
         match s {
             "list" => Ok(StructureKind::List),
             "hashmap" => Ok(StructureKind::HashMap),
-            other => Err(format!("unknown structure {other:?}: use list or hashmap")),
+            "skiplist" => Ok(StructureKind::SkipList),
+            other => Err(format!("unknown structure {other:?}: use list, hashmap or skiplist")),
         }
     }
 }
@@ -150,6 +154,7 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     let list = match case.structure {
         StructureKind::List => engine.create_list(),
         StructureKind::HashMap => engine.create_hash_map(w.key_range),
+        StructureKind::SkipList => engine.create_skiplist(),
     }
     .map_err(|e| e.to_string())?;
     prefill(&engine, list, w.key_range, case.prefill, case.seed)?;
@@ -164,6 +169,8 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
                     let mut ops: Vec<GenOp> = Vec::with_capacity(w.tx_size);
                     let mut tx = Transaction::new();
                     let (mut committed, mut aborted) = (0, 0);
+                    // Take the descriptor ring (a region, zeroed and persisted once) before timing.
+                    h.execute(Transaction::new().get(list, 0).get(list, 1)).map_err(|e| e.to_string())?;
                     barrier.wait();
                     let before = MemCounts::current();
                     for _ in 0..case.txs_per_thread {
