@@ -1,0 +1,63 @@
+//! A read-only single-op lookup in PETRA's structures (a Get answered without a descriptor)
+//! against crossbeam-skiplist's `get` on the same keys (no transaction at all: the upper bound).
+//!
+//! `cargo bench --bench lookup`. 100 000 keys, uniform in [0, 200 000), looked up in a random
+//! order fixed by a seed; half the lookups hit.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use crossbeam_skiplist::SkipMap;
+use petra::pool::{Pool, PoolConfig};
+use petra::{Engine, EngineConfig, Transaction};
+use petra_suite::scratch_dir;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const KEYS: u64 = 100_000;
+
+fn lookups(c: &mut Criterion) {
+    let mut rng = StdRng::seed_from_u64(7);
+    let keys: Vec<u64> = (0..KEYS).map(|_| rng.random_range(0..2 * KEYS)).collect();
+    let probes: Vec<u64> = (0..4096).map(|_| rng.random_range(0..2 * KEYS)).collect();
+
+    let dir = scratch_dir();
+    let config = PoolConfig { initial_size: 64 << 20, max_size: 1 << 34, ..PoolConfig::default() };
+    let engine =
+        Engine::create(Pool::create(dir.path().join("lookup.pool"), &config).unwrap(), EngineConfig::default())
+            .unwrap();
+    let skiplist = engine.create_skiplist().unwrap();
+    let hashmap = engine.create_hash_map(KEYS).unwrap();
+    let mut h = engine.handle().unwrap();
+    for chunk in keys.chunks(16) {
+        let mut tx = Transaction::new();
+        for &k in chunk {
+            tx.put(skiplist, k, k).put(hashmap, k, k);
+        }
+        assert!(h.execute(&tx).unwrap().is_committed());
+    }
+    let baseline: SkipMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+
+    let mut group = c.benchmark_group("lookup");
+    let mut i = 0usize;
+    group.bench_function("crossbeam-skiplist get", |b| {
+        b.iter(|| {
+            i = (i + 1) % probes.len();
+            black_box(baseline.get(&probes[i]).map(|e| *e.value()))
+        })
+    });
+    for (name, s) in [("petra skiplist get", skiplist), ("petra hashmap get", hashmap)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % probes.len();
+                let mut tx = Transaction::new();
+                tx.get(s, probes[i]);
+                black_box(h.execute(&tx).unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lookups);
+criterion_main!(benches);
