@@ -169,12 +169,7 @@ pub(crate) fn recover<M: PMem + 'static>(
             let mut next = 0u64;
             for &(key, value) in chains.get(&link).map(Vec::as_slice).unwrap_or(&[]).iter().rev() {
                 let node = pool.alloc(&mut cache, NODE_BYTES)?.get();
-                let norm = norm_word(new_epoch, slot, true);
-                mem.store(node + KEY, key, Ordering::Relaxed);
-                mem.store(node + INFO, Info::final_state(node, true, new_epoch).0, Ordering::Relaxed);
-                mem.store(node + VALUE, value, Ordering::Relaxed);
-                mem.store(node + NORM, norm, Ordering::Relaxed);
-                mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
+                write_normalised(mem, node, key, value, slot, new_epoch);
                 mem.store(node + NEXT, next, Ordering::Relaxed);
                 mem.flush_range(node, NODE_BYTES);
                 live.push(POff::new(node));
@@ -231,12 +226,7 @@ fn rebuild_skiplist<M: PMem>(
     for &(key, value) in present {
         let height = height_of(key);
         let node = pool.alloc(cache, node_bytes_of(height))?.get();
-        let norm = norm_word(epoch, slot, true);
-        mem.store(node + KEY, key, Ordering::Relaxed);
-        mem.store(node + INFO, Info::final_state(node, true, epoch).0, Ordering::Relaxed);
-        mem.store(node + VALUE, value, Ordering::Relaxed);
-        mem.store(node + NORM, norm, Ordering::Relaxed);
-        mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
+        write_normalised(mem, node, key, value, slot, epoch);
         mem.store(node + META, height as u64 | (height as u64) << 8, Ordering::Relaxed);
         for (l, prev) in last.iter_mut().enumerate().take(height) {
             mem.store(node + next_off(l), 0, Ordering::Relaxed);
@@ -252,4 +242,15 @@ fn rebuild_skiplist<M: PMem>(
     mem.flush_range(list.head, node_bytes_of(MAX_HEIGHT));
     live.push(POff::new(list.head));
     Ok(())
+}
+
+/// Writes the common header of a node normalised by recovery: present, FINAL info, value, and the
+/// norm word with its checksum that the next recovery's arena scan trusts.
+fn write_normalised<M: PMem>(mem: &M, node: u64, key: u64, value: u64, slot: u8, epoch: u64) {
+    let norm = norm_word(epoch, slot, true);
+    mem.store(node + KEY, key, Ordering::Relaxed);
+    mem.store(node + INFO, Info::final_state(node, true, epoch).0, Ordering::Relaxed);
+    mem.store(node + VALUE, value, Ordering::Relaxed);
+    mem.store(node + NORM, norm, Ordering::Relaxed);
+    mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
 }

@@ -21,7 +21,7 @@ use crossbeam_epoch::Guard;
 use super::{INFO, KEY, LINKS, LinkedSet};
 use crate::error::AllocError;
 use crate::mem::PMem;
-use crate::pool::{AllocCache, Pool};
+use crate::pool::Pool;
 use crate::tx::Handle;
 use crate::tx::info::Info;
 
@@ -141,18 +141,7 @@ pub struct List {
 impl List {
     /// Allocates and persists an empty list's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<List, AllocError> {
-        let mut cache = AllocCache::new();
-        let head = pool.alloc(&mut cache, NODE_BYTES)?.get();
-        pool.release_cache(&mut cache);
-        let mem = pool.mem();
-        for w in (0..NODE_BYTES).step_by(8) {
-            mem.store(head + w, 0, Ordering::Relaxed);
-        }
-        mem.store(head + INFO, Info::final_state(head, false, 0).0, Ordering::Relaxed);
-        mem.flush_range(head, NODE_BYTES);
-        // Fence: the head is durable before the root entry names it.
-        mem.fence();
-        Ok(List { head })
+        Ok(List { head: super::create_head(pool, NODE_BYTES, &[])? })
     }
 
     /// The link word the chain hangs off.

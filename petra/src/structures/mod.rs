@@ -54,6 +54,30 @@ pub(crate) fn norm_check(key: u64, value: u64, norm: u64) -> u64 {
     m.finish()
 }
 
+/// Allocates a structure's head sentinel of `bytes` bytes: zeroed, FINAL absent, with `words`
+/// stored after that, persisted before the root entry can name it.
+pub(crate) fn create_head<M: PMem>(
+    pool: &crate::pool::Pool<M>,
+    bytes: u64,
+    words: &[(u64, u64)],
+) -> Result<u64, crate::error::AllocError> {
+    let mut cache = crate::pool::AllocCache::new();
+    let head = pool.alloc(&mut cache, bytes)?.get();
+    pool.release_cache(&mut cache);
+    let mem = pool.mem();
+    for w in (0..bytes).step_by(8) {
+        mem.store(head + w, 0, Ordering::Relaxed);
+    }
+    mem.store(head + INFO, Info::final_state(head, false, 0).0, Ordering::Relaxed);
+    for &(off, val) in words {
+        mem.store(head + off, val, Ordering::Relaxed);
+    }
+    mem.flush_range(head, bytes);
+    // Fence: the head is durable before the root entry names it.
+    mem.fence();
+    Ok(head)
+}
+
 /// What a structure provides to the shared executor.
 pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// Where a new node for a key would go.

@@ -24,12 +24,11 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{INFO, KEY, LINKS, LinkedSet};
+use super::{KEY, LINKS, LinkedSet};
 use crate::error::AllocError;
 use crate::mem::PMem;
-use crate::pool::{AllocCache, Pool};
+use crate::pool::Pool;
 use crate::tx::Handle;
-use crate::tx::info::Info;
 
 /// The tallest tower.
 pub const MAX_HEIGHT: usize = 16;
@@ -74,19 +73,7 @@ pub struct SkipList {
 impl SkipList {
     /// Allocates and persists an empty skiplist's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<SkipList, AllocError> {
-        let mut cache = AllocCache::new();
-        let bytes = node_bytes_of(MAX_HEIGHT);
-        let head = pool.alloc(&mut cache, bytes)?.get();
-        pool.release_cache(&mut cache);
-        let mem = pool.mem();
-        for w in (0..bytes).step_by(8) {
-            mem.store(head + w, 0, Ordering::Relaxed);
-        }
-        mem.store(head + INFO, Info::final_state(head, false, 0).0, Ordering::Relaxed);
-        mem.store(head + META, MAX_HEIGHT as u64 | LINK, Ordering::Relaxed);
-        mem.flush_range(head, bytes);
-        // Fence: the head is durable before the root entry names it.
-        mem.fence();
+        let head = super::create_head(pool, node_bytes_of(MAX_HEIGHT), &[(META, MAX_HEIGHT as u64 | LINK)])?;
         Ok(SkipList { head })
     }
 
