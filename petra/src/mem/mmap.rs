@@ -406,6 +406,7 @@ impl PMem for MmapMem {
         if self.durability != Durability::PageCache {
             return Ok(());
         }
+        // Acquire: pairs with growth's Release, so the whole mapped length is synced.
         let len = self.len.load(Ordering::Acquire) as usize;
         // SAFETY: `[base, base + len)` is mapped from the file; msync only writes dirty pages
         // back and changes no memory.

@@ -73,6 +73,7 @@ pub(crate) fn recover<M: PMem + 'static>(
     };
     let meta = meta.get();
     let mem = pool.mem();
+    // Acquire (here and below): recovery runs alone, so any ordering would do.
     if mem.load(meta, Ordering::Acquire) != META_MAGIC {
         return Err(EngineError::NoEngine);
     }

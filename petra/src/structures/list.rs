@@ -53,6 +53,7 @@ pub(crate) fn chain_search<M: PMem + 'static>(
             if curr == 0 {
                 return ((pred_link, 0), None);
             }
+            // Acquire: as for the link that reached `curr`.
             let succ = mem.load(curr + NEXT, Ordering::Acquire);
             if succ & MARK != 0 {
                 // AcqRel: unlinking publishes the new link like any link.
@@ -104,12 +105,14 @@ pub(crate) fn chain_entries<M: PMem + 'static>(h: &Handle<M>, link: u64, guard: 
     let mem = h.mem();
     let mut curr = mem.load(link, Ordering::Acquire) & !MARK;
     while curr != 0 {
+        // Acquire: see the descriptor the info word names.
         let cur = Info(mem.load(curr + INFO, Ordering::Acquire));
         if !cur.is_marked()
             && let Some(v) = h.resolve(cur, None, guard)
         {
             out.push((mem.load(curr + KEY, Ordering::Relaxed), v));
         }
+        // Acquire: as for every link.
         curr = mem.load(curr + NEXT, Ordering::Acquire) & !MARK;
     }
 }

@@ -168,6 +168,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                     if !active(h) {
                         return Step::Stop;
                     }
+                    // AcqRel: as for retargeting `prev` above.
                     if h.mem().compare_exchange(prev_off, prev, NO_NODE, Ordering::AcqRel, Ordering::Acquire).is_err() {
                         continue;
                     }

@@ -96,6 +96,7 @@ impl SkipList {
                     if curr == 0 {
                         break;
                     }
+                    // Acquire: as for the link that reached `curr`.
                     let succ = mem.load(curr + next_off(l), Ordering::Acquire);
                     if succ & MARK != 0 {
                         // AcqRel: unlinking publishes the new link like any link.
@@ -183,6 +184,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         let mut t = *pos;
         'levels: for l in 1..height {
             loop {
+                // Acquire: see a remover's mark together with what it did before.
                 let nx = mem.load(node + next_off(l), Ordering::Acquire);
                 if nx & MARK != 0 {
                     break 'levels;
@@ -202,6 +204,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
                 {
                     break;
                 }
+                // AcqRel: as for the increment above.
                 mem.fetch_add(node + META, LINK.wrapping_neg(), Ordering::AcqRel);
                 let (fresh, found) = self.find(h, key, guard);
                 if found != Some(node) {
@@ -220,9 +223,11 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
         let mem = h.mem();
-        let height = (mem.load(node + META, Ordering::Acquire) & 0xFF) as usize;
+        // Relaxed: the height never changes after the node was published (with Release).
+        let height = (mem.load(node + META, Ordering::Relaxed) & 0xFF) as usize;
         for l in (0..height).rev() {
             loop {
+                // Acquire: as in `link`.
                 let next = mem.load(node + next_off(l), Ordering::Acquire);
                 if next & MARK != 0 {
                     break;

@@ -210,6 +210,7 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     pub fn txid(&self) -> u64 {
+        // Acquire: pairs with the AcqRel CAS that assigned it.
         self.mem.load(self.off + TXID, Ordering::Acquire)
     }
 

@@ -425,7 +425,8 @@ impl<M: PMem + 'static> Engine<M> {
                 let _ = slots[slot].set(s);
             }
         }
-        let txid_reserved = pool.mem().load(meta + META_TXID_RESERVED, Ordering::Acquire);
+        // Relaxed: the engine is assembled before any thread can use it.
+        let txid_reserved = pool.mem().load(meta + META_TXID_RESERVED, Ordering::Relaxed);
         Engine {
             inner: Arc::new(Inner {
                 pool,
@@ -744,6 +745,7 @@ impl<M: PMem + 'static> Handle<M> {
 
     fn assign_txid(&self, d: u64) -> u64 {
         let mem = self.mem();
+        // Acquire: a txid seen is one another thread assigned and published.
         let cur = mem.load(d + TXID, Ordering::Acquire);
         if cur != 0 {
             return cur;
@@ -769,6 +771,7 @@ impl<M: PMem + 'static> Handle<M> {
         let mem = self.mem();
         let at = self.inner.meta + META_TXID_RESERVED;
         let want = t + TXID_BLOCK;
+        // Acquire: as for the CAS below.
         let mut cur = mem.load(at, Ordering::Acquire);
         while cur < want {
             // AcqRel: the reservation only grows.
@@ -847,6 +850,7 @@ impl<M: PMem + 'static> Handle<M> {
         let mem = self.mem();
         loop {
             if cur.is_final() {
+                // Acquire: the value was written before the FINAL word was published.
                 return cur
                     .final_present()
                     .then(|| mem.load(cur.final_node() + crate::structures::VALUE, Ordering::Acquire));
@@ -872,6 +876,7 @@ impl<M: PMem + 'static> Handle<M> {
             if let Some(cached) = read_cache(mem, &desc2, j) {
                 return cached;
             }
+            // Acquire: pairs with the executor's AcqRel retarget of `prev`.
             let prev = mem.load(desc2.prev_off(j), Ordering::Acquire);
             if prev == NO_NODE {
                 return None;
@@ -886,6 +891,7 @@ impl<M: PMem + 'static> Handle<M> {
         if let Some(cached) = read_cache(self.mem(), &desc, i) {
             return cached;
         }
+        // Acquire: as in `resolve`.
         let prev = self.mem().load(desc.prev_off(i), Ordering::Acquire);
         if prev == NO_NODE { None } else { self.resolve(Info(prev), Some(d), guard) }
     }
