@@ -12,7 +12,7 @@
 //! +56 + 8(l-1)  next[l] for 1 <= l < height
 //! ```
 //!
-//! A node's height comes from a hash of its key (geometric, p = 1/4, at most [`MAX_HEIGHT`]).
+//! A node's height comes from a hash of its key (geometric, p = 1/2, at most [`MAX_HEIGHT`]).
 //! Removal marks `next` from the top level down to level 0, then a search unlinks it level by
 //! level. A node goes to the epoch collector only when its `links` count reaches zero: unlinked at
 //! every level and no inserter still able to link it somewhere. (Retiring it at its level-0
@@ -52,8 +52,8 @@ pub(crate) fn height_of(key: u64) -> usize {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
-    // Two bits per level: each level is kept with probability 1/4.
-    (1 + (z.trailing_ones() / 2) as usize).min(MAX_HEIGHT)
+    // One bit per level: each level is kept with probability 1/2.
+    (1 + z.trailing_ones() as usize).min(MAX_HEIGHT)
 }
 
 /// Predecessors and successors at every level.
@@ -251,15 +251,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn heights_are_geometric_with_p_one_quarter() {
+    fn heights_are_geometric_with_p_one_half() {
         let mut counts = [0u32; MAX_HEIGHT + 1];
         for k in 0..400_000u64 {
             counts[height_of(k)] += 1;
         }
         assert_eq!(counts[0], 0);
-        // About 3/4 at height 1, 3/16 at 2, 3/64 at 3.
-        assert!((290_000..310_000).contains(&counts[1]), "{counts:?}");
-        assert!((70_000..80_000).contains(&counts[2]), "{counts:?}");
-        assert!((17_000..20_500).contains(&counts[3]), "{counts:?}");
+        // About 1/2 at height 1, 1/4 at 2, 1/8 at 3.
+        assert!((196_000..204_000).contains(&counts[1]), "{counts:?}");
+        assert!((96_000..104_000).contains(&counts[2]), "{counts:?}");
+        assert!((47_000..53_000).contains(&counts[3]), "{counts:?}");
     }
 }
