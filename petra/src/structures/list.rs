@@ -117,17 +117,6 @@ pub(crate) fn chain_entries<M: PMem + 'static>(h: &Handle<M>, link: u64, guard: 
     }
 }
 
-/// Removes the node of `key` from the chain at `link` if its info word still is `info` (the
-/// committed op that made it absent).
-pub(crate) fn chain_remove_if<M: PMem + 'static>(h: &Handle<M>, link: u64, key: u64, info: Info, guard: &Guard) {
-    let (_, found) = chain_search(h, link, key, guard);
-    let Some(node) = found else { return };
-    // AcqRel: the mark is a transition of the info word like any other.
-    if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-        chain_remove(h, link, node, guard);
-    }
-}
-
 /// Hands an unlinked node to the collector.
 fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
     let deferred = Arc::clone(&h.inner.deferred);

@@ -96,6 +96,22 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard);
 }
 
+/// Removes `key`'s node from `set` if its info word still is `info` (a finished op that left the
+/// key absent): the mark on the info word makes the removal exclusive of any op taking the node.
+pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(
+    h: &mut Handle<M>,
+    set: &S,
+    key: u64,
+    info: Info,
+    guard: &Guard,
+) {
+    let Some(node) = set.search(h, key, guard).1 else { return };
+    // AcqRel: the mark is a transition of the info word like any other.
+    if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        set.help_remove(h, node, guard);
+    }
+}
+
 /// Executes op `i` of descriptor `d` on `set`. See the [`tx`](crate::tx) module docs for the
 /// protocol and why it executes each op exactly once.
 pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(

@@ -231,7 +231,13 @@ impl<'m, M: PMem> Desc<'m, M> {
 
 /// Writes a new descriptor at `off` (owned by the caller, not yet published). The state word is
 /// left Active/Maybe, txid and checksum 0, volatile words zero.
-pub(crate) fn write_new<M: PMem>(mem: &M, off: u64, epoch: u32, read_only: bool, ops: &[StoredOp]) {
+pub(crate) fn write_new<M: PMem>(
+    mem: &M,
+    off: u64,
+    epoch: u32,
+    read_only: bool,
+    ops: impl ExactSizeIterator<Item = StoredOp>,
+) {
     let n = ops.len();
     debug_assert!(n <= MAX_OPS);
     let flags = if read_only { FLAG_READ_ONLY } else { 0 };
@@ -239,7 +245,7 @@ pub(crate) fn write_new<M: PMem>(mem: &M, off: u64, epoch: u32, read_only: bool,
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
     mem.store(off + TXID, 0, Ordering::Relaxed);
     mem.store(off + CHECK, 0, Ordering::Relaxed);
-    for (i, op) in ops.iter().enumerate() {
+    for (i, op) in ops.enumerate() {
         let base = off + OPS + OP_BYTES * i as u64;
         mem.store(base, op.kind as u64 | (op.structure as u64) << 8, Ordering::Relaxed);
         mem.store(base + 8, op.key, Ordering::Relaxed);

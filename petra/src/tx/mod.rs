@@ -41,8 +41,9 @@ use parking_lot::Mutex;
 use crate::error::{AllocError, EngineError};
 use crate::mem::PMem;
 use crate::pool::{AllocCache, Pool, RootEntry};
+use crate::structures::LinkedSet;
 use crate::structures::hashmap::HashMap;
-use crate::structures::list::{List, chain_entries, chain_remove_if, chain_search};
+use crate::structures::list::{List, chain_entries};
 use crate::structures::skiplist::SkipList;
 use descriptor::{
     CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, desc_bytes, persisted_bytes,
@@ -187,6 +188,13 @@ impl Transaction {
         self
     }
 
+    /// Removes every op (keeping the allocation and the sort setting), to build the next
+    /// transaction in the same value.
+    pub fn clear(&mut self) -> &mut Self {
+        self.ops.clear();
+        self
+    }
+
     /// The ops, in the order they were added.
     pub fn ops(&self) -> &[Op] {
         &self.ops
@@ -265,6 +273,18 @@ struct RingSlot {
     taken: bool,
 }
 
+/// Runs `$body` with `$set` bound to the structure behind a [`Structure`], whatever its kind:
+/// the one place that names every kind for the shared executor.
+macro_rules! on_set {
+    ($structure:expr, $set:ident => $body:expr) => {
+        match $structure {
+            Structure::List($set) => $body,
+            Structure::HashMap($set) => $body,
+            Structure::SkipList($set) => $body,
+        }
+    };
+}
+
 /// A structure known to the engine.
 #[derive(Debug, Clone)]
 pub(crate) enum Structure {
@@ -293,32 +313,13 @@ impl Structure {
     }
 
     /// The node holding `key`, if any.
-    pub(crate) fn find_node<M: PMem + 'static>(&self, h: &Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
-        match self {
-            Structure::SkipList(s) => s.find(h, key, guard).1,
-            _ => chain_search(h, self.link_of(key), key, guard).1,
-        }
+    pub(crate) fn find_node<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
+        on_set!(self, set => LinkedSet::search(set, h, key, guard).1)
     }
 
     /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
     pub(crate) fn remove_if<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, info: Info, guard: &Guard) {
-        match self {
-            Structure::SkipList(s) => {
-                let Some(node) = s.find(h, key, guard).1 else { return };
-                // AcqRel: the mark is a transition of the info word like any other.
-                let marked = h.mem().compare_exchange(
-                    node + crate::structures::INFO,
-                    info.0,
-                    info.marked().0,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                if marked.is_ok() {
-                    crate::structures::LinkedSet::help_remove(s, h, node, guard);
-                }
-            }
-            _ => chain_remove_if(h, self.link_of(key), key, info, guard),
-        }
+        on_set!(self, set => crate::structures::remove_if(h, set, key, info, guard))
     }
 }
 
@@ -632,18 +633,14 @@ impl<M: PMem + 'static> Handle<M> {
         if n == 1 && tx.ops[0].kind.is_read() {
             return self.read_one(&tx.ops[0], &guard);
         }
-        // Execution order: as added, or stably sorted by (structure, key).
-        let mut order: Vec<usize> = (0..n).collect();
-        if tx.sort {
+        // Execution order: as added, or stably sorted by (structure, key); `added(pos)` maps an
+        // executed position back to the op's place in the transaction.
+        let order: Option<Vec<usize>> = tx.sort.then(|| {
+            let mut order: Vec<usize> = (0..n).collect();
             order.sort_by_key(|&i| (tx.ops[i].structure, tx.ops[i].key));
-        }
-        let stored: Vec<StoredOp> = order
-            .iter()
-            .map(|&i| {
-                let op = &tx.ops[i];
-                StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value: op.value }
-            })
-            .collect();
+            order
+        });
+        let added = |pos: usize| order.as_ref().map_or(pos, |o| o[pos]);
         if self.ring.is_none() {
             self.take_ring()?;
         }
@@ -653,7 +650,11 @@ impl<M: PMem + 'static> Handle<M> {
         }
         let d = self.cursor;
         self.cursor += bytes;
-        descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), &stored);
+        let stored = (0..n).map(|pos| {
+            let op = &tx.ops[added(pos)];
+            StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value: op.value }
+        });
+        descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), stored);
         self.help_stack.push(d);
         let failed = self.run(d, 0, &guard);
         self.help_stack.pop();
@@ -663,20 +664,20 @@ impl<M: PMem + 'static> Handle<M> {
             TxStatus::Committed => {
                 self.persist(d);
                 let mut results = vec![None; n];
-                for (pos, &i) in order.iter().enumerate() {
-                    results[i] = self.before_state(d, pos, &guard);
+                for pos in 0..n {
+                    results[added(pos)] = self.before_state(d, pos, &guard);
                 }
-                self.schedule_removals(d, true);
+                self.schedule_removals(d, true, &guard);
                 Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
             }
             _ if desc.aborted_for_memory() => {
-                self.schedule_removals(d, false);
+                self.schedule_removals(d, false, &guard);
                 let node = crate::structures::list::NODE_BYTES;
                 Err(EngineError::Alloc(AllocError::PoolFull { requested: node, max: self.inner.pool.max_len() }))
             }
             _ => {
-                self.schedule_removals(d, false);
-                Ok(Outcome::Aborted { failed_op: failed.map(|pos| order[pos]) })
+                self.schedule_removals(d, false, &guard);
+                Ok(Outcome::Aborted { failed_op: failed.map(added) })
             }
         }
     }
@@ -836,11 +837,8 @@ impl<M: PMem + 'static> Handle<M> {
     /// Executes op `i` of `d`. See the [module docs](self).
     fn execute_op(&mut self, d: u64, i: usize, guard: &Guard) -> Step {
         let op = Desc::new(self.mem(), d).op(i);
-        match self.inner.structure(StructId(op.structure)).expect("checked at execute") {
-            Structure::List(list) => crate::structures::execute_op(self, &list, d, i, op, guard),
-            Structure::HashMap(map) => crate::structures::execute_op(self, &map, d, i, op, guard),
-            Structure::SkipList(list) => crate::structures::execute_op(self, &list, d, i, op, guard),
-        }
+        let structure = self.inner.structure(StructId(op.structure)).expect("checked at execute");
+        on_set!(&structure, set => crate::structures::execute_op(self, set, d, i, op, guard))
     }
 
     /// The state that info word `cur` stands for, seen from transaction `me` (or from outside
@@ -900,7 +898,7 @@ impl<M: PMem + 'static> Handle<M> {
     /// nodes made for reads or removals of absent keys, nodes made by an aborted transaction) for
     /// removal once every thread that could still be executing on them has unpinned. The removal
     /// happens only if the node's info word still names this op by then.
-    fn schedule_removals(&self, d: u64, committed: bool) {
+    fn schedule_removals(&self, d: u64, committed: bool, guard: &Guard) {
         let desc = Desc::new(self.mem(), d);
         let mut any = false;
         for i in 0..desc.nops() {
@@ -915,12 +913,11 @@ impl<M: PMem + 'static> Handle<M> {
                 any = true;
                 let deferred = Arc::clone(&self.inner.deferred);
                 let item = (StructId(op.structure), op.key, Info::op(d, i));
-                let guard = self.epoch.pin();
                 guard.defer(move || deferred.removals.push(item));
             }
         }
         if any {
-            self.epoch.pin().flush();
+            guard.flush();
         }
     }
 
