@@ -189,9 +189,10 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                         continue;
                     }
                 }
-                let node = match h.inner.pool.alloc(&mut h.cache, set.node_bytes(op.key)) {
+                let bytes = set.node_bytes(op.key);
+                let node = match h.inner.pool.alloc(&mut h.cache, bytes) {
                     Ok(n) => n.get(),
-                    Err(_) => return Step::NoMemory,
+                    Err(_) => return Step::NoMemory(bytes),
                 };
                 let mem = h.mem();
                 mem.store(node + KEY, op.key, Ordering::Relaxed);

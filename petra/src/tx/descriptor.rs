@@ -29,8 +29,8 @@
 //! | Committed | Persisted  | durable (or read-only: nothing to persist) and visible    |
 //! | Aborted   | Persisted  | finished; never visible, nothing persisted                |
 //!
-//! Bit 4 of an aborted state word records that the pool was full (the owner reports an error
-//! rather than an abort).
+//! Bit 4 of an aborted state word records that the pool was full, and bits 16.. the size of the
+//! allocation it refused (the owner reports an error rather than an abort).
 
 use std::sync::atomic::Ordering;
 
@@ -165,10 +165,11 @@ impl<'m, M: PMem> Desc<'m, M> {
             .map_err(State::decode)
     }
 
-    /// Aborts the transaction if it is still active; `no_memory` records that the pool was full.
-    pub fn abort(&self, no_memory: bool) {
-        let to =
-            State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted }.encode() | (no_memory as u64) << 4;
+    /// Aborts the transaction if it is still active. `no_memory`, the size of an allocation the
+    /// full pool refused, is recorded for the owner to report.
+    pub fn abort(&self, no_memory: Option<u64>) {
+        let why = no_memory.map_or(0, |bytes| 1 << 4 | bytes.min(u64::MAX >> 16) << 16);
+        let to = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted }.encode() | why;
         // AcqRel: as for `cas_state`.
         let _ = self.mem.compare_exchange(
             self.off + STATE,
@@ -179,9 +180,11 @@ impl<'m, M: PMem> Desc<'m, M> {
         );
     }
 
-    /// Whether the transaction was aborted because the pool was full.
-    pub fn aborted_for_memory(&self) -> bool {
-        self.mem.load(self.off + STATE, Ordering::Acquire) & (1 << 4) != 0
+    /// If the transaction was aborted because the pool was full: the bytes it could not get.
+    pub fn aborted_for_memory(&self) -> Option<u64> {
+        // Acquire: as for `state`.
+        let w = self.mem.load(self.off + STATE, Ordering::Acquire);
+        (w & 1 << 4 != 0).then_some(w >> 16)
     }
 
     pub fn op(&self, i: usize) -> StoredOp {

@@ -557,8 +557,8 @@ pub(crate) enum Step {
     Fail,
     /// The transaction is no longer active: stop executing it.
     Stop,
-    /// The pool is full: the transaction must abort.
-    NoMemory,
+    /// The pool is full (this many bytes were refused): the transaction must abort.
+    NoMemory(u64),
 }
 
 /// A thread's access to the engine. See [`Engine::handle`].
@@ -670,10 +670,9 @@ impl<M: PMem + 'static> Handle<M> {
                 self.schedule_removals(d, true, &guard);
                 Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
             }
-            _ if desc.aborted_for_memory() => {
+            _ if let Some(requested) = desc.aborted_for_memory() => {
                 self.schedule_removals(d, false, &guard);
-                let node = crate::structures::list::NODE_BYTES;
-                Err(EngineError::Alloc(AllocError::PoolFull { requested: node, max: self.inner.pool.max_len() }))
+                Err(EngineError::Alloc(AllocError::PoolFull { requested, max: self.inner.pool.max_len() }))
             }
             _ => {
                 self.schedule_removals(d, false, &guard);
@@ -717,11 +716,11 @@ impl<M: PMem + 'static> Handle<M> {
                 Step::Done => {}
                 Step::Fail => {
                     failed = Some(i);
-                    Desc::new(self.mem(), d).abort(false);
+                    Desc::new(self.mem(), d).abort(None);
                     break;
                 }
-                Step::NoMemory => {
-                    Desc::new(self.mem(), d).abort(true);
+                Step::NoMemory(bytes) => {
+                    Desc::new(self.mem(), d).abort(Some(bytes));
                     break;
                 }
                 Step::Stop => break,
@@ -822,7 +821,7 @@ impl<M: PMem + 'static> Handle<M> {
     /// transaction already on this thread's help stack means a helping cycle: it is aborted.
     pub(crate) fn help(&mut self, d2: u64, opid: usize, guard: &Guard) {
         if self.help_stack.contains(&d2) {
-            Desc::new(self.mem(), d2).abort(false);
+            Desc::new(self.mem(), d2).abort(None);
             return;
         }
         self.help_stack.push(d2);
