@@ -1,6 +1,9 @@
 //! A read-only single-op lookup in PETRA's structures (a Get answered without a descriptor)
 //! against crossbeam-skiplist's `get` on the same keys (no transaction at all: the upper bound).
 //!
+//! Also a range of 2 000 keys (about 1 000 present) (a snapshot, so two walks of the range) against
+//! crossbeam-skiplist's `range` (one walk, no snapshot).
+//!
 //! `cargo bench --bench lookup`. 100 000 keys, uniform in [0, 200 000), looked up in a random
 //! order fixed by a seed; half the lookups hit.
 
@@ -56,6 +59,24 @@ fn lookups(c: &mut Criterion) {
             })
         });
     }
+    group.finish();
+
+    let mut group = c.benchmark_group("range of 2000 keys");
+    let starts: Vec<u64> = probes.iter().map(|p| p % (2 * KEYS - 2000)).collect();
+    group.bench_function("crossbeam-skiplist range", |b| {
+        b.iter(|| {
+            i = (i + 1) % starts.len();
+            let out: Vec<(u64, u64)> =
+                baseline.range(starts[i]..starts[i] + 2000).map(|e| (*e.key(), *e.value())).collect();
+            black_box(out)
+        })
+    });
+    group.bench_function("petra skiplist range", |b| {
+        b.iter(|| {
+            i = (i + 1) % starts.len();
+            black_box(h.range(skiplist, starts[i]..starts[i] + 2000).unwrap())
+        })
+    });
     group.finish();
 }
 

@@ -1,6 +1,6 @@
-//! The structures (a list and a hash map, crossed by every transaction) against the sequential
-//! model: random transaction histories, with reopens (and so
-//! recovery) in between, and the exact persistence cost of each kind of transaction.
+//! The structures (one of each kind, crossed by every transaction) against the sequential model:
+//! random histories of transactions and range scans, with reopens (and so recovery) in between,
+//! and the exact persistence cost of each kind of transaction.
 
 use std::sync::Arc;
 
@@ -27,16 +27,18 @@ fn op_strategy(structures: u8) -> impl Strategy<Value = Op> {
     })
 }
 
-/// A step of a history: a transaction, or a clean or unclean reopen.
+/// A step of a history: a transaction, a range scan, or a clean or unclean reopen.
 #[derive(Debug, Clone)]
 enum Step {
     Tx(Vec<Op>, bool),
+    Range(StructId, u64, u64),
     Reopen { clean: bool },
 }
 
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
         12 => (prop::collection::vec(op_strategy(3), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
+        3 => (0u8..3, 0u64..14, 0u64..14).prop_map(|(s, lo, hi)| Step::Range(StructId(s), lo, hi)),
         1 => any::<bool>().prop_map(|clean| Step::Reopen { clean }),
     ]
 }
@@ -79,6 +81,13 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
                 if let Outcome::Committed { txid, .. } = &got {
                     prop_assert!(txid.is_some() || (ops.len() == 1 && ops[0].kind.is_read()));
                 }
+            }
+            Step::Range(s, lo, hi) => {
+                let want: Vec<(u64, u64)> =
+                    model.entries(*s).into_iter().filter(|(k, _)| (*lo..=*hi).contains(k)).collect();
+                prop_assert_eq!(h.range(*s, *lo..=*hi).unwrap(), want.clone(), "{:?}..={:?}", lo, hi);
+                let half_open: Vec<(u64, u64)> = want.into_iter().filter(|(k, _)| k < hi).collect();
+                prop_assert_eq!(h.range(*s, *lo..*hi).unwrap(), half_open);
             }
             Step::Reopen { clean } => {
                 drop(h);

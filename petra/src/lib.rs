@@ -29,7 +29,7 @@
 //! # Consistency
 //! Transactions are strictly serializable: the order of their txids is a serial order that
 //! reproduces every result (checked by replay in the tests). A single read with no descriptor is
-//! linearizable.
+//! linearizable, and so is a range scan ([`Handle::range`]).
 //!
 //! # Durability
 //! A committed updating transaction is durable once [`Handle::execute`] returns: its descriptor

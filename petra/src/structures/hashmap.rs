@@ -75,6 +75,18 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         let key = h.mem().load(node + super::KEY, std::sync::atomic::Ordering::Relaxed);
         chain_remove(h, self.bucket_link(key), node, guard)
     }
+
+    fn chain_count(&self) -> usize {
+        self.n as usize
+    }
+
+    fn ordered(&self) -> bool {
+        false
+    }
+
+    fn chain_start(&self, h: &mut Handle<M>, chain: usize, from: u64, guard: &Guard) -> u64 {
+        chain_search(h, self.bucket(chain as u64), from, guard).0.0
+    }
 }
 
 #[cfg(test)]

@@ -18,12 +18,11 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{INFO, KEY, LINKS, LinkedSet};
+use super::{KEY, LINKS, LinkedSet};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
 use crate::tx::Handle;
-use crate::tx::info::Info;
 
 /// Offset of a chain node's `next` word.
 pub(crate) const NEXT: u64 = LINKS;
@@ -100,23 +99,6 @@ pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u6
     let _ = chain_search(h, link, key, guard);
 }
 
-/// Appends the present keys of the chain at `link`, with their values, in key order.
-pub(crate) fn chain_entries<M: PMem + 'static>(h: &Handle<M>, link: u64, guard: &Guard, out: &mut Vec<(u64, u64)>) {
-    let mem = h.mem();
-    let mut curr = mem.load(link, Ordering::Acquire) & !MARK;
-    while curr != 0 {
-        // Acquire: see the descriptor the info word names.
-        let cur = Info(mem.load(curr + INFO, Ordering::Acquire));
-        if !cur.is_marked()
-            && let Some(v) = h.resolve(cur, None, guard)
-        {
-            out.push((mem.load(curr + KEY, Ordering::Relaxed), v));
-        }
-        // Acquire: as for every link.
-        curr = mem.load(curr + NEXT, Ordering::Acquire) & !MARK;
-    }
-}
-
 /// Hands an unlinked node to the collector.
 fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
     let deferred = Arc::clone(&h.inner.deferred);
@@ -159,5 +141,9 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
         chain_remove(h, List::link(self), node, guard)
+    }
+
+    fn chain_start(&self, h: &mut Handle<M>, _chain: usize, from: u64, guard: &Guard) -> u64 {
+        chain_search(h, self.link(), from, guard).0.0
     }
 }

@@ -94,6 +94,75 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn link(&self, h: &mut Handle<M>, pos: &Self::Pos, node: u64, guard: &Guard) -> bool;
     /// Completes the physical removal of a node whose info word is marked.
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard);
+    /// Number of level-0 chains (a hash map has one per bucket).
+    fn chain_count(&self) -> usize {
+        1
+    }
+    /// Whether chain 0 holds every key in key order (then a range walks only its part of it).
+    fn ordered(&self) -> bool {
+        true
+    }
+    /// The link word a walk of chain `chain` for keys from `from` on starts at: the `next` word
+    /// of a node with a smaller key (or of the head), unmarked when read. Unlinks marked nodes on
+    /// its way, like every search.
+    fn chain_start(&self, h: &mut Handle<M>, chain: usize, from: u64, guard: &Guard) -> u64;
+}
+
+/// What one pass of a scan saw at a node: equal passes see equal values (see
+/// [`tx::scan`](crate::tx)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) node: u64,
+    pub(crate) key: u64,
+    pub(crate) info: u64,
+    pub(crate) state: Option<u64>,
+}
+
+/// One pass over the nodes of chain `chain` with keys in `lo..=hi`, in chain order: appends what
+/// it saw at each (marked nodes too, as absent). Every step reads the `next` word of a node that
+/// is unmarked, and therefore linked, at that read: a node with a key in the gap it crosses is
+/// not linked at that instant. A marked `next` (its node is being removed) restarts the walk
+/// from a fresh position after the last key seen.
+pub(crate) fn walk<M: PMem + 'static, S: LinkedSet<M>>(
+    h: &mut Handle<M>,
+    set: &S,
+    chain: usize,
+    lo: u64,
+    hi: u64,
+    guard: &Guard,
+    out: &mut Vec<Seen>,
+) {
+    const MARK: u64 = 1;
+    let mut from = lo;
+    let mut link = set.chain_start(h, chain, from, guard);
+    loop {
+        // Acquire: a node reached through a link is seen initialised.
+        let w = h.mem().load(link, Ordering::Acquire);
+        if w & MARK != 0 {
+            link = set.chain_start(h, chain, from, guard);
+            continue;
+        }
+        if w == 0 {
+            return;
+        }
+        let node = w;
+        // Relaxed: a node's key never changes after it was published.
+        let key = h.mem().load(node + KEY, Ordering::Relaxed);
+        if key > hi {
+            return;
+        }
+        if key >= from {
+            // Acquire: see the descriptor the info word names.
+            let info = Info(h.mem().load(node + INFO, Ordering::Acquire));
+            let state = if info.is_marked() { None } else { h.resolve(info, None, guard) };
+            out.push(Seen { node, key, info: info.0, state });
+            if key == hi {
+                return;
+            }
+            from = key + 1;
+        }
+        link = node + LINKS;
+    }
 }
 
 /// Removes `key`'s node from `set` if its info word still is `info` (a finished op that left the

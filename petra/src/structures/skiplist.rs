@@ -244,6 +244,10 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         let key = mem.load(node + KEY, Ordering::Relaxed);
         let _ = self.find(h, key, guard);
     }
+
+    fn chain_start(&self, h: &mut Handle<M>, _chain: usize, from: u64, guard: &Guard) -> u64 {
+        self.find(h, from, guard).0.preds[0] + next_off(0)
+    }
 }
 
 #[cfg(test)]

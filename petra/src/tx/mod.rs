@@ -43,7 +43,7 @@ use crate::mem::PMem;
 use crate::pool::{AllocCache, Pool, RootEntry};
 use crate::structures::LinkedSet;
 use crate::structures::hashmap::HashMap;
-use crate::structures::list::{List, chain_entries};
+use crate::structures::list::List;
 use crate::structures::skiplist::SkipList;
 use descriptor::{
     CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, desc_bytes, persisted_bytes,
@@ -285,6 +285,8 @@ macro_rules! on_set {
     };
 }
 
+mod scan;
+
 /// A structure known to the engine.
 #[derive(Debug, Clone)]
 pub(crate) enum Structure {
@@ -521,18 +523,10 @@ impl<M: PMem + 'static> Engine<M> {
         (0..s.len()).filter(|&i| s[i].get().is_some()).map(|i| StructId(i as u8)).collect()
     }
 
-    /// The present keys of a structure with their values, in key order. Not a transaction: a
-    /// snapshot only when no transaction runs.
+    /// The present keys of a structure with their values, in key order: a snapshot (see
+    /// [`Handle::range`]).
     pub fn entries(&self, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
-        let structure = self.inner.structure(s)?;
-        let h = self.handle()?;
-        let guard = h.epoch.pin();
-        let mut out = Vec::new();
-        for link in structure.chains() {
-            chain_entries(&h, link, &guard, &mut out);
-        }
-        out.sort_unstable();
-        Ok(out)
+        self.handle()?.range(s, ..)
     }
 
     /// Txids handed out so far (the next one minus one): for checkers that bound when a read

@@ -1,0 +1,162 @@
+//! Range scans under concurrent transactions: every scan must return exactly the range of the
+//! state after some prefix of the serial (txid) order that lies within the scan's call. Writers
+//! run random transactions on a few hot keys of every structure while a scanner reads random
+//! ranges; afterwards the committed transactions are replayed in txid order and each scan is
+//! matched against the states its call spanned.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use petra::mem::{PMem, SimMem};
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra_suite::model::Model;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const KEYS: u64 = 24;
+
+struct Committed {
+    txid: u64,
+    ops: Vec<Op>,
+}
+
+#[derive(Debug)]
+struct Scan {
+    /// Txid watermarks read before and after the call.
+    lo: u64,
+    hi: u64,
+    s: StructId,
+    from: u64,
+    to: u64,
+    got: Vec<(u64, u64)>,
+}
+
+fn config() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: 256 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
+}
+
+fn writer<M: PMem + 'static>(engine: &Engine<M>, ids: &[StructId], seed: u64, txs: usize) -> Vec<Committed> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut h = engine.handle().unwrap();
+    let mut committed = Vec::new();
+    let mut tx = Transaction::new();
+    for _ in 0..txs {
+        tx.clear();
+        let mut ops = Vec::new();
+        for _ in 0..rng.random_range(1..=3) {
+            let kind =
+                [OpKind::Insert, OpKind::Delete, OpKind::Update, OpKind::Put, OpKind::Remove][rng.random_range(0..5)];
+            let op = Op {
+                kind,
+                structure: ids[rng.random_range(0..ids.len())],
+                key: rng.random_range(0..KEYS),
+                value: rng.random_range(1..1_000_000),
+            };
+            tx.op(op);
+            ops.push(op);
+        }
+        if let Outcome::Committed { txid: Some(txid), .. } = h.execute(&tx).unwrap() {
+            committed.push(Committed { txid, ops });
+        }
+    }
+    committed
+}
+
+/// Scans until the writers are done (at most `scans`).
+fn scanner<M: PMem + 'static>(
+    engine: &Engine<M>,
+    ids: &[StructId],
+    seed: u64,
+    scans: usize,
+    done: &AtomicBool,
+) -> Vec<Scan> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut h = engine.handle().unwrap();
+    (0..scans)
+        .take_while(|_| !done.load(Ordering::Relaxed))
+        .map(|_| {
+            let s = ids[rng.random_range(0..ids.len())];
+            let from = rng.random_range(0..KEYS);
+            let to = rng.random_range(from..KEYS + 2);
+            let lo = engine.txid_watermark();
+            let got = h.range(s, from..=to).unwrap();
+            let hi = engine.txid_watermark();
+            Scan { lo, hi, s, from, to, got }
+        })
+        .collect()
+}
+
+fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64) {
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 16 << 20 }).unwrap();
+    let ids = petra_suite::kinds::create_all(&engine);
+    // Half the keys present at the start, so that scans see keys from the first.
+    let mut prefill = Transaction::new();
+    for &s in &ids {
+        for k in (0..KEYS).step_by(2) {
+            prefill.insert(s, k, k);
+        }
+    }
+    let first = engine.handle().unwrap().execute(&prefill).unwrap();
+    let Outcome::Committed { txid: Some(first), .. } = first else { panic!("the prefill commits") };
+    let mut committed = vec![Committed { txid: first, ops: prefill.ops().to_vec() }];
+    let done = AtomicBool::new(false);
+    let scans = std::thread::scope(|sc| {
+        let ws: Vec<_> = (0..writers)
+            .map(|t| {
+                sc.spawn({
+                    let (e, ids) = (&engine, &ids);
+                    move || writer(e, ids, seed * 100 + t as u64, txs)
+                })
+            })
+            .collect();
+        let scanning = sc.spawn(|| scanner(&engine, &ids, seed * 100 + 99, scans, &done));
+        committed.extend(ws.into_iter().flat_map(|w| w.join().unwrap()));
+        done.store(true, Ordering::Relaxed);
+        scanning.join().unwrap()
+    });
+    committed.sort_by_key(|c| c.txid);
+    // Replay in txid order; a scan matches if the state after some prefix whose last txid lies in
+    // [lo, hi] (or the state at lo itself) has exactly its entries in its range.
+    let range_of = |model: &Model, scan: &Scan| -> Vec<(u64, u64)> {
+        model.entries(scan.s).into_iter().filter(|(k, _)| (scan.from..=scan.to).contains(k)).collect()
+    };
+    let mut matched = vec![false; scans.len()];
+    let mut model = Model::default();
+    let mut prev = 0;
+    let check = |model: &Model, matched: &mut Vec<bool>, pred: &dyn Fn(&Scan) -> bool| {
+        for (i, scan) in scans.iter().enumerate() {
+            if !matched[i] && pred(scan) && range_of(model, scan) == scan.got {
+                matched[i] = true;
+            }
+        }
+    };
+    for c in &committed {
+        // The state before this transaction is the state at every watermark in [prev, txid).
+        check(&model, &mut matched, &|s: &Scan| s.hi >= prev && s.lo < c.txid);
+        assert!(model.apply(&c.ops).is_committed(), "txid {} no longer commits on replay", c.txid);
+        prev = c.txid;
+    }
+    check(&model, &mut matched, &|s: &Scan| s.hi >= prev);
+    let nonempty = scans.iter().filter(|s| !s.got.is_empty()).count();
+    for (i, scan) in scans.iter().enumerate() {
+        assert!(matched[i], "scan {i} matches no state of its call: {scan:?}");
+    }
+    assert!(scans.len() >= 100 && nonempty > scans.len() / 4, "{nonempty} of {} scans saw a key", scans.len());
+    eprintln!("{} committed, {} scans ({nonempty} non-empty)", committed.len(), scans.len());
+}
+
+#[test]
+fn scans_on_the_simulator_are_snapshots() {
+    for seed in 0..3 {
+        run(Pool::create_in(SimMem::new(0, 256 << 20), &config()).unwrap(), 2, 3000, 1500, seed);
+    }
+}
+
+#[test]
+fn scans_on_a_real_mapping_are_snapshots() {
+    let dir = petra_suite::scratch_dir();
+    for (seed, writers) in [(10, 1), (11, 2), (12, 3)] {
+        let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
+        run(pool, writers, 20_000, 8000, seed);
+    }
+}
