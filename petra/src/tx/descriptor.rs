@@ -11,7 +11,7 @@
 //! +24  check    checksum of header, txid and the persisted ops                 (store)
 //! +32  ops      nops x 24 bytes: kind | structure << 8, key, value             (immutable)
 //! then nops x 24 bytes of volatile per-op words, never flushed:
-//!      prev     the info word the op replaced (or NO_NODE for a node it created)
+//!      prev     the info word the op replaced (NO_NODE for a node it created; UNSET before)
 //!      cache    VALID | present << 1, once the op's before-state is known
 //!      cvalue   the before-state's value
 //! ```
@@ -52,6 +52,11 @@ pub(crate) const OP_BYTES: u64 = 24;
 
 /// `prev` of an op that created its node: the key had no node before.
 pub(crate) const NO_NODE: u64 = 0;
+/// `prev` of an op no executor has executed yet. No info word has this value (an op reference
+/// has a descriptor offset at bit 8 and up, a FINAL word has bit 0 set), and it differs from
+/// [`NO_NODE`], so that an executor that creates the op's node always changes `prev`, and an
+/// executor that read `prev` before that can no longer retarget it (see `execute_op`).
+pub(crate) const UNSET: u64 = 2;
 
 /// Transaction status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +238,7 @@ impl<'m, M: PMem> Desc<'m, M> {
 }
 
 /// Writes a new descriptor at `off` (owned by the caller, not yet published). The state word is
-/// left Active/Maybe, txid and checksum 0, volatile words zero.
+/// left Active/Maybe, txid and checksum 0, each `prev` UNSET and each cache empty.
 pub(crate) fn write_new<M: PMem>(
     mem: &M,
     off: u64,
@@ -255,8 +260,10 @@ pub(crate) fn write_new<M: PMem>(
         mem.store(base + 16, op.value, Ordering::Relaxed);
     }
     let vol = off + OPS + OP_BYTES * n as u64;
-    for w in 0..3 * n as u64 {
-        mem.store(vol + w * 8, 0, Ordering::Relaxed);
+    for i in 0..n as u64 {
+        mem.store(vol + OP_BYTES * i, UNSET, Ordering::Relaxed);
+        mem.store(vol + OP_BYTES * i + 8, 0, Ordering::Relaxed);
+        mem.store(vol + OP_BYTES * i + 16, 0, Ordering::Relaxed);
     }
 }
 

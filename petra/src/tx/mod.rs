@@ -24,6 +24,8 @@
 //! retargets `prev` (CAS) and takes the node (CAS of info from the value `prev` names). Info
 //! values never repeat on a node, and a node held by an active transaction is only taken over by
 //! that transaction itself or after it finished, so an op that has executed keeps its `prev`.
+//! `prev` starts UNSET, which no info word equals, and an executor that creates the op's node
+//! first sets it to "no node": a stale executor's retarget from UNSET then fails.
 //! Nodes are physically removed only through the epoch collector, after every thread that could
 //! still be executing an operation of the removing transaction's predecessors has unpinned: a
 //! late helper can therefore never re-create a node for an operation that already executed.
@@ -46,7 +48,7 @@ use crate::structures::hashmap::HashMap;
 use crate::structures::list::List;
 use crate::structures::skiplist::SkipList;
 use descriptor::{
-    CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, desc_bytes, persisted_bytes,
+    CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes, persisted_bytes,
 };
 use info::Info;
 
@@ -869,6 +871,7 @@ impl<M: PMem + 'static> Handle<M> {
             }
             // Acquire: pairs with the executor's AcqRel retarget of `prev`.
             let prev = mem.load(desc2.prev_off(j), Ordering::Acquire);
+            debug_assert_ne!(prev, UNSET, "an op is named by a node only after it set prev");
             if prev == NO_NODE {
                 return None;
             }
@@ -884,6 +887,7 @@ impl<M: PMem + 'static> Handle<M> {
         }
         // Acquire: as in `resolve`.
         let prev = self.mem().load(desc.prev_off(i), Ordering::Acquire);
+        debug_assert_ne!(prev, UNSET, "the op has executed");
         if prev == NO_NODE { None } else { self.resolve(Info(prev), Some(d), guard) }
     }
 
