@@ -93,14 +93,24 @@ pub mod kinds {
         HashMap,
         /// The skiplist.
         SkipList,
+        /// The multi-dimensional list.
+        MdList,
     }
 
     /// Every kind.
-    pub const ALL: [Kind; 3] = [Kind::List, Kind::HashMap, Kind::SkipList];
+    pub const ALL: [Kind; 4] = [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList];
 
-    /// Blocks the allocator holds besides the nodes of present keys: the list's and the
-    /// skiplist's head sentinels (the hash map's buckets are a region).
-    pub const HEADS: u64 = 2;
+    /// Blocks the allocator holds besides the nodes of present keys: the head sentinels of the
+    /// list, the skiplist and the MDList (the hash map's buckets are a region).
+    pub const HEADS: u64 = 3;
+
+    impl Kind {
+        /// Whether the kind removes the nodes of absent keys while open (the MDList keeps them
+        /// until the next recovery).
+        pub fn removes_nodes(self) -> bool {
+            self != Kind::MdList
+        }
+    }
 
     /// Creates a structure of `kind`.
     pub fn create<M: PMem + 'static>(engine: &Engine<M>, kind: Kind) -> StructId {
@@ -108,9 +118,13 @@ pub mod kinds {
             Kind::List => engine.create_list(),
             Kind::HashMap => engine.create_hash_map(16),
             Kind::SkipList => engine.create_skiplist(),
+            Kind::MdList => engine.create_mdlist(),
         }
         .expect("a structure is created")
     }
+
+    /// The ids [`create_all`] returns in a new engine.
+    pub const IDS: [StructId; ALL.len()] = [StructId(0), StructId(1), StructId(2), StructId(3)];
 
     /// One structure of each kind, in the order of [`ALL`].
     pub fn create_all<M: PMem + 'static>(engine: &Engine<M>) -> Vec<StructId> {

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 const MAX_LEN: u64 = 16 << 20;
 /// A list, a hash map and a skiplist.
-const ALL: [StructId; 3] = [StructId(0), StructId(1), StructId(2)];
+const ALL: [StructId; 4] = petra_suite::kinds::IDS;
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 512 << 10, max_size: MAX_LEN, chunk_size: 64 << 10, mapping: Mapping::default() }
@@ -35,6 +35,15 @@ struct Acked {
     results: Vec<Option<u64>>,
 }
 
+/// The keys the pool starts with: two in the first structure, one in each other.
+fn initial_ops() -> Vec<Op> {
+    let mut ops = vec![Op { kind: OpKind::Put, structure: ALL[0], key: 2, value: 20 }];
+    for (i, &s) in ALL.iter().enumerate() {
+        ops.push(Op { kind: OpKind::Put, structure: s, key: i as u64 + 1, value: 100 * (i as u64 + 1) });
+    }
+    ops
+}
+
 /// A pool with an engine, one structure of each kind and a few keys, cleanly closed.
 fn setup() -> SimMem {
     let mem = Arc::new(SimMem::new(0, MAX_LEN));
@@ -42,10 +51,11 @@ fn setup() -> SimMem {
     let engine = Engine::create(pool, engine_config()).unwrap();
     let ids = petra_suite::kinds::create_all(&engine);
     assert_eq!(ids, ALL);
-    let [a, b, c] = ALL;
     let mut h = engine.handle().unwrap();
     let mut tx = Transaction::new();
-    tx.put(a, 1, 10).put(a, 2, 20).put(b, 1, 100).put(c, 3, 300);
+    for op in initial_ops() {
+        tx.op(op);
+    }
     assert!(h.execute(&tx).unwrap().is_committed());
     drop(h);
     engine.into_pool().unwrap().close().unwrap();
@@ -66,7 +76,7 @@ fn random_tx(rng: &mut StdRng) -> Vec<Op> {
             };
             Op {
                 kind,
-                structure: StructId(rng.random_range(0..3)),
+                structure: ALL[rng.random_range(0..ALL.len())],
                 key: rng.random_range(0..6),
                 value: rng.random_range(1..1000),
             }
@@ -135,12 +145,7 @@ fn check(acked: &[Acked], crash_event: u64, mem: SimMem) -> Result<(), String> {
         return Err(format!("{live} live blocks for {} keys and the heads", report.present_keys));
     }
     let mut base = Model::default();
-    base.apply(&[
-        Op { kind: OpKind::Put, structure: StructId(0), key: 1, value: 10 },
-        Op { kind: OpKind::Put, structure: StructId(0), key: 2, value: 20 },
-        Op { kind: OpKind::Put, structure: StructId(1), key: 1, value: 100 },
-        Op { kind: OpKind::Put, structure: StructId(2), key: 3, value: 300 },
-    ]);
+    base.apply(&initial_ops());
     let done: Vec<&Acked> = acked.iter().filter(|a| a.end <= crash_event).collect();
     let in_flight: Vec<&Acked> = acked.iter().filter(|a| a.start <= crash_event && a.end > crash_event).collect();
     for mask in 0u32..1 << in_flight.len() {

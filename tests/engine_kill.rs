@@ -14,7 +14,7 @@ use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const LISTS: [StructId; 3] = [StructId(0), StructId(1), StructId(2)];
+const LISTS: [StructId; 4] = petra_suite::kinds::IDS;
 
 fn engine_config() -> EngineConfig {
     EngineConfig { ring_bytes: 8 << 20 }
@@ -50,7 +50,7 @@ fn child(arg: &str) {
         let ops: Vec<Op> = (0..n)
             .map(|_| Op {
                 kind: OpKind::from_code(rng.random_range(1..=7)),
-                structure: LISTS[rng.random_range(0..3)],
+                structure: LISTS[rng.random_range(0..LISTS.len())],
                 key: rng.random_range(0..64),
                 value: rng.random_range(1..1_000_000),
             })

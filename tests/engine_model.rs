@@ -37,8 +37,8 @@ enum Step {
 
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
-        12 => (prop::collection::vec(op_strategy(3), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
-        3 => (0u8..3, 0u64..14, 0u64..14).prop_map(|(s, lo, hi)| Step::Range(StructId(s), lo, hi)),
+        12 => (prop::collection::vec(op_strategy(4), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
+        3 => (0u8..4, 0u64..14, 0u64..14).prop_map(|(s, lo, hi)| Step::Range(StructId(s), lo, hi)),
         1 => any::<bool>().prop_map(|clean| Step::Reopen { clean }),
     ]
 }
@@ -48,7 +48,7 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let mut engine = Engine::create(pool, engine_config()).unwrap();
     let ids = petra_suite::kinds::create_all(&engine);
-    assert_eq!(ids, [StructId(0), StructId(1), StructId(2)]);
+    assert_eq!(ids, petra_suite::kinds::IDS);
     let mut model = Model::default();
     let mut h = engine.handle().unwrap();
     for step in steps {

@@ -31,16 +31,31 @@ struct Scan {
     got: Vec<(u64, u64)>,
 }
 
-fn config() -> PoolConfig {
-    PoolConfig { initial_size: 1 << 20, max_size: 256 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
+/// Set when the scanner is done: the writers stop.
+struct Flags {
+    done: AtomicBool,
 }
 
-fn writer<M: PMem + 'static>(engine: &Engine<M>, ids: &[StructId], seed: u64, txs: usize) -> Vec<Committed> {
+fn config() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: 1 << 30, chunk_size: 64 << 10, mapping: Mapping::default() }
+}
+
+/// Runs transactions until the scanner is done (at most `txs`).
+fn writer<M: PMem + 'static>(
+    engine: &Engine<M>,
+    ids: &[StructId],
+    seed: u64,
+    txs: usize,
+    flags: &Flags,
+) -> Vec<Committed> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut h = engine.handle().unwrap();
     let mut committed = Vec::new();
     let mut tx = Transaction::new();
     for _ in 0..txs {
+        if flags.done.load(Ordering::Relaxed) {
+            break;
+        }
         tx.clear();
         let mut ops = Vec::new();
         for _ in 0..rng.random_range(1..=3) {
@@ -62,32 +77,45 @@ fn writer<M: PMem + 'static>(engine: &Engine<M>, ids: &[StructId], seed: u64, tx
     committed
 }
 
-/// Scans until the writers are done (at most `scans`).
+/// Runs scans (see below), then tells the writers to stop.
 fn scanner<M: PMem + 'static>(
     engine: &Engine<M>,
     ids: &[StructId],
     seed: u64,
     scans: usize,
-    done: &AtomicBool,
+    flags: &Flags,
 ) -> Vec<Scan> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut h = engine.handle().unwrap();
-    (0..scans)
-        .take_while(|_| !done.load(Ordering::Relaxed))
-        .map(|_| {
-            let s = ids[rng.random_range(0..ids.len())];
-            let from = rng.random_range(0..KEYS);
-            let to = rng.random_range(from..KEYS + 2);
-            let lo = engine.txid_watermark();
-            let got = h.range(s, from..=to).unwrap();
-            let hi = engine.txid_watermark();
-            Scan { lo, hi, s, from, to, got }
-        })
-        .collect()
+    // Start once the writers have.
+    while engine.txid_watermark() < 100 {
+        std::thread::yield_now();
+    }
+    // At least `scans` scans, and more (for up to 20 s) until a tenth of them overlapped a commit:
+    // on a loaded machine the writers may be off the cores for a while. A scan that overlapped
+    // none yields, to let them on.
+    let mut out: Vec<Scan> = Vec::new();
+    let mut overlapped = 0;
+    let started = std::time::Instant::now();
+    while out.len() < scans || (overlapped < scans / 10 && started.elapsed() < std::time::Duration::from_secs(20)) {
+        let s = ids[rng.random_range(0..ids.len())];
+        let from = rng.random_range(0..KEYS);
+        let to = rng.random_range(from..KEYS + 2);
+        let lo = engine.txid_watermark();
+        let got = h.range(s, from..=to).unwrap();
+        let hi = engine.txid_watermark();
+        overlapped += usize::from(hi > lo);
+        out.push(Scan { lo, hi, s, from, to, got });
+        if hi == lo {
+            std::thread::yield_now();
+        }
+    }
+    flags.done.store(true, Ordering::Relaxed);
+    out
 }
 
 fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64) {
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 16 << 20 }).unwrap();
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).unwrap();
     let ids = petra_suite::kinds::create_all(&engine);
     // Half the keys present at the start, so that scans see keys from the first.
     let mut prefill = Transaction::new();
@@ -99,20 +127,20 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
     let first = engine.handle().unwrap().execute(&prefill).unwrap();
     let Outcome::Committed { txid: Some(first), .. } = first else { panic!("the prefill commits") };
     let mut committed = vec![Committed { txid: first, ops: prefill.ops().to_vec() }];
-    let done = AtomicBool::new(false);
+    let flags = Flags { done: AtomicBool::new(false) };
     let scans = std::thread::scope(|sc| {
         let ws: Vec<_> = (0..writers)
             .map(|t| {
                 sc.spawn({
-                    let (e, ids) = (&engine, &ids);
-                    move || writer(e, ids, seed * 100 + t as u64, txs)
+                    let (e, ids, flags) = (&engine, &ids, &flags);
+                    move || writer(e, ids, seed * 100 + t as u64, txs, flags)
                 })
             })
             .collect();
-        let scanning = sc.spawn(|| scanner(&engine, &ids, seed * 100 + 99, scans, &done));
+        let scanning = sc.spawn(|| scanner(&engine, &ids, seed * 100 + 99, scans, &flags));
+        let scans = scanning.join().unwrap();
         committed.extend(ws.into_iter().flat_map(|w| w.join().unwrap()));
-        done.store(true, Ordering::Relaxed);
-        scanning.join().unwrap()
+        scans
     });
     committed.sort_by_key(|c| c.txid);
     // Replay in txid order; a scan matches if the state after some prefix whose last txid lies in
@@ -141,14 +169,25 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
     for (i, scan) in scans.iter().enumerate() {
         assert!(matched[i], "scan {i} matches no state of its call: {scan:?}");
     }
-    assert!(scans.len() >= 100 && nonempty > scans.len() / 4, "{nonempty} of {} scans saw a key", scans.len());
-    eprintln!("{} committed, {} scans ({nonempty} non-empty)", committed.len(), scans.len());
+    assert!(nonempty > scans.len() / 4, "{nonempty} of {} scans saw a key", scans.len());
+    let overlapped = scans.iter().filter(|s| s.hi > s.lo).count();
+    assert!(
+        overlapped >= scans.len() / 100,
+        "only {overlapped} of {} scans overlapped one of the {} commits",
+        scans.len(),
+        committed.len()
+    );
+    eprintln!(
+        "{} committed, {} scans ({nonempty} non-empty, {overlapped} overlapping a commit)",
+        committed.len(),
+        scans.len()
+    );
 }
 
 #[test]
 fn scans_on_the_simulator_are_snapshots() {
     for seed in 0..3 {
-        run(Pool::create_in(SimMem::new(0, 256 << 20), &config()).unwrap(), 2, 3000, 1500, seed);
+        run(Pool::create_in(SimMem::new(0, 1 << 30), &config()).unwrap(), 2, 300_000, 3000, seed);
     }
 }
 
@@ -157,6 +196,6 @@ fn scans_on_a_real_mapping_are_snapshots() {
     let dir = petra_suite::scratch_dir();
     for (seed, writers) in [(10, 1), (11, 2), (12, 3)] {
         let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
-        run(pool, writers, 20_000, 8000, seed);
+        run(pool, writers, 300_000, 8000, seed);
     }
 }

@@ -1,6 +1,6 @@
 //! Benchmarks of PETRA.
 //!
-//! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map and the skiplist,
+//! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map, the skiplist and the MDList,
 //!   durable and volatile in one run, with throughput, abort rate and flushes and fences per
 //!   transaction.
 //! - [`workload`]: the generators they draw from.

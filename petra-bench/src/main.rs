@@ -27,8 +27,8 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct MicroArgs {
-    /// The structure: list (defaults: key range 10K, mixes 40/40/20 and 10/10/80), skiplist (key
-    /// range 1M, the same mixes) or hashmap (key range 1M, mixes 40/30/10/20 and 10/10/5/75,
+    /// The structure: list (defaults: key range 10K, mixes 40/40/20 and 10/10/80), skiplist or
+    /// mdlist (key range 1M, the same mixes) or hashmap (key range 1M, mixes 40/30/10/20 and 10/10/5/75,
     /// insert/delete/update/find).
     #[arg(long, default_value = "list")]
     structure: String,
@@ -89,7 +89,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
     let (default_range, default_mixes): (u64, &[&str]) = match structure {
         StructureKind::List => (10_000, &["40/40/20", "10/10/80"]),
         StructureKind::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
-        StructureKind::SkipList => (1_000_000, &["40/40/20", "10/10/80"]),
+        StructureKind::SkipList | StructureKind::MdList => (1_000_000, &["40/40/20", "10/10/80"]),
     };
     let key_range = args.key_range.unwrap_or(default_range);
     let mix_names: Vec<String> =

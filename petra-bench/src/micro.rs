@@ -49,6 +49,8 @@ pub enum StructureKind {
     HashMap,
     /// The skiplist.
     SkipList,
+    /// The multi-dimensional list.
+    MdList,
 }
 
 impl StructureKind {
@@ -58,6 +60,7 @@ impl StructureKind {
             StructureKind::List => "list",
             StructureKind::HashMap => "hashmap",
             StructureKind::SkipList => "skiplist",
+            StructureKind::MdList => "mdlist",
         }
     }
 
@@ -67,7 +70,8 @@ impl StructureKind {
             "list" => Ok(StructureKind::List),
             "hashmap" => Ok(StructureKind::HashMap),
             "skiplist" => Ok(StructureKind::SkipList),
-            other => Err(format!("unknown structure {other:?}: use list, hashmap or skiplist")),
+            "mdlist" => Ok(StructureKind::MdList),
+            other => Err(format!("unknown structure {other:?}: use list, hashmap, skiplist or mdlist")),
         }
     }
 }
@@ -153,6 +157,7 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
         StructureKind::List => engine.create_list(),
         StructureKind::HashMap => engine.create_hash_map(w.key_range),
         StructureKind::SkipList => engine.create_skiplist(),
+        StructureKind::MdList => engine.create_mdlist(),
     }
     .map_err(|e| e.to_string())?;
     prefill(&engine, list, w.key_range, case.prefill, case.seed)?;

@@ -48,7 +48,8 @@
 //! # Limits today
 //! Descriptors are not recycled while the pool is open: each thread's ring (64 MiB by default)
 //! eventually refuses transactions with [`EngineError::RingFull`] until the pool is reopened.
-//! Keys and values are `u64`; the structures are the list, the hash map and the skiplist.
+//! Keys and values are `u64`; the structures are the list, the hash map, the skiplist and the
+//! multi-dimensional list (whose deleted keys keep their nodes until the next recovery).
 
 pub mod error;
 pub mod mem;

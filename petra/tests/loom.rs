@@ -12,10 +12,18 @@ use petra::{Engine, EngineConfig, Outcome, StructId, Transaction};
 /// An engine with one list holding `prefill`, and two free rings and warm allocation caches, so
 /// that the modelled threads take no lock that loom cannot see (and allocate no ring).
 fn engine(prefill: &[(u64, u64)]) -> (Engine<LoomMem>, StructId) {
+    engine_with(prefill, |e| e.create_list())
+}
+
+/// As [`engine`], with the structure `create` makes.
+fn engine_with(
+    prefill: &[(u64, u64)],
+    create: impl FnOnce(&Engine<LoomMem>) -> Result<StructId, petra::EngineError>,
+) -> (Engine<LoomMem>, StructId) {
     let config = PoolConfig { initial_size: 0, max_size: 1 << 20, chunk_size: 64 << 10, mapping: Mapping::default() };
     let pool = Pool::create_in(LoomMem::new(0, 1 << 20), &config).unwrap();
     let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 10 }).unwrap();
-    let s = engine.create_list().unwrap();
+    let s = create(&engine).unwrap();
     let mut h1 = engine.handle().unwrap();
     let mut h2 = engine.handle().unwrap();
     // Each handle takes its ring with its first descriptor.
@@ -120,6 +128,36 @@ fn a_helping_cycle_ends_with_a_serial_outcome() {
                 assert_eq!(entries, vec![(1, 0), (2, 0)])
             }
             other => panic!("unexpected outcomes {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn an_mdlist_insert_that_adopts_children_loses_none() {
+    // Two whole transactions over 16 dimensions: bound 1 by default (about a minute), unless
+    // LOOM_MAX_PREEMPTIONS says otherwise.
+    let mut builder = builder();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(1);
+    }
+    builder.check(|| {
+        // 0x210 has 0x310 as its child at dimension 13 (the first digit where they differ, counting
+        // 16 digits from the most significant). Inserting 0x200 (smaller than 0x210 first at
+        // dimension 14) pushes 0x210 down and adopts 0x310; meanwhile 0x300 goes into the very
+        // slot being adopted.
+        let (engine, s) = engine_with(&[(0x210, 1), (0x310, 2)], |e| e.create_mdlist());
+        let (a, b) = run2(
+            &engine,
+            Transaction::new().insert(s, 0x200, 3).clone(),
+            Transaction::new().insert(s, 0x300, 4).clone(),
+        );
+        committed(&a);
+        committed(&b);
+        assert_eq!(engine.entries(s).unwrap(), vec![(0x200, 3), (0x210, 1), (0x300, 4), (0x310, 2)]);
+        let mut h = engine.handle().unwrap();
+        for (k, v) in [(0x200, 3), (0x210, 1), (0x300, 4), (0x310, 2)] {
+            let out = h.execute(Transaction::new().get(s, k)).unwrap();
+            assert_eq!(out, Outcome::Committed { results: vec![Some(v)], txid: None }, "key {k:#x}");
         }
     });
 }

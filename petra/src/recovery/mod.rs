@@ -31,13 +31,14 @@ use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool, RebuildReport};
 use crate::structures::hashmap::HashMap;
 use crate::structures::list::{List, NEXT, NODE_BYTES};
+use crate::structures::mdlist::{self, MdList};
 use crate::structures::skiplist::{MAX_HEIGHT, META, SkipList, height_of, next_off, node_bytes_of};
 use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
 use crate::tx::descriptor::read_persisted;
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, KIND_SKIPLIST, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG,
-    META_TXID_RESERVED, OpKind, RING_TAG, Structure, TXID_BLOCK,
+    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, KIND_MDLIST, KIND_SKIPLIST, META_ATTEMPT, META_EPOCH, META_MAGIC,
+    META_TAG, META_TXID_RESERVED, OpKind, RING_TAG, Structure, TXID_BLOCK,
 };
 
 /// What recovery found and did.
@@ -87,6 +88,7 @@ pub(crate) fn recover<M: PMem + 'static>(
             KIND_LIST => Structure::List(List { head: entry.params[0] }),
             KIND_HASH_MAP => Structure::HashMap(HashMap { buckets: entry.params[0], n: entry.params[1] }),
             KIND_SKIPLIST => Structure::SkipList(SkipList { head: entry.params[0] }),
+            KIND_MDLIST => Structure::MdList(MdList { head: entry.params[0] }),
             other => {
                 return Err(EngineError::Corrupt(format!("root slot {slot} holds an unknown structure kind {other}")));
             }
@@ -151,36 +153,36 @@ pub(crate) fn recover<M: PMem + 'static>(
     let mut cache = AllocCache::new();
     let mut live: Vec<POff> = Vec::new();
     for (&slot, structure) in &structures {
-        if let Structure::SkipList(list) = structure {
-            let present: Vec<(u64, u64)> =
-                state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
-            report.present_keys += present.len() as u64;
-            rebuild_skiplist(&pool, &mut cache, list, slot, new_epoch, &present, &mut live)?;
-            continue;
-        }
-        // Present keys by chain, each in key order.
-        let mut chains: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
-        for (&(_, key), v) in state.range((slot, 0)..=(slot, u64::MAX)) {
-            if let Some(v) = *v {
-                chains.entry(structure.link_of(key)).or_default().push((key, v));
-                report.present_keys += 1;
+        let present: Vec<(u64, u64)> =
+            state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
+        report.present_keys += present.len() as u64;
+        match structure {
+            Structure::List(list) => {
+                rebuild_chains(&pool, &mut cache, slot, new_epoch, &[list.link()], |_| 0, &present, &mut live)?;
+                live.push(POff::new(list.head));
             }
-        }
-        for link in structure.chains() {
-            let mut next = 0u64;
-            for &(key, value) in chains.get(&link).map(Vec::as_slice).unwrap_or(&[]).iter().rev() {
-                let node = pool.alloc(&mut cache, NODE_BYTES)?.get();
-                write_normalised(mem, node, key, value, slot, new_epoch);
-                mem.store(node + NEXT, next, Ordering::Relaxed);
-                mem.flush_range(node, NODE_BYTES);
-                live.push(POff::new(node));
-                next = node;
+            Structure::HashMap(map) => {
+                let buckets: Vec<u64> = (0..map.n).map(|i| map.bucket(i)).collect();
+                let bucket_of = |key| ((map.bucket_link(key) - map.buckets) / 8) as usize;
+                rebuild_chains(&pool, &mut cache, slot, new_epoch, &buckets, bucket_of, &present, &mut live)?;
             }
-            mem.store(link, next, Ordering::Relaxed);
-            mem.flush(link);
-        }
-        if let Structure::List(list) = structure {
-            live.push(POff::new(list.head));
+            Structure::SkipList(list) => {
+                rebuild_skiplist(&pool, &mut cache, list, slot, new_epoch, &present, &mut live)?;
+            }
+            Structure::MdList(list) => {
+                let mut nodes = Vec::with_capacity(present.len());
+                for &(key, value) in &present {
+                    let node = pool.alloc(&mut cache, mdlist::NODE_BYTES)?.get();
+                    write_normalised(mem, node, key, value, slot, new_epoch);
+                    nodes.push(node);
+                    live.push(POff::new(node));
+                }
+                mdlist::build(mem, list, &nodes);
+                for &node in nodes.iter().chain([&list.head]) {
+                    mem.flush_range(node, mdlist::NODE_BYTES);
+                }
+                live.push(POff::new(list.head));
+            }
         }
     }
     pool.release_cache(&mut cache);
@@ -205,6 +207,37 @@ pub(crate) fn recover<M: PMem + 'static>(
     let structures =
         (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
     Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
+}
+
+/// Writes chains of normalised nodes for `present` (in key order) and hangs them off the link
+/// words `links`, each key on the chain `chain_of(key)` gives.
+#[allow(clippy::too_many_arguments)]
+fn rebuild_chains<M: PMem>(
+    pool: &Pool<M>,
+    cache: &mut AllocCache,
+    slot: u8,
+    epoch: u64,
+    links: &[u64],
+    chain_of: impl Fn(u64) -> usize,
+    present: &[(u64, u64)],
+    live: &mut Vec<POff>,
+) -> Result<(), EngineError> {
+    let mem = pool.mem();
+    let mut next = vec![0u64; links.len()];
+    for &(key, value) in present.iter().rev() {
+        let c = chain_of(key);
+        let node = pool.alloc(cache, NODE_BYTES)?.get();
+        write_normalised(mem, node, key, value, slot, epoch);
+        mem.store(node + NEXT, next[c], Ordering::Relaxed);
+        mem.flush_range(node, NODE_BYTES);
+        live.push(POff::new(node));
+        next[c] = node;
+    }
+    for (&link, &first) in links.iter().zip(&next) {
+        mem.store(link, first, Ordering::Relaxed);
+        mem.flush(link);
+    }
+    Ok(())
 }
 
 /// Writes a skiplist of normalised nodes for `present` (in key order) and hangs it off `list`'s

@@ -10,8 +10,8 @@
 
 use crossbeam_epoch::Guard;
 
-use super::LinkedSet;
 use super::list::{ChainPos, NODE_BYTES, chain_link, chain_remove, chain_search};
+use super::{LinkedSet, Seen, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -76,16 +76,15 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         chain_remove(h, self.bucket_link(key), node, guard)
     }
 
-    fn chain_count(&self) -> usize {
-        self.n as usize
-    }
-
     fn ordered(&self) -> bool {
         false
     }
 
-    fn chain_start(&self, h: &mut Handle<M>, chain: usize, from: u64, guard: &Guard) -> u64 {
-        chain_search(h, self.bucket(chain as u64), from, guard).0.0
+    /// Every bucket in turn: a range costs a walk of the whole map.
+    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
+        for i in 0..self.n {
+            walk(h, |h, from| chain_search(h, self.bucket(i), from, guard).0.0, lo, hi, guard, out);
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet};
+use super::{KEY, LINKS, LinkedSet, Seen, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -143,7 +143,7 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         chain_remove(h, List::link(self), node, guard)
     }
 
-    fn chain_start(&self, h: &mut Handle<M>, _chain: usize, from: u64, guard: &Guard) -> u64 {
-        chain_search(h, self.link(), from, guard).0.0
+    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
+        walk(h, |h, from| chain_search(h, self.link(), from, guard).0.0, lo, hi, guard, out);
     }
 }

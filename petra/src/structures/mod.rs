@@ -17,6 +17,7 @@
 
 pub mod hashmap;
 pub mod list;
+pub mod mdlist;
 pub mod skiplist;
 
 use std::sync::atomic::Ordering;
@@ -94,18 +95,19 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn link(&self, h: &mut Handle<M>, pos: &Self::Pos, node: u64, guard: &Guard) -> bool;
     /// Completes the physical removal of a node whose info word is marked.
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard);
-    /// Number of level-0 chains (a hash map has one per bucket).
-    fn chain_count(&self) -> usize {
-        1
+    /// Whether nodes left absent are removed (through [`remove_if`]); if not, an absent node
+    /// stays, and a later insert of its key takes it over.
+    fn removes_nodes(&self) -> bool {
+        true
     }
-    /// Whether chain 0 holds every key in key order (then a range walks only its part of it).
+    /// Whether [`collect`](LinkedSet::collect) sees nodes in key order.
     fn ordered(&self) -> bool {
         true
     }
-    /// The link word a walk of chain `chain` for keys from `from` on starts at: the `next` word
-    /// of a node with a smaller key (or of the head), unmarked when read. Unlinks marked nodes on
-    /// its way, like every search.
-    fn chain_start(&self, h: &mut Handle<M>, chain: usize, from: u64, guard: &Guard) -> u64;
+    /// One pass of a scan over the nodes with keys in `lo..=hi`: appends what it saw at each (see
+    /// [`tx::scan`](crate::tx)). Every node linked when the pass starts and still linked when it
+    /// ends is seen.
+    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>);
 }
 
 /// What one pass of a scan saw at a node: equal passes see equal values (see
@@ -118,15 +120,24 @@ pub(crate) struct Seen {
     pub(crate) state: Option<u64>,
 }
 
-/// One pass over the nodes of chain `chain` with keys in `lo..=hi`, in chain order: appends what
-/// it saw at each (marked nodes too, as absent). Every step reads the `next` word of a node that
-/// is unmarked, and therefore linked, at that read: a node with a key in the gap it crosses is
-/// not linked at that instant. A marked `next` (its node is being removed) restarts the walk
-/// from a fresh position after the last key seen.
-pub(crate) fn walk<M: PMem + 'static, S: LinkedSet<M>>(
+/// What a scan records at `node` (key `key`): a marked node is absent.
+pub(crate) fn seen<M: PMem + 'static>(h: &Handle<M>, node: u64, key: u64, guard: &Guard) -> Seen {
+    // Acquire: see the descriptor the info word names.
+    let info = Info(h.mem().load(node + INFO, Ordering::Acquire));
+    let state = if info.is_marked() { None } else { h.resolve(info, None, guard) };
+    Seen { node, key, info: info.0, state }
+}
+
+/// One pass over the nodes of a chain (list, bucket or skiplist level 0) with keys in `lo..=hi`,
+/// in chain order (marked nodes too, as absent). `start(h, from)` gives the link word to start
+/// from for keys from `from` on: the `next` word of a node with a smaller key (or of the head),
+/// unmarked when read. Every step reads the `next` word of a node that is unmarked, and therefore
+/// linked, at that read: a node with a key in the gap it crosses is not linked at that instant.
+/// A marked `next` (its node is being removed) restarts the walk from a fresh position after
+/// the last key seen.
+pub(crate) fn walk<M: PMem + 'static>(
     h: &mut Handle<M>,
-    set: &S,
-    chain: usize,
+    mut start: impl FnMut(&mut Handle<M>, u64) -> u64,
     lo: u64,
     hi: u64,
     guard: &Guard,
@@ -134,12 +145,12 @@ pub(crate) fn walk<M: PMem + 'static, S: LinkedSet<M>>(
 ) {
     const MARK: u64 = 1;
     let mut from = lo;
-    let mut link = set.chain_start(h, chain, from, guard);
+    let mut link = start(h, from);
     loop {
         // Acquire: a node reached through a link is seen initialised.
         let w = h.mem().load(link, Ordering::Acquire);
         if w & MARK != 0 {
-            link = set.chain_start(h, chain, from, guard);
+            link = start(h, from);
             continue;
         }
         if w == 0 {
@@ -152,10 +163,7 @@ pub(crate) fn walk<M: PMem + 'static, S: LinkedSet<M>>(
             return;
         }
         if key >= from {
-            // Acquire: see the descriptor the info word names.
-            let info = Info(h.mem().load(node + INFO, Ordering::Acquire));
-            let state = if info.is_marked() { None } else { h.resolve(info, None, guard) };
-            out.push(Seen { node, key, info: info.0, state });
+            out.push(seen(h, node, key, guard));
             if key == hi {
                 return;
             }
@@ -174,6 +182,9 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(
     info: Info,
     guard: &Guard,
 ) {
+    if !set.removes_nodes() {
+        return;
+    }
     let Some(node) = set.search(h, key, guard).1 else { return };
     // AcqRel: the mark is a transition of the info word like any other.
     if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {

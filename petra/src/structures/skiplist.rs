@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet};
+use super::{KEY, LINKS, LinkedSet, Seen, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -75,11 +75,6 @@ impl SkipList {
     pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<SkipList, AllocError> {
         let head = super::create_head(pool, node_bytes_of(MAX_HEIGHT), &[(META, MAX_HEIGHT as u64 | LINK)])?;
         Ok(SkipList { head })
-    }
-
-    /// The level-0 link word (the base chain hangs off it).
-    pub(crate) fn link(&self) -> u64 {
-        self.head + LINKS
     }
 
     /// Finds `key`: predecessors and successors at every level, and the node holding the key at
@@ -245,8 +240,9 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         let _ = self.find(h, key, guard);
     }
 
-    fn chain_start(&self, h: &mut Handle<M>, _chain: usize, from: u64, guard: &Guard) -> u64 {
-        self.find(h, from, guard).0.preds[0] + next_off(0)
+    /// Level 0, from the predecessor the towers give.
+    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
+        walk(h, |h, from| self.find(h, from, guard).0.preds[0] + next_off(0), lo, hi, guard, out);
     }
 }
 

@@ -46,6 +46,7 @@ use crate::pool::{AllocCache, Pool, RootEntry};
 use crate::structures::LinkedSet;
 use crate::structures::hashmap::HashMap;
 use crate::structures::list::List;
+use crate::structures::mdlist::MdList;
 use crate::structures::skiplist::SkipList;
 use descriptor::{
     CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes, persisted_bytes,
@@ -256,6 +257,7 @@ pub(crate) const META_TAG: u16 = 0x6D65;
 pub(crate) const KIND_LIST: u32 = 1;
 pub(crate) const KIND_HASH_MAP: u32 = 2;
 pub(crate) const KIND_SKIPLIST: u32 = 3;
+pub(crate) const KIND_MDLIST: u32 = 4;
 
 /// Meta region words.
 pub(crate) const META_MAGIC: u64 = 0x5045_5452_414D_4554; // "PETRAMET"
@@ -283,6 +285,7 @@ macro_rules! on_set {
             Structure::List($set) => $body,
             Structure::HashMap($set) => $body,
             Structure::SkipList($set) => $body,
+            Structure::MdList($set) => $body,
         }
     };
 }
@@ -295,30 +298,18 @@ pub(crate) enum Structure {
     List(List),
     HashMap(HashMap),
     SkipList(SkipList),
+    MdList(MdList),
 }
 
 impl Structure {
-    /// The link word of the level-0 chain that holds `key`.
-    pub(crate) fn link_of(&self, key: u64) -> u64 {
-        match self {
-            Structure::List(l) => l.link(),
-            Structure::HashMap(m) => m.bucket_link(key),
-            Structure::SkipList(s) => s.link(),
-        }
-    }
-
-    /// Every level-0 chain's link word.
-    pub(crate) fn chains(&self) -> Vec<u64> {
-        match self {
-            Structure::List(l) => vec![l.link()],
-            Structure::HashMap(m) => (0..m.n).map(|i| m.bucket(i)).collect(),
-            Structure::SkipList(s) => vec![s.link()],
-        }
-    }
-
     /// The node holding `key`, if any.
     pub(crate) fn find_node<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
         on_set!(self, set => LinkedSet::search(set, h, key, guard).1)
+    }
+
+    /// Whether the structure removes nodes left absent (see [`LinkedSet::removes_nodes`]).
+    pub(crate) fn removes_nodes<M: PMem + 'static>(&self) -> bool {
+        on_set!(self, set => LinkedSet::<M>::removes_nodes(set))
     }
 
     /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
@@ -493,6 +484,14 @@ impl<M: PMem + 'static> Engine<M> {
                 Structure::SkipList(list),
                 RootEntry { kind: KIND_SKIPLIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] },
             ))
+        })
+    }
+
+    /// Creates a new, empty multi-dimensional list and returns its id.
+    pub fn create_mdlist(&self) -> Result<StructId, EngineError> {
+        self.add_structure(|pool| {
+            let list = MdList::create(pool)?;
+            Ok((Structure::MdList(list), RootEntry { kind: KIND_MDLIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] }))
         })
     }
 
@@ -906,7 +905,7 @@ impl<M: PMem + 'static> Handle<M> {
                 Some(present) => !present,
                 None => absent_before,
             };
-            if absent_after {
+            if absent_after && self.inner.structure(StructId(op.structure)).is_ok_and(|s| s.removes_nodes::<M>()) {
                 any = true;
                 let deferred = Arc::clone(&self.inner.deferred);
                 let item = (StructId(op.structure), op.key, Info::op(d, i));

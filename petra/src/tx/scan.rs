@@ -27,7 +27,7 @@ use std::ops::{Bound, RangeBounds};
 use super::{Handle, StructId, Structure};
 use crate::error::EngineError;
 use crate::mem::PMem;
-use crate::structures::{LinkedSet, Seen, walk};
+use crate::structures::LinkedSet;
 
 /// Collects compared under one pin before the scan unpins and starts over.
 const ATTEMPTS_PER_PIN: usize = 8;
@@ -59,34 +59,22 @@ impl<M: PMem + 'static> Handle<M> {
         loop {
             let guard = self.epoch.pin();
             prev.clear();
-            on_set!(&structure, set => self.collect(set, lo, hi, &guard, &mut prev));
+            on_set!(&structure, set => set.collect(self, lo, hi, &guard, &mut prev));
             for _ in 0..ATTEMPTS_PER_PIN {
                 next.clear();
-                on_set!(&structure, set => self.collect(set, lo, hi, &guard, &mut next));
+                on_set!(&structure, set => set.collect(self, lo, hi, &guard, &mut next));
                 if next == prev {
                     let mut out: Vec<(u64, u64)> =
                         next.iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))).collect();
                     if !ordered {
+                        // A structure walked out of key order may also meet a node twice.
                         out.sort_unstable();
+                        out.dedup_by_key(|e| e.0);
                     }
                     return Ok(out);
                 }
                 std::mem::swap(&mut prev, &mut next);
             }
-        }
-    }
-
-    /// One collect over every chain of `set`.
-    fn collect<S: LinkedSet<M>>(
-        &mut self,
-        set: &S,
-        lo: u64,
-        hi: u64,
-        guard: &crossbeam_epoch::Guard,
-        out: &mut Vec<Seen>,
-    ) {
-        for chain in 0..set.chain_count() {
-            walk(self, set, chain, lo, hi, guard, out);
         }
     }
 }

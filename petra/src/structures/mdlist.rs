@@ -1,0 +1,287 @@
+//! The multi-dimensional list (MDList) of Zhang and Dechev (ICDCS 2016, the dissertation's
+//! reference [154]): a key is a vector of [`DIMS`] coordinates, its base-16 digits, most
+//! significant first, and a node has one child list per dimension.
+//!
+//! A node `c` in `n`'s child list at dimension `d` has the same coordinates as `n` in dimensions
+//! `0..d` and a larger one at `d`; following `child[d]` from there walks that list in increasing
+//! coordinate `d`. A node reached through dimension `d` uses only its child slots `d..`. The head
+//! sentinel stands below every key: all nodes hang off its dimension-0 list, so a search starts
+//! there with the head as predecessor and every key (0 and `u64::MAX` included) has a node.
+//!
+//! Inserting a node between `pred` (at dimension `dp`) and `curr` (which differs from the new key
+//! first at dimension `dc >= dp`, where the new key is smaller) pushes `curr` down to the new
+//! node's `child[dc]`; when `dp < dc` the new node must also *adopt* `curr`'s children in
+//! dimensions `dp..dc`. The new node carries the adoption (`curr`, `dp`, `dc`) from before it is
+//! published; whoever passes through it at a dimension in `dp..=dc` first finishes the adoption:
+//! each of `curr`'s slots in the range is frozen (bit 0, after which no insert can CAS into it)
+//! and its child copied into the new node's empty slot. An inserter also finishes `curr`'s own
+//! pending adoption before publishing, so that it never freezes slots `curr` has not filled yet.
+//!
+//! Nodes are never removed: as in the reference design, a deleted key keeps its node, logically
+//! absent through its info word, and a later insert of the key takes the same node over. Absent
+//! nodes are dropped by the next recovery, which rebuilds the list from the present keys only.
+//!
+//! ```text
+//! +0..+40      the common node header (see structures)
+//! +40          adopt: the node whose children this node is adopting (0: none, or done)
+//! +48          dims: dp | dc << 8 of that adoption
+//! +56 + 8 d    child[d] for d in 0..16: node offset | frozen (bit 0)
+//! ```
+
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch::Guard;
+
+use super::{KEY, LINKS, LinkedSet, Seen};
+use crate::error::AllocError;
+use crate::mem::PMem;
+use crate::pool::Pool;
+use crate::tx::Handle;
+
+/// Dimensions: base-16 digits of a 64-bit key.
+pub const DIMS: usize = 16;
+const FROZEN: u64 = 1;
+const ADOPT: u64 = LINKS;
+const ADOPT_DIMS: u64 = LINKS + 8;
+const CHILDREN: u64 = LINKS + 16;
+/// Bytes of a node (every node, the head included).
+pub const NODE_BYTES: u64 = CHILDREN + 8 * DIMS as u64;
+
+/// Offset of `child[d]` in a node.
+pub(crate) fn child(d: usize) -> u64 {
+    CHILDREN + 8 * d as u64
+}
+
+/// Coordinate `d` of `key`.
+fn coord(key: u64, d: usize) -> u64 {
+    (key >> (60 - 4 * d)) & 0xF
+}
+
+/// The largest key reachable from a node with key `key` reached through dimension `d`: every
+/// such key shares the node's coordinates `0..d`.
+fn reach_max(key: u64, d: usize) -> u64 {
+    if d == 0 { u64::MAX } else { key | (u64::MAX >> (4 * d)) }
+}
+
+/// Where a key is, or would go: the predecessor and the dimension of its slot, the node in that
+/// slot (0 for none), and the first dimension at which the key is smaller than that node's
+/// ([`DIMS`] when it is that node's key).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MdPos {
+    pred: u64,
+    dp: usize,
+    curr: u64,
+    dc: usize,
+}
+
+/// An MDList: its head sentinel.
+#[derive(Debug, Clone, Copy)]
+pub struct MdList {
+    /// The head sentinel (never removed; below every key).
+    pub head: u64,
+}
+
+impl MdList {
+    /// Allocates and persists an empty MDList's head.
+    pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<MdList, AllocError> {
+        Ok(MdList { head: super::create_head(pool, NODE_BYTES, &[])? })
+    }
+
+    /// Finds where `key` is or would go, finishing the adoptions it passes through.
+    ///
+    /// The key agrees with `curr` in every dimension below `dc` (it agrees with `pred` there, and
+    /// so does `curr`, being in `pred`'s list at dimension `dc`), so the search jumps straight to
+    /// the first dimension where they differ.
+    pub(crate) fn locate<M: PMem>(&self, mem: &M, key: u64) -> MdPos {
+        let (mut pred, mut dp, mut dc) = (self.head, 0, 0);
+        // Acquire (every child load): a node reached through a slot is seen initialised.
+        let mut curr = mem.load(self.head + child(0), Ordering::Acquire) & !FROZEN;
+        while curr != 0 {
+            // Relaxed: a node's key never changes after it was published.
+            let diff = key ^ mem.load(curr + KEY, Ordering::Relaxed);
+            if diff == 0 {
+                dc = DIMS;
+                break;
+            }
+            dc = (diff.leading_zeros() / 4) as usize;
+            if coord(key, dc) < coord(key ^ diff, dc) {
+                break;
+            }
+            pred = curr;
+            dp = dc;
+            help_adoption(mem, curr, dc);
+            curr = mem.load(curr + child(dc), Ordering::Acquire) & !FROZEN;
+        }
+        MdPos { pred, dp, curr, dc }
+    }
+}
+
+/// Finishes `node`'s pending adoption if `d` is in its range (before reading `node.child[d]`).
+fn help_adoption<M: PMem>(mem: &M, node: u64, d: usize) {
+    // Acquire: see the adoption's dimensions, written before the node was published.
+    if mem.load(node + ADOPT, Ordering::Acquire) == 0 {
+        return;
+    }
+    let dims = mem.load(node + ADOPT_DIMS, Ordering::Relaxed);
+    if (dims & 0xFF) as usize <= d && d <= (dims >> 8) as usize {
+        finish_adoption(mem, node);
+    }
+}
+
+/// Finishes `node`'s pending adoption, if any: freezes each adopted slot of the old node and
+/// copies its child into `node`. Idempotent; every helper copies the same frozen values.
+fn finish_adoption<M: PMem>(mem: &M, node: u64) {
+    // Acquire: as in `help_adoption`.
+    let old = mem.load(node + ADOPT, Ordering::Acquire);
+    if old == 0 {
+        return;
+    }
+    let dims = mem.load(node + ADOPT_DIMS, Ordering::Relaxed);
+    for d in (dims & 0xFF) as usize..(dims >> 8) as usize {
+        let c = freeze(mem, old + child(d));
+        if c != 0 {
+            // AcqRel: publishes the child in its new place. Fails only if a helper copied it
+            // already: no insert uses this slot before the adoption is finished.
+            let _ = mem.compare_exchange(node + child(d), 0, c, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+    // AcqRel: the copies are visible to whoever sees the adoption finished.
+    let _ = mem.compare_exchange(node + ADOPT, old, 0, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// Sets the frozen bit of the slot at `at` (if not yet set) and returns the child it holds, which
+/// no CAS can change from then on.
+fn freeze<M: PMem>(mem: &M, at: u64) -> u64 {
+    // Acquire: see the child the slot holds.
+    let mut w = mem.load(at, Ordering::Acquire);
+    while w & FROZEN == 0 {
+        // AcqRel: freezing fixes the slot's value for good; see the child it holds.
+        match mem.compare_exchange(at, w, w | FROZEN, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(now) => w = now,
+        }
+    }
+    w & !FROZEN
+}
+
+/// Writes the child slots and adoption words of an unpublished `node` for position `pos`.
+fn fill<M: PMem>(mem: &M, node: u64, pos: &MdPos) {
+    for d in 0..DIMS {
+        let v = if d < pos.dp {
+            FROZEN // never used: a node reached through dimension dp uses slots dp.. only
+        } else if d == pos.dc && pos.curr != 0 {
+            pos.curr
+        } else {
+            0
+        };
+        mem.store(node + child(d), v, Ordering::Relaxed);
+    }
+    let adopts = pos.curr != 0 && pos.dp < pos.dc;
+    mem.store(node + ADOPT, if adopts { pos.curr } else { 0 }, Ordering::Relaxed);
+    mem.store(node + ADOPT_DIMS, pos.dp as u64 | (pos.dc as u64) << 8, Ordering::Relaxed);
+}
+
+/// Builds an MDList of the unpublished, header-initialised nodes `nodes` (in increasing key
+/// order) under the empty `list`'s head: each goes after every earlier one, so none adopts.
+pub(crate) fn build<M: PMem>(mem: &M, list: &MdList, nodes: &[u64]) {
+    for d in 0..DIMS {
+        mem.store(list.head + child(d), 0, Ordering::Relaxed);
+    }
+    mem.store(list.head + ADOPT, 0, Ordering::Relaxed);
+    for &node in nodes {
+        let pos = list.locate(mem, mem.load(node + KEY, Ordering::Relaxed));
+        debug_assert!(pos.curr == 0, "keys are built in increasing order");
+        fill(mem, node, &pos);
+        mem.store(pos.pred + child(pos.dp), node, Ordering::Relaxed);
+    }
+}
+
+impl<M: PMem + 'static> LinkedSet<M> for MdList {
+    type Pos = MdPos;
+
+    fn node_bytes(&self, _key: u64) -> u64 {
+        NODE_BYTES
+    }
+
+    fn search(&self, h: &mut Handle<M>, key: u64, _guard: &Guard) -> (MdPos, Option<u64>) {
+        let pos = self.locate(h.mem(), key);
+        (pos, (pos.dc == DIMS).then_some(pos.curr))
+    }
+
+    fn link(&self, h: &mut Handle<M>, pos: &MdPos, node: u64, _guard: &Guard) -> bool {
+        let mem = h.mem();
+        fill(mem, node, pos);
+        if pos.curr != 0 {
+            // `curr`'s own adoption (over dimensions from the same dp) must be complete before
+            // this node freezes its slots.
+            finish_adoption(mem, pos.curr);
+        }
+        // Release: the node's words are visible before the slot that reaches it. Fails if the
+        // slot changed or was frozen meanwhile.
+        if mem.compare_exchange(pos.pred + child(pos.dp), pos.curr, node, Ordering::Release, Ordering::Relaxed).is_err()
+        {
+            return false;
+        }
+        finish_adoption(mem, node);
+        true
+    }
+
+    fn removes_nodes(&self) -> bool {
+        false
+    }
+
+    fn help_remove(&self, _h: &mut Handle<M>, _node: u64, _guard: &Guard) {
+        unreachable!("MDList nodes are never marked for removal")
+    }
+
+    fn ordered(&self) -> bool {
+        false
+    }
+
+    /// A depth-first walk from the head, pruned to the subtrees that can hold keys in `lo..=hi`.
+    /// Nodes are never removed, so every node linked when the walk starts is reached (through
+    /// the old slots of an adoption, which keep their child when frozen, or through the adopter,
+    /// whose adoption is finished before its slots are read).
+    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
+        let mut stack: Vec<(u64, usize)> = Vec::new();
+        // Acquire: as in `locate`.
+        let first = h.mem().load(self.head + child(0), Ordering::Acquire) & !FROZEN;
+        if first != 0 {
+            stack.push((first, 0));
+        }
+        while let Some((node, d)) = stack.pop() {
+            // Relaxed: keys never change after publication.
+            let key = h.mem().load(node + KEY, Ordering::Relaxed);
+            if key > hi || reach_max(key, d) < lo {
+                continue;
+            }
+            finish_adoption(h.mem(), node);
+            if key >= lo {
+                out.push(super::seen(h, node, key, guard));
+            }
+            // Pushed from dimension d up, so the children come off the stack in key order.
+            for e in d..DIMS {
+                // Acquire: as in `locate`.
+                let c = h.mem().load(node + child(e), Ordering::Acquire) & !FROZEN;
+                if c != 0 {
+                    stack.push((c, e));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinates_are_the_hex_digits_most_significant_first() {
+        let key = 0x0123_4567_89AB_CDEF;
+        let digits: Vec<u64> = (0..DIMS).map(|d| coord(key, d)).collect();
+        assert_eq!(digits, (0..16).collect::<Vec<u64>>());
+        assert_eq!(reach_max(0x1200_0000_0000_0000, 2), 0x12FF_FFFF_FFFF_FFFF);
+        assert_eq!(reach_max(5, 0), u64::MAX);
+        assert_eq!(reach_max(0xAB, 15), 0xAF);
+    }
+}
