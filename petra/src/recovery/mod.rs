@@ -23,22 +23,21 @@
 //! nodes of an attempt that never committed are never taken for a baseline.
 
 use std::collections::BTreeMap;
-use std::collections::HashMap as StdHashMap;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::error::EngineError;
 use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool, RebuildReport};
-use crate::structures::hashmap::HashMap;
-use crate::structures::list::{List, NEXT, NODE_BYTES};
-use crate::structures::mdlist::{self, MdList};
+use crate::structures::list::{self, NEXT};
+use crate::structures::mdlist;
 use crate::structures::skiplist::{MAX_HEIGHT, META, SkipList, height_of, next_off, node_bytes_of};
 use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
 use crate::tx::descriptor::read_persisted;
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, KIND_HASH_MAP, KIND_LIST, KIND_MDLIST, KIND_SKIPLIST, META_ATTEMPT, META_EPOCH, META_MAGIC,
-    META_TAG, META_TXID_RESERVED, OpKind, RING_TAG, Structure, TXID_BLOCK,
+    Engine, EngineConfig, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED, OpKind, RING_TAG,
+    Structure, TXID_BLOCK,
 };
 
 /// What recovery found and did.
@@ -84,20 +83,14 @@ pub(crate) fn recover<M: PMem + 'static>(
     // The structures.
     let mut structures: BTreeMap<u8, Structure> = BTreeMap::new();
     for (slot, entry) in pool.roots() {
-        let s = match entry.kind {
-            KIND_LIST => Structure::List(List { head: entry.params[0] }),
-            KIND_HASH_MAP => Structure::HashMap(HashMap { buckets: entry.params[0], n: entry.params[1] }),
-            KIND_SKIPLIST => Structure::SkipList(SkipList { head: entry.params[0] }),
-            KIND_MDLIST => Structure::MdList(MdList { head: entry.params[0] }),
-            other => {
-                return Err(EngineError::Corrupt(format!("root slot {slot} holds an unknown structure kind {other}")));
-            }
-        };
+        let s = Structure::from_root_entry(&entry).ok_or_else(|| {
+            EngineError::Corrupt(format!("root slot {slot} holds an unknown structure kind {}", entry.kind))
+        })?;
         structures.insert(slot as u8, s);
     }
 
     // 1. KDMap: (structure, key) -> (txid, state).
-    let mut kdmap: StdHashMap<(u8, u64), (u64, Option<u64>)> = StdHashMap::new();
+    let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();
     // Every txid handed out before the crash is below the reservation; persisted ones too.
     let mut max_txid =
         pool.checkpoint_txid().max(mem.load(meta + META_TXID_RESERVED, Ordering::Acquire).saturating_sub(1));
@@ -156,33 +149,36 @@ pub(crate) fn recover<M: PMem + 'static>(
         let present: Vec<(u64, u64)> =
             state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
         report.present_keys += present.len() as u64;
+        let bytes = |key| structure.node_bytes::<M>(key);
+        let mut nodes = Vec::with_capacity(present.len());
+        for &(key, value) in &present {
+            let node = pool.alloc(&mut cache, bytes(key))?.get();
+            write_normalised(mem, node, key, value, slot, new_epoch);
+            nodes.push(node);
+            live.push(POff::new(node));
+        }
         match structure {
-            Structure::List(list) => {
-                rebuild_chains(&pool, &mut cache, slot, new_epoch, &[list.link()], |_| 0, &present, &mut live)?;
-                live.push(POff::new(list.head));
+            Structure::List(l) => link_chains(mem, &[l.link()], |_| 0, &nodes),
+            Structure::HashMap(m) => {
+                let buckets: Vec<u64> = (0..m.n).map(|i| m.bucket(i)).collect();
+                link_chains(mem, &buckets, |key| ((m.bucket_link(key) - m.buckets) / 8) as usize, &nodes);
             }
-            Structure::HashMap(map) => {
-                let buckets: Vec<u64> = (0..map.n).map(|i| map.bucket(i)).collect();
-                let bucket_of = |key| ((map.bucket_link(key) - map.buckets) / 8) as usize;
-                rebuild_chains(&pool, &mut cache, slot, new_epoch, &buckets, bucket_of, &present, &mut live)?;
-            }
-            Structure::SkipList(list) => {
-                rebuild_skiplist(&pool, &mut cache, list, slot, new_epoch, &present, &mut live)?;
-            }
-            Structure::MdList(list) => {
-                let mut nodes = Vec::with_capacity(present.len());
-                for &(key, value) in &present {
-                    let node = pool.alloc(&mut cache, mdlist::NODE_BYTES)?.get();
-                    write_normalised(mem, node, key, value, slot, new_epoch);
-                    nodes.push(node);
-                    live.push(POff::new(node));
-                }
-                mdlist::build(mem, list, &nodes);
-                for &node in nodes.iter().chain([&list.head]) {
-                    mem.flush_range(node, mdlist::NODE_BYTES);
-                }
-                live.push(POff::new(list.head));
-            }
+            Structure::SkipList(l) => link_skiplist(mem, l, &nodes),
+            Structure::MdList(l) => mdlist::build(mem, l, &nodes),
+        }
+        for &node in &nodes {
+            mem.flush_range(node, bytes(mem.load(node + KEY, Ordering::Relaxed)));
+        }
+        // The head sentinel, or the map's bucket array (a region, not a block).
+        let (root, root_bytes) = match structure {
+            Structure::List(l) => (l.head, list::NODE_BYTES),
+            Structure::HashMap(m) => (m.buckets, 8 * m.n),
+            Structure::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT)),
+            Structure::MdList(l) => (l.head, mdlist::NODE_BYTES),
+        };
+        mem.flush_range(root, root_bytes);
+        if !matches!(structure, Structure::HashMap(_)) {
+            live.push(POff::new(root));
         }
     }
     pool.release_cache(&mut cache);
@@ -209,73 +205,36 @@ pub(crate) fn recover<M: PMem + 'static>(
     Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
 }
 
-/// Writes chains of normalised nodes for `present` (in key order) and hangs them off the link
-/// words `links`, each key on the chain `chain_of(key)` gives.
-#[allow(clippy::too_many_arguments)]
-fn rebuild_chains<M: PMem>(
-    pool: &Pool<M>,
-    cache: &mut AllocCache,
-    slot: u8,
-    epoch: u64,
-    links: &[u64],
-    chain_of: impl Fn(u64) -> usize,
-    present: &[(u64, u64)],
-    live: &mut Vec<POff>,
-) -> Result<(), EngineError> {
-    let mem = pool.mem();
+/// Links `nodes` (normalised, in key order) into chains hanging off the link words `links`, each
+/// on the chain `chain_of(key)` gives.
+fn link_chains<M: PMem>(mem: &M, links: &[u64], chain_of: impl Fn(u64) -> usize, nodes: &[u64]) {
     let mut next = vec![0u64; links.len()];
-    for &(key, value) in present.iter().rev() {
-        let c = chain_of(key);
-        let node = pool.alloc(cache, NODE_BYTES)?.get();
-        write_normalised(mem, node, key, value, slot, epoch);
+    for &node in nodes.iter().rev() {
+        let c = chain_of(mem.load(node + KEY, Ordering::Relaxed));
         mem.store(node + NEXT, next[c], Ordering::Relaxed);
-        mem.flush_range(node, NODE_BYTES);
-        live.push(POff::new(node));
         next[c] = node;
     }
     for (&link, &first) in links.iter().zip(&next) {
         mem.store(link, first, Ordering::Relaxed);
-        mem.flush(link);
     }
-    Ok(())
 }
 
-/// Writes a skiplist of normalised nodes for `present` (in key order) and hangs it off `list`'s
-/// head: every tower whole, each node's link count its height.
-fn rebuild_skiplist<M: PMem>(
-    pool: &Pool<M>,
-    cache: &mut AllocCache,
-    list: &SkipList,
-    slot: u8,
-    epoch: u64,
-    present: &[(u64, u64)],
-    live: &mut Vec<POff>,
-) -> Result<(), EngineError> {
-    let mem = pool.mem();
+/// Links `nodes` (normalised, in key order) into `list`: every tower whole, each node's link
+/// count its height.
+fn link_skiplist<M: PMem>(mem: &M, list: &SkipList, nodes: &[u64]) {
     let mut last = [list.head; MAX_HEIGHT];
     for l in 0..MAX_HEIGHT {
         mem.store(list.head + next_off(l), 0, Ordering::Relaxed);
     }
-    let mut nodes = Vec::with_capacity(present.len());
-    for &(key, value) in present {
-        let height = height_of(key);
-        let node = pool.alloc(cache, node_bytes_of(height))?.get();
-        write_normalised(mem, node, key, value, slot, epoch);
+    for &node in nodes {
+        let height = height_of(mem.load(node + KEY, Ordering::Relaxed));
         mem.store(node + META, height as u64 | (height as u64) << 8, Ordering::Relaxed);
         for (l, prev) in last.iter_mut().enumerate().take(height) {
             mem.store(node + next_off(l), 0, Ordering::Relaxed);
             mem.store(*prev + next_off(l), node, Ordering::Relaxed);
             *prev = node;
         }
-        nodes.push((node, node_bytes_of(height)));
-        live.push(POff::new(node));
     }
-    for (node, bytes) in nodes {
-        mem.flush_range(node, bytes);
-    }
-    mem.flush_range(list.head, node_bytes_of(MAX_HEIGHT));
-    live.push(POff::new(list.head));
-    Ok(())
 }
 
 /// Writes the common header of a node normalised by recovery: present, FINAL info, value, and the

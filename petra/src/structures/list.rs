@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet, Seen, walk};
+use super::{KEY, LINKS, LinkedSet, MARK, Seen, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -28,7 +28,6 @@ use crate::tx::Handle;
 pub(crate) const NEXT: u64 = LINKS;
 /// Bytes of a chain node.
 pub const NODE_BYTES: u64 = LINKS + 8;
-const MARK: u64 = 1;
 
 /// Where a new node would go in a chain: the address of the link word to swing, and the node it
 /// holds now (0 for the end).

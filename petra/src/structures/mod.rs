@@ -41,6 +41,9 @@ pub const NORM: u64 = 24;
 pub const CHECK: u64 = 32;
 /// Offset of a node's first structure-specific word.
 pub const LINKS: u64 = 40;
+/// Bit 0 of a `next` word (a chain's, a skiplist level's): its node is being removed (Harris's
+/// deletion mark).
+pub(crate) const MARK: u64 = 1;
 
 /// The norm word of a node normalised in `epoch` for structure `slot`.
 pub(crate) fn norm_word(epoch: u64, slot: u8, present: bool) -> u64 {
@@ -143,7 +146,6 @@ pub(crate) fn walk<M: PMem + 'static>(
     guard: &Guard,
     out: &mut Vec<Seen>,
 ) {
-    const MARK: u64 = 1;
     let mut from = lo;
     let mut link = start(h, from);
     loop {
@@ -182,9 +184,7 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(
     info: Info,
     guard: &Guard,
 ) {
-    if !set.removes_nodes() {
-        return;
-    }
+    debug_assert!(set.removes_nodes(), "removals are scheduled only for structures that remove nodes");
     let Some(node) = set.search(h, key, guard).1 else { return };
     // AcqRel: the mark is a transition of the info word like any other.
     if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {

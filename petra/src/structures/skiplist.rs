@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet, Seen, walk};
+use super::{KEY, LINKS, LinkedSet, MARK, Seen, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -32,7 +32,6 @@ use crate::tx::Handle;
 
 /// The tallest tower.
 pub const MAX_HEIGHT: usize = 16;
-const MARK: u64 = 1;
 pub(crate) const META: u64 = LINKS + 8;
 const LINK: u64 = 1 << 8;
 

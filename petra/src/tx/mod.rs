@@ -302,6 +302,34 @@ pub(crate) enum Structure {
 }
 
 impl Structure {
+    /// The root table entry that names the structure.
+    pub(crate) fn root_entry(&self) -> RootEntry {
+        let (kind, params) = match self {
+            Structure::List(l) => (KIND_LIST, [l.head, 0]),
+            Structure::HashMap(m) => (KIND_HASH_MAP, [m.buckets, m.n]),
+            Structure::SkipList(l) => (KIND_SKIPLIST, [l.head, 0]),
+            Structure::MdList(l) => (KIND_MDLIST, [l.head, 0]),
+        };
+        RootEntry { kind, flags: 0, params: [params[0], params[1], 0, 0, 0, 0] }
+    }
+
+    /// The structure a root table entry names, if its kind is known.
+    pub(crate) fn from_root_entry(entry: &RootEntry) -> Option<Structure> {
+        let [a, b, ..] = entry.params;
+        Some(match entry.kind {
+            KIND_LIST => Structure::List(List { head: a }),
+            KIND_HASH_MAP => Structure::HashMap(HashMap { buckets: a, n: b }),
+            KIND_SKIPLIST => Structure::SkipList(SkipList { head: a }),
+            KIND_MDLIST => Structure::MdList(MdList { head: a }),
+            _ => return None,
+        })
+    }
+
+    /// Bytes of a node for `key`.
+    pub(crate) fn node_bytes<M: PMem + 'static>(&self, key: u64) -> u64 {
+        on_set!(self, set => LinkedSet::<M>::node_bytes(set, key))
+    }
+
     /// The node holding `key`, if any.
     pub(crate) fn find_node<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
         on_set!(self, set => LinkedSet::search(set, h, key, guard).1)
@@ -470,48 +498,32 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// Creates a new, empty list set and returns its id.
     pub fn create_list(&self) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| {
-            let list = List::create(pool)?;
-            Ok((Structure::List(list), RootEntry { kind: KIND_LIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] }))
-        })
+        self.add_structure(|pool| Ok(Structure::List(List::create(pool)?)))
     }
 
     /// Creates a new, empty skiplist and returns its id.
     pub fn create_skiplist(&self) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| {
-            let list = SkipList::create(pool)?;
-            Ok((
-                Structure::SkipList(list),
-                RootEntry { kind: KIND_SKIPLIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] },
-            ))
-        })
+        self.add_structure(|pool| Ok(Structure::SkipList(SkipList::create(pool)?)))
     }
 
     /// Creates a new, empty multi-dimensional list and returns its id.
     pub fn create_mdlist(&self) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| {
-            let list = MdList::create(pool)?;
-            Ok((Structure::MdList(list), RootEntry { kind: KIND_MDLIST, flags: 0, params: [list.head, 0, 0, 0, 0, 0] }))
-        })
+        self.add_structure(|pool| Ok(Structure::MdList(MdList::create(pool)?)))
     }
 
     /// Creates a new, empty hash map of `buckets` buckets (fixed: choose about the number of keys
     /// expected) and returns its id.
     pub fn create_hash_map(&self, buckets: u64) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| {
-            let map = HashMap::create(pool, buckets)?;
-            let entry = RootEntry { kind: KIND_HASH_MAP, flags: 0, params: [map.buckets, map.n, 0, 0, 0, 0] };
-            Ok((Structure::HashMap(map), entry))
-        })
+        self.add_structure(|pool| Ok(Structure::HashMap(HashMap::create(pool, buckets)?)))
     }
 
     fn add_structure(
         &self,
-        make: impl FnOnce(&Pool<M>) -> Result<(Structure, RootEntry), AllocError>,
+        make: impl FnOnce(&Pool<M>) -> Result<Structure, AllocError>,
     ) -> Result<StructId, EngineError> {
         let _creating = self.inner.create_lock.lock();
-        let (structure, entry) = make(&self.inner.pool)?;
-        let slot = self.inner.pool.add_root(entry).ok_or(EngineError::TooManyStructures)?;
+        let structure = make(&self.inner.pool)?;
+        let slot = self.inner.pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
         self.inner.structures[slot]
             .set(structure)
             .map_err(|_| EngineError::Corrupt(format!("root slot {slot} taken twice")))?;
