@@ -6,9 +6,10 @@
 //! - [`workload`]: the generators they draw from.
 //!
 //! The key-value workloads (pmemkv_bench style) and TATP are not built yet: they need the
-//! key-value store. The baselines (a lock-based transactional map, crossbeam-skiplist) are not
-//! built yet either; the volatile mode is the one baseline today. The persistence primitives are measured by the
-//! criterion bench `benches/persist.rs` at the workspace root.
+//! key-value store. The lock-based transactional map baseline is not built yet either; the
+//! volatile mode is the baseline in `micro` today. The criterion benches at the workspace root
+//! measure the persistence primitives (`benches/persist.rs`) and single-key lookups and ranges
+//! against crossbeam-skiplist (`benches/lookup.rs`).
 
 pub mod micro;
 pub mod workload;

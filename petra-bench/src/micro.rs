@@ -150,8 +150,7 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     let mapping = Mapping { volatile: case.mode == Mode::Volatile, ..Mapping::default() };
     let config = PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
-    let mem = Pool::create(&path, &config).map_err(|e| e.to_string())?.into_mem();
-    let pool = Pool::open_in(Counting::new(mem)).map_err(|e| e.to_string())?;
+    let pool = Pool::create(&path, &config).map_err(|e| e.to_string())?.map_mem(Counting::new);
     let engine = Engine::create(pool, EngineConfig { ring_bytes }).map_err(|e| e.to_string())?;
     let list = match case.structure {
         StructureKind::List => engine.create_list(),

@@ -166,13 +166,14 @@ impl MmapMem {
         };
         // From here on, dropping `mem` releases the reservation.
         let dax = mem.probe_sync();
-        mem.map_range(0, len, dax)?;
         if options.require_dax && !dax {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "the pool file is not on persistent memory with DAX (MAP_SYNC was refused)",
             ));
         }
+        // MAP_SYNC exactly when the mode is dax, as growth maps (a volatile pool needs none).
+        mem.map_range(0, len, dax && !options.volatile)?;
         mem.len.store(len, Ordering::Relaxed);
         mem.durability = match (options.volatile, dax) {
             (true, _) => Durability::Volatile,

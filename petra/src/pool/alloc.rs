@@ -70,7 +70,7 @@ pub(crate) fn valid_entry(w: u64) -> bool {
 pub(crate) struct Allocator {
     /// Which allocator, and which rebuild of it, a cache's blocks come from.
     id: u64,
-    generation: std::sync::atomic::AtomicU64,
+    generation: u64,
     /// Full magazines of free blocks, per (family, class).
     depots: Vec<SegQueue<Vec<u64>>>,
     /// Single blocks freed by threads without a cache of their own (deferred frees), per
@@ -141,7 +141,7 @@ impl Allocator {
         Allocator {
             // Relaxed: only uniqueness matters.
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            generation: std::sync::atomic::AtomicU64::new(0),
+            generation: 0,
             depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             returns: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             chunks: Mutex::new(Chunks { free, in_file }),
@@ -222,11 +222,17 @@ impl<M: PMem> Pool<M> {
             // Stale entries (a run whose creation never finished reads as free but is still on the
             // media) are cleared under the same fence, so that a partly persisted new use can
             // never combine with them into a run that looks whole.
+            // Relaxed: this thread just took these chunks from the free set and alone writes their
+            // entries; the fence below orders the writes for the media.
+            let mut stale = false;
             for i in start..start + n {
                 if self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed) != 0 {
                     self.mem.store(layout.entry_off(i), 0, std::sync::atomic::Ordering::Relaxed);
-                    self.mem.flush(layout.entry_off(i));
+                    stale = true;
                 }
+            }
+            if stale {
+                self.mem.flush_range(layout.entry_off(start), layout.entry_off(start + n) - layout.entry_off(start));
             }
             // Fence: the zeroes are durable before the table entry names the new use.
             self.mem.fence();
@@ -376,7 +382,8 @@ impl<M: PMem> Pool<M> {
             }
         }
         // Validated: now change state. Caches filled before this rebuild are stale from now on.
-        self.alloc.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // `rebuild` holds the pool exclusively: a plain count.
+        self.alloc.generation += 1;
         for depot in &self.alloc.depots {
             while depot.pop().is_some() {}
         }
@@ -497,8 +504,8 @@ impl<M: PMem> Pool<M> {
     /// Makes `cache` this allocator's current one, dropping blocks it holds from another pool or
     /// from before a rebuild (the rebuild already counted them free).
     fn bind(&self, cache: &mut AllocCache) {
-        let owner = (self.alloc.id, self.alloc.generation.load(std::sync::atomic::Ordering::Acquire));
-        if cache.owner != owner || cache.mags.is_empty() {
+        let owner = (self.alloc.id, self.alloc.generation);
+        if cache.owner != owner {
             *cache = AllocCache::new();
             cache.owner = owner;
         }

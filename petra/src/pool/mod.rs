@@ -299,9 +299,12 @@ impl<M: PMem> Pool<M> {
         &self.mem
     }
 
-    /// Gives the memory back (to take a crash image of it, say), without closing.
-    pub fn into_mem(self) -> M {
-        self.mem
+    /// The same pool seen through another seam over the same memory (for example
+    /// [`Counting`](crate::mem::Counting) around the mapping), keeping the allocator's state: the
+    /// pool is not attached again.
+    pub fn map_mem<N: PMem>(self, f: impl FnOnce(M) -> N) -> Pool<N> {
+        let Pool { mem, header, alloc, was_clean, path } = self;
+        Pool { mem: f(mem), header, alloc, was_clean, path }
     }
 
     /// The durability in force.

@@ -161,7 +161,7 @@ pub(crate) fn recover<M: PMem + 'static>(
             Structure::List(l) => link_chains(mem, &[l.link()], |_| 0, &nodes),
             Structure::HashMap(m) => {
                 let buckets: Vec<u64> = (0..m.n).map(|i| m.bucket(i)).collect();
-                link_chains(mem, &buckets, |key| ((m.bucket_link(key) - m.buckets) / 8) as usize, &nodes);
+                link_chains(mem, &buckets, |key| m.bucket_of(key) as usize, &nodes);
             }
             Structure::SkipList(l) => link_skiplist(mem, l, &nodes),
             Structure::MdList(l) => mdlist::build(mem, l, &nodes),

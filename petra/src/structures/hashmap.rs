@@ -11,7 +11,7 @@
 use crossbeam_epoch::Guard;
 
 use super::list::{ChainPos, NODE_BYTES, chain_link, chain_remove, chain_search};
-use super::{LinkedSet, Seen, walk};
+use super::{LinkedSet, Seen, mix64, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -37,23 +37,20 @@ impl HashMap {
         Ok(HashMap { buckets: off, n })
     }
 
+    /// The bucket `key` hashes to.
+    pub(crate) fn bucket_of(&self, key: u64) -> u64 {
+        mix64(key) % self.n
+    }
+
     /// The link word of `key`'s bucket.
     pub(crate) fn bucket_link(&self, key: u64) -> u64 {
-        self.buckets + 8 * (mix(key) % self.n)
+        self.bucket(self.bucket_of(key))
     }
 
     /// The link word of bucket `i`.
     pub(crate) fn bucket(&self, i: u64) -> u64 {
         self.buckets + 8 * i
     }
-}
-
-/// splitmix64's finaliser: spreads sequential keys over the buckets.
-fn mix(key: u64) -> u64 {
-    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl<M: PMem + 'static> LinkedSet<M> for HashMap {
@@ -72,6 +69,7 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     }
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
+        // Relaxed: a node's key never changes after it was published.
         let key = h.mem().load(node + super::KEY, std::sync::atomic::Ordering::Relaxed);
         chain_remove(h, self.bucket_link(key), node, guard)
     }
@@ -97,7 +95,7 @@ mod tests {
         let map = HashMap { buckets: 0, n: 64 };
         let mut counts = [0u32; 64];
         for k in 0..64_000u64 {
-            counts[((map.bucket_link(k)) / 8) as usize] += 1;
+            counts[map.bucket_of(k) as usize] += 1;
         }
         assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
     }

@@ -13,12 +13,11 @@
 //! +40      next: successor offset | deletion mark
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet, MARK, Seen, walk};
+use super::{KEY, LINKS, LinkedSet, MARK, Seen, retire, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -62,6 +61,7 @@ pub(crate) fn chain_search<M: PMem + 'static>(
                 curr = succ & !MARK;
                 continue;
             }
+            // Relaxed: a node's key never changes after it was published.
             let k = mem.load(curr + KEY, Ordering::Relaxed);
             if k >= key {
                 return ((pred_link, curr), (k == key).then_some(curr));
@@ -75,6 +75,7 @@ pub(crate) fn chain_search<M: PMem + 'static>(
 /// Links the initialised, unpublished `node` at `pos`; false if the position changed.
 pub(crate) fn chain_link<M: PMem>(mem: &M, pos: &ChainPos, node: u64) -> bool {
     let (pred_link, succ) = *pos;
+    // Relaxed: the node is unpublished; the CAS below (Release) publishes it.
     mem.store(node + NEXT, succ, Ordering::Relaxed);
     // Release: the node's words are visible before the link that reaches it.
     mem.compare_exchange(pred_link, succ, node, Ordering::Release, Ordering::Relaxed).is_ok()
@@ -93,15 +94,10 @@ pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u6
             break;
         }
     }
+    // Relaxed: a node's key never changes after it was published.
     let key = mem.load(node + KEY, Ordering::Relaxed);
     // The search unlinks every marked node on its way, this one included.
     let _ = chain_search(h, link, key, guard);
-}
-
-/// Hands an unlinked node to the collector.
-fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
-    let deferred = Arc::clone(&h.inner.deferred);
-    guard.defer(move || deferred.frees.push(node));
 }
 
 /// A list set: one chain, hanging off a head sentinel node.

@@ -45,6 +45,21 @@ pub const LINKS: u64 = 40;
 /// deletion mark).
 pub(crate) const MARK: u64 = 1;
 
+/// splitmix64's finaliser: a well-spread 64-bit hash of a key (bucket choice, tower heights).
+pub(crate) fn mix64(key: u64) -> u64 {
+    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Hands an unlinked node to the epoch collector, which frees it once no thread can still be
+/// reading it.
+pub(crate) fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
+    let deferred = std::sync::Arc::clone(&h.inner.deferred);
+    guard.defer(move || deferred.frees.push(node));
+}
+
 /// The norm word of a node normalised in `epoch` for structure `slot`.
 pub(crate) fn norm_word(epoch: u64, slot: u8, present: bool) -> u64 {
     (epoch & 0xFFFF_FFFF) << 32 | (slot as u64) << 8 | present as u64

@@ -19,12 +19,11 @@
 //! unlink, as a list does, would be wrong: an inserter still building the tower could link it at
 //! an upper level afterwards, where threads that pinned later could reach it.)
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet, MARK, Seen, walk};
+use super::{KEY, LINKS, LinkedSet, MARK, Seen, mix64, retire, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -47,10 +46,7 @@ pub(crate) fn node_bytes_of(h: usize) -> u64 {
 
 /// The height of `key`'s node.
 pub(crate) fn height_of(key: u64) -> usize {
-    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
+    let z = mix64(key);
     // One bit per level: each level is kept with probability 1/2.
     (1 + z.trailing_ones() as usize).min(MAX_HEIGHT)
 }
@@ -110,6 +106,7 @@ impl SkipList {
                         curr = succ & !MARK;
                         continue;
                     }
+                    // Relaxed: a node's key never changes after it was published.
                     if mem.load(curr + KEY, Ordering::Relaxed) < key {
                         pred = curr;
                         curr = succ;
@@ -121,6 +118,7 @@ impl SkipList {
                 t.succs[l] = curr;
             }
             let found = t.succs[0];
+            // Relaxed: a node's key never changes after it was published.
             let hit = found != 0 && mem.load(found + KEY, Ordering::Relaxed) == key;
             return (t, hit.then_some(found));
         }
@@ -132,8 +130,7 @@ fn release_link<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
     // AcqRel: the thread that drops the last link sees every other thread's unlinking.
     let before = h.mem().fetch_add(node + META, LINK.wrapping_neg(), Ordering::AcqRel);
     if (before >> 8) == 1 {
-        let deferred = Arc::clone(&h.inner.deferred);
-        guard.defer(move || deferred.frees.push(node));
+        retire(h, node, guard);
     }
 }
 
@@ -141,6 +138,7 @@ fn release_link<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
 /// be linked, and the inserter's building token).
 pub(crate) fn init_tower<M: PMem>(mem: &M, node: u64, key: u64) {
     let height = height_of(key);
+    // Relaxed (here and for the links): the node is unpublished; its link CAS (Release) publishes it.
     mem.store(node + META, height as u64 | (2 * LINK), Ordering::Relaxed);
     for l in 0..height {
         mem.store(node + next_off(l), 0, Ordering::Relaxed);
@@ -164,6 +162,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
 
     fn link(&self, h: &mut Handle<M>, pos: &Towers, node: u64, guard: &Guard) -> bool {
         let mem = h.mem();
+        // Relaxed: the node is unpublished; the CAS below (Release) publishes it.
         mem.store(node + next_off(0), pos.succs[0], Ordering::Relaxed);
         // Release: the node's words are visible before the link that reaches it.
         if mem
@@ -173,6 +172,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
             return false;
         }
         // The key is in. Build the index tower, best effort: stop if the node is being removed.
+        // Relaxed: key and height never change after publication.
         let key = mem.load(node + KEY, Ordering::Relaxed);
         let height = (mem.load(node + META, Ordering::Relaxed) & 0xFF) as usize;
         let mut t = *pos;
@@ -207,7 +207,9 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
                 t = fresh;
             }
         }
-        // A remover may have marked levels this thread linked after its search passed them.
+        // A remover may have marked levels this thread linked after its search passed them: unlink
+        // them now. Best-effort cleanup (Acquire, as for every mark): a mark this load misses is
+        // harmless, since the link count keeps the node alive and any later search unlinks it.
         if mem.load(node + next_off(0), Ordering::Acquire) & MARK != 0 {
             let _ = self.find(h, key, guard);
         }
@@ -235,6 +237,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
                 }
             }
         }
+        // Relaxed: a node's key never changes after it was published.
         let key = mem.load(node + KEY, Ordering::Relaxed);
         let _ = self.find(h, key, guard);
     }
