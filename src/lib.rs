@@ -79,10 +79,17 @@ pub mod model {
 }
 
 /// The structures every engine test runs on: one of each kind, so that every transaction test
-/// also crosses structures.
+/// also crosses structures, and one of byte values, so that every test also covers blobs.
+///
+/// The tests speak in word values; on a structure of byte values, [`execute`](kinds::execute),
+/// [`range`](kinds::range) and [`entries`](kinds::entries) write each word `v` as the bytes
+/// [`encode`](kinds::encode)`(v)` (8 to 300 bytes, so blobs of several size classes and lines)
+/// and read them back, checking that every byte read is the one written.
 pub mod kinds {
+    use std::ops::RangeBounds;
+
     use petra::mem::PMem;
-    use petra::{Engine, StructId};
+    use petra::{Blobs, Engine, EngineError, Handle, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
 
     /// A kind of structure.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,14 +102,16 @@ pub mod kinds {
         SkipList,
         /// The multi-dimensional list.
         MdList,
+        /// The skiplist with byte values (blobs).
+        SkipListBytes,
     }
 
     /// Every kind.
-    pub const ALL: [Kind; 4] = [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList];
+    pub const ALL: [Kind; 5] = [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList, Kind::SkipListBytes];
 
-    /// Blocks the allocator holds besides the nodes of present keys: the head sentinels of the
-    /// list, the skiplist and the MDList (the hash map's buckets are a region).
-    pub const HEADS: u64 = 3;
+    /// Blocks the allocator holds besides the nodes and blobs of present keys: the head sentinels
+    /// of the list, the skiplists and the MDList (the hash map's buckets are a region).
+    pub const HEADS: u64 = 4;
 
     impl Kind {
         /// Whether the kind removes the nodes of absent keys while open (the MDList keeps them
@@ -110,24 +119,113 @@ pub mod kinds {
         pub fn removes_nodes(self) -> bool {
             self != Kind::MdList
         }
+
+        /// The engine's structure kind and values.
+        pub fn spec(self) -> (StructureKind, Values) {
+            match self {
+                Kind::List => (StructureKind::List, Values::Words),
+                Kind::HashMap => (StructureKind::HashMap { buckets: 16 }, Values::Words),
+                Kind::SkipList => (StructureKind::SkipList, Values::Words),
+                Kind::MdList => (StructureKind::MdList, Values::Words),
+                Kind::SkipListBytes => (StructureKind::SkipList, Values::Bytes),
+            }
+        }
     }
 
     /// Creates a structure of `kind`.
     pub fn create<M: PMem + 'static>(engine: &Engine<M>, kind: Kind) -> StructId {
-        match kind {
-            Kind::List => engine.create_list(),
-            Kind::HashMap => engine.create_hash_map(16),
-            Kind::SkipList => engine.create_skiplist(),
-            Kind::MdList => engine.create_mdlist(),
-        }
-        .expect("a structure is created")
+        let (k, v) = kind.spec();
+        engine.create_structure(k, v).expect("a structure is created")
     }
 
     /// The ids [`create_all`] returns in a new engine.
-    pub const IDS: [StructId; ALL.len()] = [StructId(0), StructId(1), StructId(2), StructId(3)];
+    pub const IDS: [StructId; ALL.len()] = [StructId(0), StructId(1), StructId(2), StructId(3), StructId(4)];
 
     /// One structure of each kind, in the order of [`ALL`].
     pub fn create_all<M: PMem + 'static>(engine: &Engine<M>) -> Vec<StructId> {
         ALL.iter().map(|&k| create(engine, k)).collect()
+    }
+
+    /// The byte value that stands for the word `v`: `v`'s little-endian bytes, repeated (with the
+    /// byte count mixed in) to a length of 8 to 300 bytes that depends on `v`.
+    pub fn encode(v: u64) -> Vec<u8> {
+        let len = 8 + (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % 293;
+        (0..len).map(|i| v.to_le_bytes()[i % 8] ^ (i / 8) as u8).collect()
+    }
+
+    /// The word a byte value stands for.
+    ///
+    /// # Panics
+    /// If the bytes are not exactly [`encode`] of a word: a blob read back wrong.
+    pub fn decode(b: &[u8]) -> u64 {
+        assert!(b.len() >= 8, "a byte value of {} bytes", b.len());
+        let v = u64::from_le_bytes(b[..8].try_into().unwrap());
+        assert!(encode(v) == b, "the byte value of {v} was read back wrong: {b:02x?}");
+        v
+    }
+
+    fn read<M: PMem>(blobs: &Blobs<'_, M>, word: u64) -> u64 {
+        decode(&blobs.to_vec(word))
+    }
+
+    /// Executes the word-valued `tx`, writing the values of ops on structures of byte values as
+    /// [`encode`]d bytes and reading their results back as words.
+    pub fn execute<M: PMem + 'static>(h: &mut Handle<M>, tx: &Transaction) -> Result<Outcome, EngineError> {
+        let bytes: Vec<bool> =
+            tx.ops().iter().map(|op| h.values(op.structure).is_ok_and(|v| v == Values::Bytes)).collect();
+        if !bytes.contains(&true) {
+            return h.execute(tx);
+        }
+        let mut t = Transaction::new();
+        for (op, &b) in tx.ops().iter().zip(&bytes) {
+            match op.kind {
+                OpKind::Insert if b => t.insert_bytes(op.structure, op.key, &encode(op.value)),
+                OpKind::Update if b => t.update_bytes(op.structure, op.key, &encode(op.value)),
+                OpKind::Put if b => t.put_bytes(op.structure, op.key, &encode(op.value)),
+                _ => t.op(*op),
+            };
+        }
+        t.sorted(tx.is_sorted());
+        h.execute_with(&t, |out, blobs| match out {
+            Outcome::Committed { results, txid } => Outcome::Committed {
+                results: results
+                    .iter()
+                    .zip(&bytes)
+                    .map(|(r, &b)| if b { r.map(|w| read(blobs, w)) } else { *r })
+                    .collect(),
+                txid: *txid,
+            },
+            aborted => aborted.clone(),
+        })
+    }
+
+    /// [`Handle::range`], with byte values read back as words.
+    pub fn range<M: PMem + 'static>(
+        h: &mut Handle<M>,
+        s: StructId,
+        r: impl RangeBounds<u64>,
+    ) -> Result<Vec<(u64, u64)>, EngineError> {
+        if h.values(s)? == Values::Words {
+            return h.range(s, r);
+        }
+        h.range_with(s, r, |entries, blobs| entries.into_iter().map(|(k, w)| (k, read(blobs, w))).collect())
+    }
+
+    /// [`Engine::entries`], with byte values read back as words.
+    pub fn entries<M: PMem + 'static>(engine: &Engine<M>, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
+        range(&mut engine.handle()?, s, ..)
+    }
+
+    /// The slab blocks a recovered engine must hold live, no more (a leak) and no fewer: a node
+    /// per present key, a blob per present key of a structure of byte values (every test value
+    /// fits a slab block), and the [`HEADS`].
+    pub fn live_blocks<M: PMem + 'static>(engine: &Engine<M>, present_keys: u64) -> u64 {
+        let blobs: usize = engine
+            .structures()
+            .into_iter()
+            .filter(|&s| engine.values(s).is_ok_and(|v| v == Values::Bytes))
+            .map(|s| engine.entries(s).expect("a scan").len())
+            .sum();
+        present_keys + blobs as u64 + HEADS
     }
 }

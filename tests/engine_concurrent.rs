@@ -67,7 +67,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                         }
                         tx.sorted(sort);
                         let lo = engine.txid_watermark();
-                        let out = h.execute(&tx).unwrap();
+                        let out = petra_suite::kinds::execute(&mut h, &tx).unwrap();
                         let hi = engine.txid_watermark();
                         match out {
                             Outcome::Committed { results, txid: Some(txid) } => {
@@ -151,7 +151,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
         );
     }
     for s in lists {
-        assert_eq!(engine.entries(s).unwrap(), model.entries(s), "final state of {s:?}");
+        assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "final state of {s:?}");
     }
     assert!(committed.len() > txs_per_thread, "{} committed, {aborted} aborted", committed.len());
     eprintln!("{} committed, {} single reads, {aborted} aborted", committed.len(), reads.len());

@@ -1,4 +1,4 @@
-//! Crash images of concurrent transaction histories on a list and a hash map: after recovery, the set must
+//! Crash images of concurrent transaction histories on one structure of each kind: after recovery, the state must
 //! equal the replay, in txid order, of every transaction acknowledged before the crash plus some
 //! subset of those in flight, each all or nothing, with every acknowledged result reproduced.
 
@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use petra::mem::{CrashPlan, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
 use petra_recovery::crash::{CrashTest, Report};
 use petra_suite::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const MAX_LEN: u64 = 16 << 20;
-/// A list, a hash map and a skiplist.
-const ALL: [StructId; 4] = petra_suite::kinds::IDS;
+/// One structure of each kind (see `petra_suite::kinds`).
+const ALL: [StructId; 5] = petra_suite::kinds::IDS;
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 512 << 10, max_size: MAX_LEN, chunk_size: 64 << 10, mapping: Mapping::default() }
@@ -56,7 +56,7 @@ fn setup() -> SimMem {
     for op in initial_ops() {
         tx.op(op);
     }
-    assert!(h.execute(&tx).unwrap().is_committed());
+    assert!(petra_suite::kinds::execute(&mut h, &tx).unwrap().is_committed());
     drop(h);
     engine.into_pool().unwrap().close().unwrap();
     Arc::into_inner(mem).unwrap()
@@ -103,7 +103,7 @@ fn workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64) -> V
                             tx.op(*op);
                         }
                         let start = mem.events();
-                        let out = h.execute(&tx).unwrap();
+                        let out = petra_suite::kinds::execute(&mut h, &tx).unwrap();
                         let end = mem.events();
                         if let Outcome::Committed { results, txid: Some(txid) } = out
                             && ops.iter().any(|o| !o.kind.is_read())
@@ -137,11 +137,11 @@ fn replay(base: &Model, set: &[&Acked], acked_before: u64) -> Option<Model> {
 fn check(acked: &[Acked], crash_event: u64, mem: SimMem) -> Result<(), String> {
     let pool = Pool::open_in(mem).map_err(|e| format!("open: {e}"))?;
     let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
-    let got: Vec<Vec<(u64, u64)>> = ALL.iter().map(|&s| engine.entries(s).unwrap()).collect();
+    let got: Vec<Vec<(u64, u64)>> = ALL.iter().map(|&s| petra_suite::kinds::entries(&engine, s).unwrap()).collect();
     // The allocator holds exactly the nodes of the present keys and the list's head (the map's
     // buckets are a region).
     let live = report.allocator.live_blocks;
-    if live != report.present_keys + petra_suite::kinds::HEADS {
+    if live != petra_suite::kinds::live_blocks(&engine, report.present_keys) {
         return Err(format!("{live} live blocks for {} keys and the heads", report.present_keys));
     }
     let mut base = Model::default();
@@ -240,4 +240,48 @@ fn an_interrupted_engine_create_leaves_no_engine_or_a_whole_one() {
         },
     );
     report.assert_ok();
+}
+
+#[test]
+fn a_replaced_blob_reused_leaves_the_rest_of_its_transaction_standing() {
+    // A transaction writes a blob to a key of the byte-valued skiplist and a word to the list; the
+    // blob is then replaced (by a later transaction, or by a later op of the same one), freed,
+    // and its block reused. The first transaction's descriptor is still in its ring and its blob
+    // no longer matches its hash: recovery must see that the blob was replaced, not torn, and
+    // keep the word.
+    let mem = Arc::new(SimMem::new(0, MAX_LEN));
+    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+    let engine = Engine::create(pool, engine_config()).unwrap();
+    let list = engine.create_list().unwrap();
+    let bytes = engine.create_structure(StructureKind::SkipList, Values::Bytes).unwrap();
+    let mut h = engine.handle().unwrap();
+    let replaced = |out: Outcome, i: usize| match out {
+        Outcome::Committed { results, .. } => results[i].expect("a replaced value"),
+        aborted => panic!("{aborted:?}"),
+    };
+    // By a later transaction.
+    assert!(h.execute(Transaction::new().put_bytes(bytes, 1, &[7u8; 40]).put(list, 7, 70)).unwrap().is_committed());
+    let first = replaced(h.execute(Transaction::new().put_bytes(bytes, 1, &[8u8; 40])).unwrap(), 0);
+    // By a later op of the same transaction.
+    let tx =
+        h.execute(Transaction::new().put_bytes(bytes, 2, &[5u8; 40]).put_bytes(bytes, 2, &[6u8; 40]).put(list, 8, 80));
+    let second = replaced(tx.unwrap(), 1);
+    let mut reused = [false; 2];
+    for k in 3..1000 {
+        assert!(h.execute(Transaction::new().put_bytes(bytes, k, &[9u8; 40])).unwrap().is_committed());
+        let w = h.range(bytes, k..=k).unwrap()[0].1;
+        reused[0] |= w == first;
+        reused[1] |= w == second;
+        if reused == [true; 2] {
+            break;
+        }
+    }
+    assert_eq!(reused, [true; 2], "the replaced blobs' blocks were never reused");
+    drop(h);
+    drop(engine.into_pool().unwrap()); // not closed: the next open recovers from the rings
+    let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), engine_config()).unwrap();
+    assert_eq!(engine.entries(list).unwrap(), vec![(7, 70), (8, 80)], "a word op was dropped with a replaced blob");
+    let mut h = engine.handle().unwrap();
+    let got = h.range_with(bytes, 1..=2, |e, blobs| e.iter().map(|&(_, w)| blobs.to_vec(w)).collect::<Vec<_>>());
+    assert_eq!(got.unwrap(), vec![vec![8u8; 40], vec![6u8; 40]]);
 }

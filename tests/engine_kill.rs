@@ -14,7 +14,7 @@ use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const LISTS: [StructId; 4] = petra_suite::kinds::IDS;
+const LISTS: [StructId; 5] = petra_suite::kinds::IDS;
 
 fn engine_config() -> EngineConfig {
     EngineConfig { ring_bytes: 8 << 20 }
@@ -60,7 +60,7 @@ fn child(arg: &str) {
             tx.op(*op);
         }
         ack(format!("B {}", encode(&ops)));
-        match h.execute(&tx) {
+        match petra_suite::kinds::execute(&mut h, &tx) {
             Ok(out) if out.is_committed() => ack("C"),
             Ok(_) => ack("A"),
             // Descriptors are not recycled yet: a child that fills its ring waits for the kill.
@@ -80,7 +80,7 @@ fn child(arg: &str) {
 fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
     let pool = Pool::open(path, &Mapping::default()).map_err(|e| format!("reopen: {e}"))?;
     let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
-    let got: Vec<Vec<(u64, u64)>> = LISTS.iter().map(|&s| engine.entries(s).unwrap()).collect();
+    let got: Vec<Vec<(u64, u64)>> = LISTS.iter().map(|&s| petra_suite::kinds::entries(&engine, s).unwrap()).collect();
     let mut done = base.clone();
     let mut in_flight: Option<Vec<Op>> = None;
     for a in acks {
@@ -102,18 +102,31 @@ fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
         Some(ops) if matches!(with_last.apply(ops), Outcome::Committed { .. }) => vec![done, with_last],
         _ => vec![done],
     };
+    let diff = |m: &Model| -> String {
+        let want = entries(m);
+        let mut out = String::new();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let only_got: Vec<_> = g.iter().filter(|e| !w.contains(e)).collect();
+            let only_want: Vec<_> = w.iter().filter(|e| !g.contains(e)).collect();
+            if !only_got.is_empty() || !only_want.is_empty() {
+                out += &format!(
+                    " structure {i}: recovered but not acknowledged {only_got:?}, acknowledged but not recovered {only_want:?};"
+                );
+            }
+        }
+        out
+    };
+    let explain = candidates.iter().map(diff).collect::<Vec<_>>().join(" | or with the one in flight:");
     match candidates.into_iter().find(|m| entries(m) == got) {
         Some(m) => {
             *base = m;
             let live = report.allocator.live_blocks;
-            if live != report.present_keys + petra_suite::kinds::HEADS {
+            if live != petra_suite::kinds::live_blocks(&engine, report.present_keys) {
                 return Err(format!("{live} live blocks for {} keys and the heads: a leak", report.present_keys));
             }
             Ok(())
         }
-        None => {
-            Err(format!("recovered {got:?}, which is neither the acknowledged state nor it plus the one in flight"))
-        }
+        None => Err(format!("recovered neither the acknowledged state nor it plus the one in flight:{explain}")),
     }
 }
 

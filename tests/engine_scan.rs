@@ -70,7 +70,7 @@ fn writer<M: PMem + 'static>(
             tx.op(op);
             ops.push(op);
         }
-        if let Outcome::Committed { txid: Some(txid), .. } = h.execute(&tx).unwrap() {
+        if let Outcome::Committed { txid: Some(txid), .. } = petra_suite::kinds::execute(&mut h, &tx).unwrap() {
             committed.push(Committed { txid, ops });
         }
     }
@@ -105,7 +105,7 @@ fn scanner<M: PMem + 'static>(
         let from = rng.random_range(0..KEYS);
         let to = rng.random_range(from..KEYS + 2);
         let lo = engine.txid_watermark();
-        let got = h.range(s, from..=to).unwrap();
+        let got = petra_suite::kinds::range(&mut h, s, from..=to).unwrap();
         let hi = engine.txid_watermark();
         overlapped += usize::from(hi > lo);
         out.push(Scan { lo, hi, s, from, to, got });
@@ -127,7 +127,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
             prefill.insert(s, k, k);
         }
     }
-    let first = engine.handle().unwrap().execute(&prefill).unwrap();
+    let first = petra_suite::kinds::execute(&mut engine.handle().unwrap(), &prefill).unwrap();
     let Outcome::Committed { txid: Some(first), .. } = first else { panic!("the prefill commits") };
     let mut committed = vec![Committed { txid: first, ops: prefill.ops().to_vec() }];
     let flags = Flags { done: AtomicBool::new(false) };

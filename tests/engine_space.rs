@@ -51,23 +51,39 @@ fn the_mdlist_keeps_absent_nodes_until_recovery_drops_them() {
 }
 
 fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
-    let chunks_before = engine.pool().chunk_counts().node;
+    use petra_suite::kinds::execute;
+    let before = engine.pool().chunk_counts();
     let mut h = engine.handle().unwrap();
-    // Fresh keys every round, so that every insert makes a new node.
+    // Fresh keys every round, so that every insert makes a new node (and, for byte values, a
+    // new blob of 8 to 300 bytes).
     for round in 0..1_000u64 {
         for k in round * 50..round * 50 + 50 {
-            assert!(h.execute(Transaction::new().insert(s, k, round)).unwrap().is_committed());
+            assert!(execute(&mut h, Transaction::new().insert(s, k, round)).unwrap().is_committed());
         }
         for k in round * 50..round * 50 + 50 {
-            assert!(h.execute(Transaction::new().delete(s, k)).unwrap().is_committed());
+            assert!(execute(&mut h, Transaction::new().delete(s, k)).unwrap().is_committed());
         }
+    }
+    // The same 50 keys overwritten 400 times: every put replaces a value (a blob, for bytes).
+    for round in 0..400u64 {
+        for k in 0..50 {
+            assert!(execute(&mut h, Transaction::new().put(s, k, round)).unwrap().is_committed());
+        }
+    }
+    for k in 0..50 {
+        assert!(execute(&mut h, Transaction::new().delete(s, k)).unwrap().is_committed());
     }
     // 50 000 nodes were created and deleted; without reclamation they would fill at least 37
     // chunks of 64 KiB (48-byte nodes; skiplist towers are larger).
-    let chunks = engine.pool().chunk_counts().node - chunks_before;
+    let after = engine.pool().chunk_counts();
+    let chunks = after.node - before.node;
     // A chunk or two per size class in use (skiplist towers of heights 1 to 5 use three).
     assert!(chunks <= 6, "{chunks} more node chunks for at most 50 live keys: deleted nodes are not reused");
-    assert!(engine.entries(s).unwrap().is_empty());
+    // Byte values: without reclamation, 70 000 blobs of 16 to 312 bytes would fill about 180
+    // chunks; with it, a chunk per size class in use (12 classes hold 16 to 320 bytes).
+    let blobs = after.blob - before.blob;
+    assert!(blobs <= 14, "{blobs} more blob chunks for at most 50 live values: replaced blobs are not reused");
+    assert!(petra_suite::kinds::entries(engine, s).unwrap().is_empty());
 }
 
 #[test]

@@ -160,6 +160,15 @@ pub enum EngineError {
     /// An op names a structure the engine does not have.
     #[error("no structure in root slot {0}")]
     UnknownStructure(u8),
+    /// A writing op's value is not of the kind its structure holds (a word for a structure of
+    /// byte values, or bytes for one of words).
+    #[error("structure {structure} holds values of kind {expected:?}: the op gives the other kind")]
+    WrongValue {
+        /// The structure's root slot.
+        structure: u8,
+        /// What the structure holds.
+        expected: crate::tx::Values,
+    },
     /// The root table is full.
     #[error("the pool's root table is full")]
     TooManyStructures,

@@ -48,8 +48,9 @@
 //! # Limits today
 //! Descriptors are not recycled while the pool is open: each thread's ring (64 MiB by default)
 //! eventually refuses transactions with [`EngineError::RingFull`] until the pool is reopened.
-//! Keys and values are `u64`; the structures are the list, the hash map, the skiplist and the
-//! multi-dimensional list (whose deleted keys keep their nodes until the next recovery).
+//! Keys are `u64`; values are a word or, in a structure created with [`Values::Bytes`], a byte
+//! string. The structures are the list, the hash map, the skiplist and the multi-dimensional list
+//! (whose deleted keys keep their nodes until the next recovery).
 
 pub mod error;
 pub mod mem;
@@ -59,4 +60,4 @@ pub mod structures;
 pub mod tx;
 
 pub use error::{EngineError, Error, Result};
-pub use tx::{Engine, EngineConfig, Handle, Op, OpKind, Outcome, StructId, Transaction};
+pub use tx::{Blobs, Engine, EngineConfig, Handle, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};

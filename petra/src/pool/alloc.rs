@@ -599,6 +599,14 @@ impl<M: PMem> Pool<M> {
     /// Writes `data` as a new blob (its length, then its bytes) and flushes its lines, without a
     /// fence: the caller's next fence makes it durable, before whatever publishes it.
     pub fn alloc_blob(&self, cache: &mut AllocCache, data: &[u8]) -> Result<POff, AllocError> {
+        let off = self.alloc_blob_unflushed(cache, data)?;
+        self.mem.flush_range(off.get(), WORD + data.len() as u64);
+        Ok(off)
+    }
+
+    /// Writes `data` as a new blob, like [`alloc_blob`](Pool::alloc_blob), but leaves flushing
+    /// it to the caller: the thread whose fence is to make it durable must flush it itself.
+    pub fn alloc_blob_unflushed(&self, cache: &mut AllocCache, data: &[u8]) -> Result<POff, AllocError> {
         let total = WORD + data.len() as u64;
         let off = match class_for(total) {
             Some(class) => self.alloc_class(cache, Family::Blob, class)?,
@@ -615,7 +623,6 @@ impl<M: PMem> Pool<M> {
         self.mem.write_bytes(off.get() + WORD, data);
         // Release: a reader that sees the length (Acquire in `blob_len`) sees the bytes.
         self.mem.store(off.get(), data.len() as u64, std::sync::atomic::Ordering::Release);
-        self.mem.flush_range(off.get(), total.next_multiple_of(WORD));
         Ok(off)
     }
 

@@ -33,11 +33,11 @@ use crate::structures::list::{self, NEXT};
 use crate::structures::mdlist;
 use crate::structures::skiplist::{MAX_HEIGHT, META, SkipList, height_of, next_off, node_bytes_of};
 use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
-use crate::tx::descriptor::read_persisted;
+use crate::tx::descriptor::{PersistedDesc, blob_matches, read_persisted};
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED, OpKind, RING_TAG,
-    Structure, TXID_BLOCK,
+    Engine, EngineConfig, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED, OpKind, RING_TAG, Set,
+    Structure, TXID_BLOCK, Values,
 };
 
 /// What recovery found and did.
@@ -90,10 +90,10 @@ pub(crate) fn recover<M: PMem + 'static>(
     }
 
     // 1. KDMap: (structure, key) -> (txid, state).
-    let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();
     // Every txid handed out before the crash is below the reservation; persisted ones too.
     let mut max_txid =
         pool.checkpoint_txid().max(mem.load(meta + META_TXID_RESERVED, Ordering::Acquire).saturating_sub(1));
+    let mut descs = Vec::new();
     for (ring, len) in pool.regions(RING_TAG) {
         let end = ring.get() + len;
         let mut pos = ring.get() + 64;
@@ -104,16 +104,40 @@ pub(crate) fn recover<M: PMem + 'static>(
             };
             report.descriptors += 1;
             max_txid = max_txid.max(d.txid);
-            for op in &d.ops {
-                let Some(present) = OpKind::from_code(op.kind).writes() else { continue };
-                let state = present.then_some(op.value);
-                let e = kdmap.entry((op.structure, op.key)).or_insert((0, None));
-                // `>=`: a later op of the same transaction on the same key wins too.
-                if d.txid >= e.0 {
-                    *e = (d.txid, state);
-                }
-            }
             pos += d.bytes;
+            descs.push(d);
+        }
+    }
+    // A descriptor whose words all reached the media may still have a blob whose lines did not
+    // (its fence never completed): then it was never visible, and no later transaction touched
+    // its keys (one would have persisted it first), so it is ignored whole. A blob that fails
+    // its hash under a later writer of its key (a later transaction, or a later op of its own)
+    // was replaced, freed and reused: that is expected, and the descriptor's other ops stand.
+    // The last writer of each key: (txid, op index), a later op of one transaction winning.
+    let mut last_writer: HashMap<(u8, u64), (u64, usize)> = HashMap::new();
+    for d in &descs {
+        for (i, op) in d.ops.iter().enumerate() {
+            if OpKind::from_code(op.kind).writes().is_some() {
+                let t = last_writer.entry((op.structure, op.key)).or_insert((0, 0));
+                *t = (*t).max((d.txid, i));
+            }
+        }
+    }
+    let torn = |d: &PersistedDesc| {
+        d.ops.iter().enumerate().any(|(i, op)| {
+            op.blob && last_writer[&(op.structure, op.key)] == (d.txid, i) && !blob_matches(mem, op.value, op.hash)
+        })
+    };
+    let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();
+    for d in descs.iter().filter(|d| !torn(d)) {
+        for op in &d.ops {
+            let Some(present) = OpKind::from_code(op.kind).writes() else { continue };
+            let state = present.then_some(op.value);
+            let e = kdmap.entry((op.structure, op.key)).or_insert((0, None));
+            // `>=`: a later op of the same transaction on the same key wins too.
+            if d.txid >= e.0 {
+                *e = (d.txid, state);
+            }
         }
     }
     report.kdmap_keys = kdmap.len() as u64;
@@ -156,28 +180,32 @@ pub(crate) fn recover<M: PMem + 'static>(
             write_normalised(mem, node, key, value, slot, new_epoch);
             nodes.push(node);
             live.push(POff::new(node));
+            if structure.values == Values::Bytes {
+                // The value is a blob, written and flushed before its descriptor was persisted.
+                live.push(POff::new(value));
+            }
         }
-        match structure {
-            Structure::List(l) => link_chains(mem, &[l.link()], |_| 0, &nodes),
-            Structure::HashMap(m) => {
+        match &structure.set {
+            Set::List(l) => link_chains(mem, &[l.link()], |_| 0, &nodes),
+            Set::HashMap(m) => {
                 let buckets: Vec<u64> = (0..m.n).map(|i| m.bucket(i)).collect();
                 link_chains(mem, &buckets, |key| m.bucket_of(key) as usize, &nodes);
             }
-            Structure::SkipList(l) => link_skiplist(mem, l, &nodes),
-            Structure::MdList(l) => mdlist::build(mem, l, &nodes),
+            Set::SkipList(l) => link_skiplist(mem, l, &nodes),
+            Set::MdList(l) => mdlist::build(mem, l, &nodes),
         }
         for &node in &nodes {
             mem.flush_range(node, bytes(mem.load(node + KEY, Ordering::Relaxed)));
         }
         // The head sentinel, or the map's bucket array (a region, not a block).
-        let (root, root_bytes) = match structure {
-            Structure::List(l) => (l.head, list::NODE_BYTES),
-            Structure::HashMap(m) => (m.buckets, 8 * m.n),
-            Structure::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT)),
-            Structure::MdList(l) => (l.head, mdlist::NODE_BYTES),
+        let (root, root_bytes) = match &structure.set {
+            Set::List(l) => (l.head, list::NODE_BYTES),
+            Set::HashMap(m) => (m.buckets, 8 * m.n),
+            Set::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT)),
+            Set::MdList(l) => (l.head, mdlist::NODE_BYTES),
         };
         mem.flush_range(root, root_bytes);
-        if !matches!(structure, Structure::HashMap(_)) {
+        if !matches!(structure.set, Set::HashMap(_)) {
             live.push(POff::new(root));
         }
     }

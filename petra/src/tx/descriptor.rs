@@ -9,7 +9,8 @@
 //! +8   state    status (bits 0..2) | pstatus (bits 2..4)                      (CAS)
 //! +16  txid     0 until persisting assigns it, once, by CAS                    (CAS)
 //! +24  check    checksum of header, txid and the persisted ops                 (store)
-//! +32  ops      nops x 24 bytes: kind | structure << 8, key, value             (immutable)
+//! +32  ops      nops x 24 bytes: kind | structure << 8 | blob << 16 | blob hash << 24,
+//!               key, value                                                  (immutable)
 //! then nops x 24 bytes of volatile per-op words, never flushed:
 //!      prev     the info word the op replaced (NO_NODE for a node it created; UNSET before)
 //!      cache    VALID | present << 1, once the op's before-state is known
@@ -34,7 +35,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::mem::{CACHE_LINE, PMem};
+use crate::mem::{CACHE_LINE, PMem, WORD};
 
 /// The tag in a descriptor header's top 16 bits.
 pub const DESC_TAG: u64 = 0x5458;
@@ -42,6 +43,12 @@ pub const DESC_TAG: u64 = 0x5458;
 pub const MAX_OPS: usize = 64;
 /// Header flag: the transaction only reads.
 pub const FLAG_READ_ONLY: u64 = 1;
+/// Header flag: some op's value is a blob (see [`StoredOp::blob`]).
+pub const FLAG_BLOBS: u64 = 2;
+/// Bit of an op's first word: its value is a blob, which persisting flushes with the descriptor.
+const OP_BLOB: u64 = 1 << 16;
+/// Where an op's first word keeps the blob's [`bytes_hash`], by which recovery tells a torn blob.
+const OP_HASH_SHIFT: u32 = 24;
 
 pub(crate) const HEADER: u64 = 0;
 pub(crate) const STATE: u64 = 8;
@@ -131,6 +138,11 @@ pub struct StoredOp {
     pub key: u64,
     /// The value (for the kinds that write one).
     pub value: u64,
+    /// Whether `value` is the offset of a blob the op wrote (its length word, then its bytes):
+    /// whoever persists the descriptor flushes the blob's lines before the same fence.
+    pub blob: bool,
+    /// The blob's [`bytes_hash`] (40 bits), if `blob`.
+    pub hash: u64,
 }
 
 /// Read access to one descriptor.
@@ -155,6 +167,11 @@ impl<'m, M: PMem> Desc<'m, M> {
 
     pub fn read_only(&self) -> bool {
         (self.header() >> 8) & FLAG_READ_ONLY != 0
+    }
+
+    /// Whether some op's value is a blob.
+    pub fn has_blobs(&self) -> bool {
+        (self.header() >> 8) & FLAG_BLOBS != 0
     }
 
     pub fn state(&self) -> State {
@@ -200,6 +217,8 @@ impl<'m, M: PMem> Desc<'m, M> {
             structure: (w0 >> 8) as u8,
             key: self.mem.load(base + 8, Ordering::Relaxed),
             value: self.mem.load(base + 16, Ordering::Relaxed),
+            blob: w0 & OP_BLOB != 0,
+            hash: w0 >> OP_HASH_SHIFT,
         }
     }
 
@@ -237,6 +256,33 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 }
 
+/// The hash of a byte value that an op word carries (40 bits): over its length and its bytes.
+pub(crate) fn bytes_hash(data: &[u8]) -> u64 {
+    let mut h = Mix::new(data.len() as u64);
+    for chunk in data.chunks(WORD as usize) {
+        let mut w = [0u8; WORD as usize];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h.add(u64::from_le_bytes(w));
+    }
+    h.finish() >> 24
+}
+
+/// Whether the blob at `off` holds a byte value of hash `hash` ([`bytes_hash`]): false for one
+/// that is torn (its lines had not all reached the media) or that does not fit in `mem`.
+pub(crate) fn blob_matches<M: PMem>(mem: &M, off: u64, hash: u64) -> bool {
+    if !off.is_multiple_of(WORD) || off.checked_add(WORD).is_none_or(|e| e > mem.len()) {
+        return false;
+    }
+    // Relaxed: recovery runs alone.
+    let len = mem.load(off, Ordering::Relaxed);
+    if len > mem.len() - off - WORD {
+        return false;
+    }
+    let mut buf = vec![0u8; len as usize];
+    mem.read_bytes(off + WORD, &mut buf);
+    bytes_hash(&buf) == hash
+}
+
 /// Writes a new descriptor at `off` (owned by the caller, not yet published). The state word is
 /// left Active/Maybe, txid and checksum 0, each `prev` UNSET and each cache empty.
 pub(crate) fn write_new<M: PMem>(
@@ -248,17 +294,21 @@ pub(crate) fn write_new<M: PMem>(
 ) {
     let n = ops.len();
     debug_assert!(n <= MAX_OPS);
-    let flags = if read_only { FLAG_READ_ONLY } else { 0 };
+    let mut flags = if read_only { FLAG_READ_ONLY } else { 0 };
+    for (i, op) in ops.enumerate() {
+        let base = off + OPS + OP_BYTES * i as u64;
+        let blob = if op.blob { OP_BLOB | op.hash << OP_HASH_SHIFT } else { 0 };
+        if op.blob {
+            flags |= FLAG_BLOBS;
+        }
+        mem.store(base, op.kind as u64 | (op.structure as u64) << 8 | blob, Ordering::Relaxed);
+        mem.store(base + 8, op.key, Ordering::Relaxed);
+        mem.store(base + 16, op.value, Ordering::Relaxed);
+    }
     mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
     mem.store(off + TXID, 0, Ordering::Relaxed);
     mem.store(off + CHECK, 0, Ordering::Relaxed);
-    for (i, op) in ops.enumerate() {
-        let base = off + OPS + OP_BYTES * i as u64;
-        mem.store(base, op.kind as u64 | (op.structure as u64) << 8, Ordering::Relaxed);
-        mem.store(base + 8, op.key, Ordering::Relaxed);
-        mem.store(base + 16, op.value, Ordering::Relaxed);
-    }
     let vol = off + OPS + OP_BYTES * n as u64;
     for i in 0..n as u64 {
         mem.store(vol + OP_BYTES * i, UNSET, Ordering::Relaxed);

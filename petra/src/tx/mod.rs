@@ -135,6 +135,10 @@ pub struct Op {
 #[derive(Debug, Clone, Default)]
 pub struct Transaction {
     ops: Vec<Op>,
+    /// Per op: the range of `data` holding its byte value, for the `*_bytes` ops.
+    spans: Vec<Option<(usize, usize)>>,
+    /// The byte values, back to back.
+    data: Vec<u8>,
     sort: bool,
 }
 
@@ -145,7 +149,13 @@ impl Transaction {
     }
 
     fn push(&mut self, kind: OpKind, s: StructId, key: u64, value: u64) -> &mut Self {
-        self.ops.push(Op { kind, structure: s, key, value });
+        self.op(Op { kind, structure: s, key, value })
+    }
+
+    fn push_bytes(&mut self, kind: OpKind, s: StructId, key: u64, bytes: &[u8]) -> &mut Self {
+        self.spans.push(Some((self.data.len(), bytes.len())));
+        self.data.extend_from_slice(bytes);
+        self.ops.push(Op { kind, structure: s, key, value: 0 });
         self
     }
 
@@ -177,10 +187,29 @@ impl Transaction {
     pub fn get(&mut self, s: StructId, key: u64) -> &mut Self {
         self.push(OpKind::Get, s, key, 0)
     }
-    /// Adds `op`.
+    /// Adds a strict insert of a byte value (into a structure of [`Values::Bytes`]).
+    pub fn insert_bytes(&mut self, s: StructId, key: u64, value: &[u8]) -> &mut Self {
+        self.push_bytes(OpKind::Insert, s, key, value)
+    }
+    /// Adds a strict update to a byte value (of a structure of [`Values::Bytes`]).
+    pub fn update_bytes(&mut self, s: StructId, key: u64, value: &[u8]) -> &mut Self {
+        self.push_bytes(OpKind::Update, s, key, value)
+    }
+    /// Adds a put of a byte value (into a structure of [`Values::Bytes`]).
+    pub fn put_bytes(&mut self, s: StructId, key: u64, value: &[u8]) -> &mut Self {
+        self.push_bytes(OpKind::Put, s, key, value)
+    }
+    /// Adds `op`, with a word value.
     pub fn op(&mut self, op: Op) -> &mut Self {
         self.ops.push(op);
+        self.spans.push(None);
         self
+    }
+
+    /// The byte value of op `i`, if it was added with one.
+    pub fn bytes_of(&self, i: usize) -> Option<&[u8]> {
+        let (start, len) = self.spans.get(i).copied().flatten()?;
+        Some(&self.data[start..start + len])
     }
 
     /// Executes the ops sorted by (structure, key), stably, so that ops on one key keep their
@@ -195,7 +224,14 @@ impl Transaction {
     /// transaction in the same value.
     pub fn clear(&mut self) -> &mut Self {
         self.ops.clear();
+        self.spans.clear();
+        self.data.clear();
         self
+    }
+
+    /// Whether the ops execute sorted (see [`sorted`](Transaction::sorted)).
+    pub fn is_sorted(&self) -> bool {
+        self.sort
     }
 
     /// The ops, in the order they were added.
@@ -282,67 +318,113 @@ struct RingSlot {
 macro_rules! on_set {
     ($structure:expr, $set:ident => $body:expr) => {
         match $structure {
-            Structure::List($set) => $body,
-            Structure::HashMap($set) => $body,
-            Structure::SkipList($set) => $body,
-            Structure::MdList($set) => $body,
+            Set::List($set) => $body,
+            Set::HashMap($set) => $body,
+            Set::SkipList($set) => $body,
+            Set::MdList($set) => $body,
         }
     };
 }
 
 mod scan;
 
-/// A structure known to the engine.
+/// A kind of structure, with its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StructureKind {
+    /// The list set (Harris-style, sorted).
+    List,
+    /// The hash map: a fixed array of `buckets` sorted chains (choose about the number of keys
+    /// expected; it does not resize). Ranges walk every bucket.
+    HashMap {
+        /// Number of buckets.
+        buckets: u64,
+    },
+    /// The skiplist (Fraser-style towers, sorted).
+    SkipList,
+    /// The multi-dimensional list (sorted; deleted keys keep their nodes until the next open).
+    MdList,
+}
+
+/// What a structure's value words are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Values {
+    /// The value is the word itself (`u64`).
+    #[default]
+    Words,
+    /// The value is a byte string, stored as a blob in the pool; the word is the blob's offset.
+    /// Written with the `*_bytes` ops of a [`Transaction`], read with [`Handle::execute_with`]
+    /// and [`Handle::range_with`].
+    Bytes,
+}
+
+/// Root table flag: the structure's values are blobs.
+const FLAG_BYTES: u32 = 1;
+
+/// The linked set behind a structure, whatever its kind.
 #[derive(Debug, Clone)]
-pub(crate) enum Structure {
+pub(crate) enum Set {
     List(List),
     HashMap(HashMap),
     SkipList(SkipList),
     MdList(MdList),
 }
 
+/// A structure known to the engine: its set and what its values are.
+#[derive(Debug, Clone)]
+pub(crate) struct Structure {
+    pub(crate) set: Set,
+    pub(crate) values: Values,
+}
+
 impl Structure {
     /// The root table entry that names the structure.
     pub(crate) fn root_entry(&self) -> RootEntry {
-        let (kind, params) = match self {
-            Structure::List(l) => (KIND_LIST, [l.head, 0]),
-            Structure::HashMap(m) => (KIND_HASH_MAP, [m.buckets, m.n]),
-            Structure::SkipList(l) => (KIND_SKIPLIST, [l.head, 0]),
-            Structure::MdList(l) => (KIND_MDLIST, [l.head, 0]),
+        let (kind, params) = match &self.set {
+            Set::List(l) => (KIND_LIST, [l.head, 0]),
+            Set::HashMap(m) => (KIND_HASH_MAP, [m.buckets, m.n]),
+            Set::SkipList(l) => (KIND_SKIPLIST, [l.head, 0]),
+            Set::MdList(l) => (KIND_MDLIST, [l.head, 0]),
         };
-        RootEntry { kind, flags: 0, params: [params[0], params[1], 0, 0, 0, 0] }
+        let flags = if self.values == Values::Bytes { FLAG_BYTES } else { 0 };
+        RootEntry { kind, flags, params: [params[0], params[1], 0, 0, 0, 0] }
     }
 
-    /// The structure a root table entry names, if its kind is known.
+    /// The structure a root table entry names, if its kind and flags are known.
     pub(crate) fn from_root_entry(entry: &RootEntry) -> Option<Structure> {
         let [a, b, ..] = entry.params;
-        Some(match entry.kind {
-            KIND_LIST => Structure::List(List { head: a }),
-            KIND_HASH_MAP => Structure::HashMap(HashMap { buckets: a, n: b }),
-            KIND_SKIPLIST => Structure::SkipList(SkipList { head: a }),
-            KIND_MDLIST => Structure::MdList(MdList { head: a }),
+        let set = match entry.kind {
+            KIND_LIST => Set::List(List { head: a }),
+            KIND_HASH_MAP => Set::HashMap(HashMap { buckets: a, n: b }),
+            KIND_SKIPLIST => Set::SkipList(SkipList { head: a }),
+            KIND_MDLIST => Set::MdList(MdList { head: a }),
             _ => return None,
-        })
+        };
+        let values = match entry.flags {
+            0 => Values::Words,
+            FLAG_BYTES => Values::Bytes,
+            _ => return None,
+        };
+        Some(Structure { set, values })
     }
 
     /// Bytes of a node for `key`.
     pub(crate) fn node_bytes<M: PMem + 'static>(&self, key: u64) -> u64 {
-        on_set!(self, set => LinkedSet::<M>::node_bytes(set, key))
+        on_set!(&self.set, set => LinkedSet::<M>::node_bytes(set, key))
     }
 
     /// The node holding `key`, if any.
     pub(crate) fn find_node<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
-        on_set!(self, set => LinkedSet::search(set, h, key, guard).1)
+        on_set!(&self.set, set => LinkedSet::search(set, h, key, guard).1)
     }
 
     /// Whether the structure removes nodes left absent (see [`LinkedSet::removes_nodes`]).
     pub(crate) fn removes_nodes<M: PMem + 'static>(&self) -> bool {
-        on_set!(self, set => LinkedSet::<M>::removes_nodes(set))
+        on_set!(&self.set, set => LinkedSet::<M>::removes_nodes(set))
     }
 
     /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
     pub(crate) fn remove_if<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, info: Info, guard: &Guard) {
-        on_set!(self, set => crate::structures::remove_if(h, set, key, info, guard))
+        on_set!(&self.set, set => crate::structures::remove_if(h, set, key, info, guard))
     }
 }
 
@@ -376,6 +458,8 @@ pub(crate) struct Deferred {
     pub(crate) removals: SegQueue<(StructId, u64, Info)>,
     /// Unlinked nodes no thread can reach any more, ready to be freed.
     pub(crate) frees: SegQueue<u64>,
+    /// Blobs replaced by a committed transaction that no thread can read any more.
+    pub(crate) blob_frees: SegQueue<u64>,
 }
 
 impl<M: PMem> std::fmt::Debug for Inner<M> {
@@ -493,41 +577,51 @@ impl<M: PMem + 'static> Engine<M> {
             ring_end: 0,
             cache: AllocCache::new(),
             help_stack: Vec::new(),
+            blobs: Vec::new(),
         })
     }
 
-    /// Creates a new, empty list set and returns its id.
-    pub fn create_list(&self) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| Ok(Structure::List(List::create(pool)?)))
-    }
-
-    /// Creates a new, empty skiplist and returns its id.
-    pub fn create_skiplist(&self) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| Ok(Structure::SkipList(SkipList::create(pool)?)))
-    }
-
-    /// Creates a new, empty multi-dimensional list and returns its id.
-    pub fn create_mdlist(&self) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| Ok(Structure::MdList(MdList::create(pool)?)))
-    }
-
-    /// Creates a new, empty hash map of `buckets` buckets (fixed: choose about the number of keys
-    /// expected) and returns its id.
-    pub fn create_hash_map(&self, buckets: u64) -> Result<StructId, EngineError> {
-        self.add_structure(|pool| Ok(Structure::HashMap(HashMap::create(pool, buckets)?)))
-    }
-
-    fn add_structure(
-        &self,
-        make: impl FnOnce(&Pool<M>) -> Result<Structure, AllocError>,
-    ) -> Result<StructId, EngineError> {
+    /// Creates a new, empty structure of `kind` whose values are `values`, and returns its id.
+    pub fn create_structure(&self, kind: StructureKind, values: Values) -> Result<StructId, EngineError> {
         let _creating = self.inner.create_lock.lock();
-        let structure = make(&self.inner.pool)?;
-        let slot = self.inner.pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
+        let pool = &self.inner.pool;
+        let set = match kind {
+            StructureKind::List => Set::List(List::create(pool)?),
+            StructureKind::HashMap { buckets } => Set::HashMap(HashMap::create(pool, buckets)?),
+            StructureKind::SkipList => Set::SkipList(SkipList::create(pool)?),
+            StructureKind::MdList => Set::MdList(MdList::create(pool)?),
+        };
+        let structure = Structure { set, values };
+        let slot = pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
         self.inner.structures[slot]
             .set(structure)
             .map_err(|_| EngineError::Corrupt(format!("root slot {slot} taken twice")))?;
         Ok(StructId(slot as u8))
+    }
+
+    /// Creates a new, empty list set of word values and returns its id.
+    pub fn create_list(&self) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::List, Values::Words)
+    }
+
+    /// Creates a new, empty skiplist of word values and returns its id.
+    pub fn create_skiplist(&self) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::SkipList, Values::Words)
+    }
+
+    /// Creates a new, empty multi-dimensional list of word values and returns its id.
+    pub fn create_mdlist(&self) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::MdList, Values::Words)
+    }
+
+    /// Creates a new, empty hash map of word values with `buckets` buckets and returns its id.
+    pub fn create_hash_map(&self, buckets: u64) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::HashMap { buckets }, Values::Words)
+    }
+
+    /// What the values of structure `s` are.
+    pub fn values(&self, s: StructId) -> Result<Values, EngineError> {
+        Ok(self.inner.structure(s)?.values)
     }
 
     /// The structures, by id.
@@ -579,6 +673,8 @@ pub struct Handle<M: PMem + 'static> {
     pub(crate) cache: AllocCache,
     /// Descriptors this thread is executing, innermost last: the owner's, then those it helps.
     help_stack: Vec<u64>,
+    /// The blobs of the transaction being executed, per op (0: a word value); kept for reuse.
+    blobs: Vec<u64>,
 }
 
 impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
@@ -604,6 +700,11 @@ impl<M: PMem + 'static> Handle<M> {
         self.inner.pool.mem()
     }
 
+    /// What the values of structure `s` are.
+    pub fn values(&self, s: StructId) -> Result<Values, EngineError> {
+        Ok(self.inner.structure(s)?.values)
+    }
+
     /// Takes a free descriptor ring (or a new one) for this handle.
     fn take_ring(&mut self) -> Result<(), EngineError> {
         let inner = &self.inner;
@@ -624,21 +725,62 @@ impl<M: PMem + 'static> Handle<M> {
     }
 
     /// Executes `tx`: Committed with each op's result, or Aborted with nothing changed.
+    ///
+    /// The results of ops on a structure of [`Values::Bytes`] are blob words: read them with
+    /// [`execute_with`](Handle::execute_with), which keeps them from being freed meanwhile.
     pub fn execute(&mut self, tx: &Transaction) -> Result<Outcome, EngineError> {
+        let guard = self.epoch.pin();
+        self.execute_pinned(tx, &guard)
+    }
+
+    /// Executes `tx`, then calls `f` with the outcome and a reader of the byte values its results
+    /// name, while they cannot be freed.
+    pub fn execute_with<R>(
+        &mut self,
+        tx: &Transaction,
+        f: impl FnOnce(&Outcome, &Blobs<'_, M>) -> R,
+    ) -> Result<R, EngineError> {
+        let guard = self.epoch.pin();
+        let out = self.execute_pinned(tx, &guard)?;
+        Ok(f(&out, &Blobs { pool: &self.inner.pool, _guard: &guard }))
+    }
+
+    /// Refuses, before anything changes, a transaction the engine cannot run: too many ops, an
+    /// unknown structure, a value of the wrong kind for its structure, or a byte value longer than
+    /// a blob can be.
+    fn check(&self, tx: &Transaction) -> Result<(), EngineError> {
+        let n = tx.ops.len();
+        if n > MAX_OPS {
+            return Err(EngineError::TooManyOps { ops: n, max: MAX_OPS });
+        }
+        for (op, span) in tx.ops.iter().zip(&tx.spans) {
+            let structure = self.inner.structure(op.structure)?;
+            if op.kind.writes() != Some(true) {
+                continue;
+            }
+            match (structure.values, span) {
+                (Values::Words, None) => {}
+                (Values::Bytes, Some((_, len))) => {
+                    let limit = self.inner.pool.max_blob_len();
+                    if *len as u64 > limit {
+                        return Err(EngineError::Alloc(AllocError::TooLarge { requested: *len as u64, limit }));
+                    }
+                }
+                (expected, _) => return Err(EngineError::WrongValue { structure: op.structure.0, expected }),
+            }
+        }
+        Ok(())
+    }
+
+    fn execute_pinned(&mut self, tx: &Transaction, guard: &Guard) -> Result<Outcome, EngineError> {
         let n = tx.ops.len();
         if n == 0 {
             return Ok(Outcome::Committed { results: Vec::new(), txid: None });
         }
-        if n > MAX_OPS {
-            return Err(EngineError::TooManyOps { ops: n, max: MAX_OPS });
-        }
-        for op in &tx.ops {
-            self.inner.structure(op.structure)?;
-        }
-        let guard = self.epoch.pin();
-        self.run_removals(&guard);
+        self.check(tx)?;
+        self.run_removals(guard);
         if n == 1 && tx.ops[0].kind.is_read() {
-            return self.read_one(&tx.ops[0], &guard);
+            return self.read_one(&tx.ops[0], guard);
         }
         // Execution order: as added, or stably sorted by (structure, key); `added(pos)` maps an
         // executed position back to the op's place in the transaction.
@@ -655,36 +797,96 @@ impl<M: PMem + 'static> Handle<M> {
         if self.cursor + bytes > self.ring_end {
             return Err(EngineError::RingFull);
         }
+        // Byte values go to blobs, written now; whoever persists the descriptor flushes them with
+        // it, under its fence.
+        let mut blobs = std::mem::take(&mut self.blobs);
+        blobs.clear();
+        if tx.spans.iter().any(Option::is_some) {
+            for i in 0..n {
+                let Some(data) = tx.bytes_of(i) else {
+                    blobs.push(0);
+                    continue;
+                };
+                match self.inner.pool.alloc_blob_unflushed(&mut self.cache, data) {
+                    Ok(off) => blobs.push(off.get()),
+                    Err(e) => {
+                        self.free_blobs(&blobs);
+                        self.blobs = blobs;
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
         let d = self.cursor;
         self.cursor += bytes;
         let stored = (0..n).map(|pos| {
-            let op = &tx.ops[added(pos)];
-            StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value: op.value }
+            let i = added(pos);
+            let op = &tx.ops[i];
+            let (blob, hash) = match tx.bytes_of(i) {
+                Some(data) => (true, descriptor::bytes_hash(data)),
+                None => (false, 0),
+            };
+            let value = if blob { blobs[i] } else { op.value };
+            StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         });
         descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), stored);
         self.help_stack.push(d);
-        let failed = self.run(d, 0, &guard);
+        let failed = self.run(d, 0, guard);
         self.help_stack.pop();
         let desc = Desc::new(self.mem(), d);
         let state = desc.state();
-        match state.status {
+        let outcome = match state.status {
             TxStatus::Committed => {
                 self.persist(d);
                 let mut results = vec![None; n];
                 for pos in 0..n {
-                    results[added(pos)] = self.before_state(d, pos, &guard);
+                    results[added(pos)] = self.before_state(d, pos, guard);
                 }
-                self.schedule_removals(d, true, &guard);
+                self.schedule_removals(d, true, guard);
+                self.retire_replaced(tx, &results, guard);
                 Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
             }
             _ if let Some(requested) = desc.aborted_for_memory() => {
-                self.schedule_removals(d, false, &guard);
+                self.schedule_removals(d, false, guard);
+                self.free_blobs(&blobs);
                 Err(EngineError::Alloc(AllocError::PoolFull { requested, max: self.inner.pool.max_len() }))
             }
             _ => {
-                self.schedule_removals(d, false, &guard);
+                self.schedule_removals(d, false, guard);
+                self.free_blobs(&blobs);
                 Ok(Outcome::Aborted { failed_op: failed.map(added) })
             }
+        };
+        self.blobs = blobs;
+        outcome
+    }
+
+    /// Frees the blobs of a transaction that did not commit: no reader ever resolves a value of
+    /// an op that did not commit, and nothing persists an uncommitted descriptor, so nothing can
+    /// be reading them.
+    fn free_blobs(&mut self, blobs: &[u64]) {
+        for &b in blobs.iter().filter(|&&b| b != 0) {
+            self.inner.pool.free_blob(&mut self.cache, crate::pool::POff::new(b));
+        }
+    }
+
+    /// After a commit (persisted): the byte values its writing ops replaced are unreachable for
+    /// any reader that starts from now on; they are freed once the readers that may hold them
+    /// (pinned now) have unpinned. Each value is replaced by exactly one committed op, so each is
+    /// freed once; recovery never goes back to a value a persisted transaction replaced.
+    fn retire_replaced(&self, tx: &Transaction, results: &[Option<u64>], guard: &Guard) {
+        let mut any = false;
+        for (op, before) in tx.ops.iter().zip(results) {
+            let Some(blob) = *before else { continue };
+            if op.kind.is_read() || !self.inner.structure(op.structure).is_ok_and(|s| s.values == Values::Bytes) {
+                continue;
+            }
+            any = true;
+            let deferred = Arc::clone(&self.inner.deferred);
+            guard.defer(move || deferred.blob_frees.push(blob));
+        }
+        if any {
+            guard.flush();
         }
     }
 
@@ -817,8 +1019,19 @@ impl<M: PMem + 'static> Handle<M> {
         // media and the state CAS for other threads.
         mem.store(d + CHECK, desc.checksum(txid), Ordering::Relaxed);
         mem.flush_range(d, persisted_bytes(desc.nops()));
-        // Fence: the descriptor, the redo log of the transaction, is durable before the
-        // transaction becomes visible (pstatus Persisted).
+        if desc.has_blobs() {
+            // This thread's fence covers only the lines this thread flushed: every thread that
+            // persists the descriptor flushes its blobs too (written before it was published).
+            for i in 0..desc.nops() {
+                let op = desc.op(i);
+                if op.blob {
+                    let len = self.inner.pool.blob_len(crate::pool::POff::new(op.value));
+                    mem.flush_range(op.value, crate::mem::WORD + len);
+                }
+            }
+        }
+        // Fence: the descriptor, the redo log of the transaction, and its blobs are durable
+        // before the transaction becomes visible (pstatus Persisted).
         mem.fence();
         let persisted = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
         let _ = desc.cas_state(in_progress, persisted);
@@ -844,7 +1057,7 @@ impl<M: PMem + 'static> Handle<M> {
     fn execute_op(&mut self, d: u64, i: usize, guard: &Guard) -> Step {
         let op = Desc::new(self.mem(), d).op(i);
         let structure = self.inner.structure(StructId(op.structure)).expect("checked at execute");
-        on_set!(&structure, set => crate::structures::execute_op(self, set, d, i, op, guard))
+        on_set!(&structure.set, set => crate::structures::execute_op(self, set, d, i, op, guard))
     }
 
     /// The state that info word `cur` stands for, seen from transaction `me` (or from outside
@@ -935,12 +1148,60 @@ impl<M: PMem + 'static> Handle<M> {
             let Some(node) = self.inner.deferred.frees.pop() else { break };
             self.inner.pool.free(&mut self.cache, crate::pool::POff::new(node));
         }
+        for _ in 0..16 {
+            let Some(blob) = self.inner.deferred.blob_frees.pop() else { break };
+            self.inner.pool.free_blob(&mut self.cache, crate::pool::POff::new(blob));
+        }
         for _ in 0..8 {
             let Some((s, key, info)) = self.inner.deferred.removals.pop() else { return };
             if let Ok(structure) = self.inner.structure(s) {
                 structure.remove_if(self, key, info, guard);
             }
         }
+    }
+}
+
+/// Reads byte values (blobs) by their words while they cannot be freed: handed out, for the span
+/// of a call, by [`Handle::execute_with`] and [`Handle::range_with`].
+pub struct Blobs<'g, M: PMem> {
+    pool: &'g Pool<M>,
+    _guard: &'g Guard,
+}
+
+impl<M: PMem> std::fmt::Debug for Blobs<'_, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Blobs").finish_non_exhaustive()
+    }
+}
+
+impl<M: PMem> Blobs<'_, M> {
+    /// Copies the byte value named by `word` (a result or value of a structure of
+    /// [`Values::Bytes`]) into `buf`, replacing its contents.
+    ///
+    /// # Panics
+    /// If `word` does not name a blob inside the pool (a word of a structure of word values).
+    pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) {
+        let len = self.len(word);
+        buf.clear();
+        buf.resize(len, 0);
+        self.pool.mem().read_bytes(word + crate::mem::WORD, buf);
+    }
+
+    /// The byte value named by `word`, copied out. See [`read_into`](Blobs::read_into).
+    pub fn to_vec(&self, word: u64) -> Vec<u8> {
+        let mut buf = Vec::new();
+        self.read_into(word, &mut buf);
+        buf
+    }
+
+    /// The length of the byte value named by `word`. See [`read_into`](Blobs::read_into).
+    pub fn len(&self, word: u64) -> usize {
+        let len = self.pool.blob_len(crate::pool::POff::new(word));
+        assert!(
+            word.checked_add(crate::mem::WORD + len).is_some_and(|end| end <= self.pool.len()),
+            "{word:#x} does not name a blob"
+        );
+        len as usize
     }
 }
 

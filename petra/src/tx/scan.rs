@@ -24,7 +24,7 @@
 
 use std::ops::{Bound, RangeBounds};
 
-use super::{Handle, StructId, Structure};
+use super::{Blobs, Handle, Set, StructId};
 use crate::error::EngineError;
 use crate::mem::PMem;
 use crate::structures::LinkedSet;
@@ -50,19 +50,34 @@ fn inclusive(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> {
 impl<M: PMem + 'static> Handle<M> {
     /// The present keys of structure `s` in `range`, with their values, in key order: the state
     /// of the range at one instant during the call (a linearizable snapshot). On the hash map a
-    /// range walks every bucket.
+    /// range walks every bucket. The values of a structure of [`Values`](super::Values)`::Bytes`
+    /// are blob words: read them with [`range_with`](Handle::range_with).
     pub fn range(&mut self, s: StructId, range: impl RangeBounds<u64>) -> Result<Vec<(u64, u64)>, EngineError> {
+        self.range_with(s, range, |entries, _| entries)
+    }
+
+    /// [`range`](Handle::range), then `f` with the entries and a reader of the byte values they
+    /// name, while those cannot be freed.
+    pub fn range_with<R>(
+        &mut self,
+        s: StructId,
+        range: impl RangeBounds<u64>,
+        f: impl FnOnce(Vec<(u64, u64)>, &Blobs<'_, M>) -> R,
+    ) -> Result<R, EngineError> {
         let structure = self.inner.structure(s)?;
-        let Some((lo, hi)) = inclusive(&range) else { return Ok(Vec::new()) };
+        let Some((lo, hi)) = inclusive(&range) else {
+            let guard = self.epoch.pin();
+            return Ok(f(Vec::new(), &Blobs { pool: &self.inner.pool, _guard: &guard }));
+        };
         let (mut prev, mut next) = (Vec::new(), Vec::new());
-        let ordered = on_set!(&structure, set => LinkedSet::<M>::ordered(set));
+        let ordered = on_set!(&structure.set, set => LinkedSet::<M>::ordered(set));
         loop {
             let guard = self.epoch.pin();
             prev.clear();
-            on_set!(&structure, set => set.collect(self, lo, hi, &guard, &mut prev));
+            on_set!(&structure.set, set => set.collect(self, lo, hi, &guard, &mut prev));
             for _ in 0..ATTEMPTS_PER_PIN {
                 next.clear();
-                on_set!(&structure, set => set.collect(self, lo, hi, &guard, &mut next));
+                on_set!(&structure.set, set => set.collect(self, lo, hi, &guard, &mut next));
                 if next == prev {
                     let mut out: Vec<(u64, u64)> =
                         next.iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))).collect();
@@ -71,7 +86,7 @@ impl<M: PMem + 'static> Handle<M> {
                         out.sort_unstable();
                         out.dedup_by_key(|e| e.0);
                     }
-                    return Ok(out);
+                    return Ok(f(out, &Blobs { pool: &self.inner.pool, _guard: &guard }));
                 }
                 std::mem::swap(&mut prev, &mut next);
             }
