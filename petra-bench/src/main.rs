@@ -60,6 +60,10 @@ struct MicroArgs {
     /// Seed of the workloads.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Value size in bytes: 0 for word values (the dissertation's), otherwise byte values (blobs)
+    /// of this size.
+    #[arg(long, default_value_t = 0)]
+    value_size: usize,
 }
 
 fn main() {
@@ -109,8 +113,12 @@ fn micro(args: MicroArgs) -> Result<(), String> {
         None => Some(scratch()?),
     };
     let dir = args.dir.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().to_path_buf());
+    let values = match args.value_size {
+        0 => "word values".to_string(),
+        n => format!("{n}-byte values"),
+    };
     println!(
-        "{}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
+        "{}, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
         structure.name(),
         key_range,
         args.txs,
@@ -135,6 +143,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                         txs_per_thread: args.txs,
                         prefill: args.prefill,
                         seed: args.seed,
+                        value_size: args.value_size,
                     };
                     let r = run(case, &dir)?;
                     if mode == Mode::Volatile {

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use petra::mem::{Counting, MemCounts};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Outcome, Transaction};
+use petra::{Engine, EngineConfig, OpKind, Outcome, Transaction, Values};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -93,6 +93,8 @@ pub struct MicroCase {
     pub prefill: f64,
     /// Seed of the workload.
     pub seed: u64,
+    /// 0: word values; otherwise byte values of this many bytes (blobs).
+    pub value_size: usize,
 }
 
 /// What a configuration measured.
@@ -152,14 +154,17 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
     let pool = Pool::create(&path, &config).map_err(|e| e.to_string())?.map_mem(Counting::new);
     let engine = Engine::create(pool, EngineConfig { ring_bytes }).map_err(|e| e.to_string())?;
-    let list = match case.structure {
-        StructureKind::List => engine.create_list(),
-        StructureKind::HashMap => engine.create_hash_map(w.key_range),
-        StructureKind::SkipList => engine.create_skiplist(),
-        StructureKind::MdList => engine.create_mdlist(),
-    }
-    .map_err(|e| e.to_string())?;
-    prefill(&engine, list, w.key_range, case.prefill, case.seed)?;
+    let kind = match case.structure {
+        StructureKind::List => petra::StructureKind::List,
+        StructureKind::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },
+        StructureKind::SkipList => petra::StructureKind::SkipList,
+        StructureKind::MdList => petra::StructureKind::MdList,
+    };
+    let values = if case.value_size > 0 { Values::Bytes } else { Values::Words };
+    let list = engine.create_structure(kind, values).map_err(|e| e.to_string())?;
+    let bytes = vec![0x5Au8; case.value_size];
+    let value = Value { bytes: (case.value_size > 0).then_some(&bytes[..]) };
+    prefill(&engine, list, w.key_range, case.prefill, case.seed, value)?;
     let barrier = Barrier::new(case.threads + 1);
     let (start, per_thread) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..case.threads)
@@ -179,7 +184,10 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
                         w.next_tx(&mut rng, &mut ops);
                         tx.clear();
                         for op in &ops {
-                            tx.op(petra::Op { kind: op.kind, structure: list, key: op.key, value: op.value });
+                            value.push(
+                                &mut tx,
+                                petra::Op { kind: op.kind, structure: list, key: op.key, value: op.value },
+                            );
                         }
                         match h.execute(&tx).map_err(|e| e.to_string())? {
                             Outcome::Committed { .. } => committed += 1,
@@ -208,6 +216,24 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     Ok(r)
 }
 
+/// The values a run writes: the op's word, or the same bytes for every write.
+#[derive(Debug, Clone, Copy)]
+struct Value<'a> {
+    bytes: Option<&'a [u8]>,
+}
+
+impl Value<'_> {
+    /// Adds `op` to `tx`, with its word or with the run's bytes.
+    fn push(self, tx: &mut Transaction, op: petra::Op) {
+        match (self.bytes, op.kind) {
+            (Some(b), OpKind::Insert) => tx.insert_bytes(op.structure, op.key, b),
+            (Some(b), OpKind::Update) => tx.update_bytes(op.structure, op.key, b),
+            (Some(b), OpKind::Put) => tx.put_bytes(op.structure, op.key, b),
+            _ => tx.op(op),
+        };
+    }
+}
+
 /// Inserts `share` of the key range, 16 keys per transaction.
 fn prefill<M: petra::mem::PMem + 'static>(
     engine: &Engine<M>,
@@ -215,6 +241,7 @@ fn prefill<M: petra::mem::PMem + 'static>(
     key_range: u64,
     share: f64,
     seed: u64,
+    value: Value<'_>,
 ) -> Result<(), String> {
     use rand::Rng;
     let mut h = engine.handle().map_err(|e| e.to_string())?;
@@ -224,7 +251,8 @@ fn prefill<M: petra::mem::PMem + 'static>(
     while inserted < target {
         let mut tx = Transaction::new();
         for _ in 0..16.min(target - inserted) {
-            tx.put(list, rng.random_range(0..key_range), 0);
+            let op = petra::Op { kind: OpKind::Put, structure: list, key: rng.random_range(0..key_range), value: 0 };
+            value.push(&mut tx, op);
         }
         if let Outcome::Committed { results, .. } = h.execute(&tx).map_err(|e| e.to_string())? {
             inserted += results.iter().filter(|r| r.is_none()).count() as u64;

@@ -747,14 +747,16 @@ impl<M: PMem + 'static> Handle<M> {
 
     /// Refuses, before anything changes, a transaction the engine cannot run: too many ops, an
     /// unknown structure, a value of the wrong kind for its structure, or a byte value longer than
-    /// a blob can be.
-    fn check(&self, tx: &Transaction) -> Result<(), EngineError> {
+    /// a blob can be. Returns whether an op is on a structure of byte values.
+    fn check(&self, tx: &Transaction) -> Result<bool, EngineError> {
         let n = tx.ops.len();
         if n > MAX_OPS {
             return Err(EngineError::TooManyOps { ops: n, max: MAX_OPS });
         }
+        let mut bytes = false;
         for (op, span) in tx.ops.iter().zip(&tx.spans) {
             let structure = self.inner.structure(op.structure)?;
+            bytes |= structure.values == Values::Bytes;
             if op.kind.writes() != Some(true) {
                 continue;
             }
@@ -769,7 +771,7 @@ impl<M: PMem + 'static> Handle<M> {
                 (expected, _) => return Err(EngineError::WrongValue { structure: op.structure.0, expected }),
             }
         }
-        Ok(())
+        Ok(bytes)
     }
 
     fn execute_pinned(&mut self, tx: &Transaction, guard: &Guard) -> Result<Outcome, EngineError> {
@@ -777,7 +779,7 @@ impl<M: PMem + 'static> Handle<M> {
         if n == 0 {
             return Ok(Outcome::Committed { results: Vec::new(), txid: None });
         }
-        self.check(tx)?;
+        let bytes = self.check(tx)?;
         self.run_removals(guard);
         if n == 1 && tx.ops[0].kind.is_read() {
             return self.read_one(&tx.ops[0], guard);
@@ -793,15 +795,15 @@ impl<M: PMem + 'static> Handle<M> {
         if self.ring.is_none() {
             self.take_ring()?;
         }
-        let bytes = desc_bytes(n);
-        if self.cursor + bytes > self.ring_end {
+        let desc_len = desc_bytes(n);
+        if self.cursor + desc_len > self.ring_end {
             return Err(EngineError::RingFull);
         }
         // Byte values go to blobs, written now; whoever persists the descriptor flushes them with
         // it, under its fence.
         let mut blobs = std::mem::take(&mut self.blobs);
         blobs.clear();
-        if tx.spans.iter().any(Option::is_some) {
+        if bytes {
             for i in 0..n {
                 let Some(data) = tx.bytes_of(i) else {
                     blobs.push(0);
@@ -818,7 +820,7 @@ impl<M: PMem + 'static> Handle<M> {
             }
         }
         let d = self.cursor;
-        self.cursor += bytes;
+        self.cursor += desc_len;
         let stored = (0..n).map(|pos| {
             let i = added(pos);
             let op = &tx.ops[i];
@@ -843,7 +845,9 @@ impl<M: PMem + 'static> Handle<M> {
                     results[added(pos)] = self.before_state(d, pos, guard);
                 }
                 self.schedule_removals(d, true, guard);
-                self.retire_replaced(tx, &results, guard);
+                if bytes {
+                    self.retire_replaced(tx, &results, guard);
+                }
                 Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
             }
             _ if let Some(requested) = desc.aborted_for_memory() => {
