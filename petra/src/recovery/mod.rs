@@ -7,7 +7,10 @@
 //! 1. **KDMap.** Every valid descriptor of the committed epoch in every ring (tag, epoch and
 //!    checksum agree, a txid was assigned): for each (structure, key), the latest writing op by
 //!    txid. A descriptor whose persist did not complete fails its checksum or has no txid, and is
-//!    ignored with its whole transaction.
+//!    ignored with its whole transaction; so is one whose lines all reached the media while a
+//!    byte value it wrote did not (the value fails the hash its op carries, and its op is the
+//!    last writer of its key). A value that fails its hash under a later writer was replaced,
+//!    freed and reused, which voids nothing.
 //! 2. **Baseline.** Every block of every node slab chunk: a node whose norm word carries the
 //!    committed epoch and whose checksum holds was written by the last recovery, and gives its
 //!    key's state as of then. A key no transaction touched since keeps that state; a key whose
