@@ -47,3 +47,46 @@ fn a_tiny_run_prints_both_modes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.contains("durable")) && text.lines().any(|l| l.contains("volatile")), "{text}");
 }
+
+#[test]
+fn byte_values_add_their_blob_lines_to_the_flushes() {
+    // Single updates of a full key range: every one commits and persists a one-line descriptor,
+    // so word values flush 1 line per transaction and 200-byte values (a 208-byte blob: 4 or 5
+    // lines) more, under the same one fence.
+    let dir = tempfile::tempdir().unwrap();
+    let flushes_and_fences = |value_size: &str| -> (f64, f64) {
+        let out = bench(&[
+            "micro",
+            "--structure",
+            "hashmap",
+            "--threads",
+            "1",
+            "--tx-size",
+            "1",
+            "--key-range",
+            "64",
+            "--txs",
+            "200",
+            "--mix",
+            "0/0/100/0",
+            "--prefill",
+            "1",
+            "--modes",
+            "durable",
+            "--value-size",
+            value_size,
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let row =
+            text.lines().find(|l| l.contains("durable") && !l.contains("values")).unwrap_or_else(|| panic!("{text}"));
+        let f: Vec<&str> = row.split_whitespace().collect();
+        (f[7].parse().unwrap(), f[8].parse().unwrap())
+    };
+    assert_eq!(flushes_and_fences("0"), (1.0, 1.0));
+    let (flushes, fences) = flushes_and_fences("200");
+    assert_eq!(fences, 1.0);
+    assert!((5.0..=6.0).contains(&flushes), "{flushes} flushes per 200-byte put");
+}
