@@ -152,7 +152,7 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let bytes = engine.values(s).unwrap() == Values::Bytes;
     let blob_lines = |h: &mut petra::Handle<Counting<SimMem>>, key: u64| {
         let word = h.range(s, key..=key).unwrap()[0].1;
-        let len = h.range_with(s, key..=key, |_, blobs| blobs.len(word) as u64).unwrap();
+        let len = h.range_with(s, key..=key, |_, blobs| blobs.to_vec(word).len() as u64).unwrap();
         let end = word + (8 + len).next_multiple_of(8);
         (end - 1) / 64 - word / 64 + 1
     };

@@ -327,10 +327,31 @@ impl<M: PMem> Pool<M> {
     }
 
     /// Copies out the blob at `off`.
+    ///
+    /// # Panics
+    /// If no blob fits at `off` (see [`read_blob_into`](Pool::read_blob_into)).
     pub fn read_blob(&self, off: POff) -> Vec<u8> {
-        let mut buf = vec![0u8; self.blob_len(off) as usize];
-        self.mem.read_bytes(off.get() + WORD, &mut buf);
+        let mut buf = Vec::new();
+        assert!(self.read_blob_into(off, &mut buf), "{:#x} does not name a blob", off.get());
         buf
+    }
+
+    /// Copies the blob at `off` into `buf`, replacing its contents. Returns false (and leaves
+    /// `buf` empty) if no blob fits there: `off` unaligned, or its length word reaching past the
+    /// pool's end (an offset or length read from a torn write).
+    pub fn read_blob_into(&self, off: POff, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        let off = off.get();
+        if !off.is_multiple_of(WORD) || off.checked_add(WORD).is_none_or(|end| end > self.mem.len()) {
+            return false;
+        }
+        let len = self.blob_len(POff::new(off));
+        if len > self.mem.len() - off - WORD {
+            return false;
+        }
+        buf.resize(len as usize, 0);
+        self.mem.read_bytes(off + WORD, buf);
+        true
     }
 
     /// The largest blob, in bytes.

@@ -128,7 +128,7 @@ pub(crate) fn recover<M: PMem + 'static>(
     }
     let torn = |d: &PersistedDesc| {
         d.ops.iter().enumerate().any(|(i, op)| {
-            op.blob && last_writer[&(op.structure, op.key)] == (d.txid, i) && !blob_matches(mem, op.value, op.hash)
+            op.blob && last_writer[&(op.structure, op.key)] == (d.txid, i) && !blob_matches(&pool, op.value, op.hash)
         })
     };
     let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();

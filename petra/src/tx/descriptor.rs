@@ -36,6 +36,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::mem::{CACHE_LINE, PMem, WORD};
+use crate::pool::{POff, Pool};
 
 /// The tag in a descriptor header's top 16 bits.
 pub const DESC_TAG: u64 = 0x5458;
@@ -268,19 +269,10 @@ pub(crate) fn bytes_hash(data: &[u8]) -> u64 {
 }
 
 /// Whether the blob at `off` holds a byte value of hash `hash` ([`bytes_hash`]): false for one
-/// that is torn (its lines had not all reached the media) or that does not fit in `mem`.
-pub(crate) fn blob_matches<M: PMem>(mem: &M, off: u64, hash: u64) -> bool {
-    if !off.is_multiple_of(WORD) || off.checked_add(WORD).is_none_or(|e| e > mem.len()) {
-        return false;
-    }
-    // Relaxed: recovery runs alone.
-    let len = mem.load(off, Ordering::Relaxed);
-    if len > mem.len() - off - WORD {
-        return false;
-    }
-    let mut buf = vec![0u8; len as usize];
-    mem.read_bytes(off + WORD, &mut buf);
-    bytes_hash(&buf) == hash
+/// that is torn (its lines had not all reached the media) or that does not fit in the pool.
+pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool {
+    let mut buf = Vec::new();
+    pool.read_blob_into(POff::new(off), &mut buf) && bytes_hash(&buf) == hash
 }
 
 /// Writes a new descriptor at `off` (owned by the caller, not yet published). The state word is

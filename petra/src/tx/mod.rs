@@ -346,10 +346,9 @@ pub enum StructureKind {
 }
 
 /// What a structure's value words are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Values {
     /// The value is the word itself (`u64`).
-    #[default]
     Words,
     /// The value is a byte string, stored as a blob in the pool; the word is the blob's offset.
     /// Written with the `*_bytes` ops of a [`Transaction`], read with [`Handle::execute_with`]
@@ -1185,10 +1184,7 @@ impl<M: PMem> Blobs<'_, M> {
     /// # Panics
     /// If `word` does not name a blob inside the pool (a word of a structure of word values).
     pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) {
-        let len = self.len(word);
-        buf.clear();
-        buf.resize(len, 0);
-        self.pool.mem().read_bytes(word + crate::mem::WORD, buf);
+        assert!(self.pool.read_blob_into(crate::pool::POff::new(word), buf), "{word:#x} does not name a blob");
     }
 
     /// The byte value named by `word`, copied out. See [`read_into`](Blobs::read_into).
@@ -1196,16 +1192,6 @@ impl<M: PMem> Blobs<'_, M> {
         let mut buf = Vec::new();
         self.read_into(word, &mut buf);
         buf
-    }
-
-    /// The length of the byte value named by `word`. See [`read_into`](Blobs::read_into).
-    pub fn len(&self, word: u64) -> usize {
-        let len = self.pool.blob_len(crate::pool::POff::new(word));
-        assert!(
-            word.checked_add(crate::mem::WORD + len).is_some_and(|end| end <= self.pool.len()),
-            "{word:#x} does not name a blob"
-        );
-        len as usize
     }
 }
 
