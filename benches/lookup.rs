@@ -4,6 +4,9 @@
 //! Also a range of 2 000 keys (about 790 present) (a snapshot, so two walks of the range) against
 //! crossbeam-skiplist's `range` (one walk, no snapshot).
 //!
+//! The same lookups on a skiplist of two-word keys (`u128`, each key `k` as `k << 64 | k`)
+//! against crossbeam-skiplist on the same `u128` keys.
+//!
 //! `cargo bench --bench lookup`. 100 000 keys, uniform in [0, 200 000), looked up in a random
 //! order fixed by a seed: about 78 700 distinct keys, so about 39% of the lookups hit.
 
@@ -12,7 +15,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use crossbeam_skiplist::SkipMap;
 use petra::pool::{Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Transaction};
+use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
 use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -31,6 +34,7 @@ fn lookups(c: &mut Criterion) {
             .unwrap();
     let skiplist = engine.create_skiplist().unwrap();
     let hashmap = engine.create_hash_map(KEYS).unwrap();
+    let wide = engine.create_structure(StructureKind::SkipList, KeyWidth::U128, Values::Words).unwrap();
     let mut h = engine.handle().unwrap();
     for chunk in keys.chunks(16) {
         let mut tx = Transaction::new();
@@ -38,8 +42,14 @@ fn lookups(c: &mut Criterion) {
             tx.put(skiplist, k, k).put(hashmap, k, k);
         }
         assert!(h.execute(&tx).unwrap().is_committed());
+        let mut tx = Transaction::new();
+        for &k in chunk {
+            tx.put(wide, wide_key(k), k);
+        }
+        assert!(h.execute(&tx).unwrap().is_committed());
     }
     let baseline: SkipMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+    let wide_baseline: SkipMap<u128, u64> = keys.iter().map(|&k| (wide_key(k), k)).collect();
 
     let mut group = c.benchmark_group("lookup");
     let mut i = 0usize;
@@ -59,6 +69,21 @@ fn lookups(c: &mut Criterion) {
             })
         });
     }
+    // Two-word keys: the same draws, each key k as k << 64 | k.
+    group.bench_function("crossbeam-skiplist get, u128 keys", |b| {
+        b.iter(|| {
+            i = (i + 1) % probes.len();
+            black_box(wide_baseline.get(&wide_key(probes[i])).map(|e| *e.value()))
+        })
+    });
+    group.bench_function("petra skiplist get, u128 keys", |b| {
+        b.iter(|| {
+            i = (i + 1) % probes.len();
+            let mut tx = Transaction::new();
+            tx.get(wide, wide_key(probes[i]));
+            black_box(h.execute(&tx).unwrap())
+        })
+    });
     group.finish();
 
     let mut group = c.benchmark_group("range of 2000 keys");
@@ -78,6 +103,11 @@ fn lookups(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// A two-word key with `k` in both words.
+fn wide_key(k: u64) -> u128 {
+    (k as u128) << 64 | k as u128
 }
 
 criterion_group!(benches, lookups);

@@ -37,8 +37,9 @@ pub mod model {
             let mut next = self.clone();
             let mut results = Vec::with_capacity(ops.len());
             for (i, op) in ops.iter().enumerate() {
+                let key = u64::try_from(op.key).expect("the tests speak in one-word keys");
                 let map = next.maps.entry(op.structure).or_default();
-                let before = map.get(&op.key).copied();
+                let before = map.get(&key).copied();
                 let ok = match op.kind {
                     OpKind::Insert => before.is_none(),
                     OpKind::Delete | OpKind::Find | OpKind::Update => before.is_some(),
@@ -49,10 +50,10 @@ pub mod model {
                 }
                 match op.kind {
                     OpKind::Insert | OpKind::Update | OpKind::Put => {
-                        map.insert(op.key, op.value);
+                        map.insert(key, op.value);
                     }
                     OpKind::Delete | OpKind::Remove => {
-                        map.remove(&op.key);
+                        map.remove(&key);
                     }
                     OpKind::Find | OpKind::Get => {}
                 }
@@ -79,17 +80,22 @@ pub mod model {
 }
 
 /// The structures every engine test runs on: one of each kind, so that every transaction test
-/// also crosses structures, and one of byte values, so that every test also covers blobs.
+/// also crosses structures, and two of two-word keys (one of them of byte values), so that every
+/// test also covers wide keys and blobs.
 ///
-/// The tests speak in word values; on a structure of byte values, [`execute`](kinds::execute),
-/// [`range`](kinds::range) and [`entries`](kinds::entries) write each word `v` as the bytes
-/// [`encode`](kinds::encode)`(v)` (8 to 300 bytes, so blobs of several size classes and lines)
-/// and read them back, checking that every byte read is the one written.
+/// The tests speak in one-word keys and word values. On a structure of two-word keys,
+/// [`execute`](kinds::execute), [`range`](kinds::range) and [`entries`](kinds::entries) write each
+/// key `k` as [`wide_key`](kinds::wide_key)`(k)` (`k` in the high word, a hash of it in the low
+/// one) and map the keys read back. On a structure of byte values they write each word `v` as the
+/// bytes [`encode`](kinds::encode)`(v)` (8 to 300 bytes, so blobs of several size classes and
+/// lines) and read them back, checking that every byte read is the one written.
 pub mod kinds {
-    use std::ops::RangeBounds;
+    use std::ops::{Bound, RangeBounds};
 
     use petra::mem::PMem;
-    use petra::{Blobs, Engine, EngineError, Handle, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
+    use petra::{
+        Blobs, Engine, EngineError, Handle, KeyWidth, Op, Outcome, StructId, StructureKind, Transaction, Values,
+    };
 
     /// A kind of structure.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,12 +108,15 @@ pub mod kinds {
         SkipList,
         /// The multi-dimensional list.
         MdList,
-        /// The skiplist with byte values (blobs).
-        SkipListBytes,
+        /// The skiplist with two-word keys and byte values (blobs).
+        SkipListWide,
+        /// The hash map (16 buckets) with two-word keys.
+        HashMapWide,
     }
 
     /// Every kind.
-    pub const ALL: [Kind; 5] = [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList, Kind::SkipListBytes];
+    pub const ALL: [Kind; 6] =
+        [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList, Kind::SkipListWide, Kind::HashMapWide];
 
     /// Blocks the allocator holds besides the nodes and blobs of present keys: the head sentinels
     /// of the list, the skiplists and the MDList (the hash map's buckets are a region).
@@ -120,26 +129,29 @@ pub mod kinds {
             self != Kind::MdList
         }
 
-        /// The engine's structure kind and values.
-        pub fn spec(self) -> (StructureKind, Values) {
+        /// The engine's structure kind, key width and values.
+        pub fn spec(self) -> (StructureKind, KeyWidth, Values) {
+            let hash = StructureKind::HashMap { buckets: 16 };
             match self {
-                Kind::List => (StructureKind::List, Values::Words),
-                Kind::HashMap => (StructureKind::HashMap { buckets: 16 }, Values::Words),
-                Kind::SkipList => (StructureKind::SkipList, Values::Words),
-                Kind::MdList => (StructureKind::MdList, Values::Words),
-                Kind::SkipListBytes => (StructureKind::SkipList, Values::Bytes),
+                Kind::List => (StructureKind::List, KeyWidth::U64, Values::Words),
+                Kind::HashMap => (hash, KeyWidth::U64, Values::Words),
+                Kind::SkipList => (StructureKind::SkipList, KeyWidth::U64, Values::Words),
+                Kind::MdList => (StructureKind::MdList, KeyWidth::U64, Values::Words),
+                Kind::SkipListWide => (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
+                Kind::HashMapWide => (hash, KeyWidth::U128, Values::Words),
             }
         }
     }
 
     /// Creates a structure of `kind`.
     pub fn create<M: PMem + 'static>(engine: &Engine<M>, kind: Kind) -> StructId {
-        let (k, v) = kind.spec();
-        engine.create_structure(k, v).expect("a structure is created")
+        let (k, w, v) = kind.spec();
+        engine.create_structure(k, w, v).expect("a structure is created")
     }
 
     /// The ids [`create_all`] returns in a new engine.
-    pub const IDS: [StructId; ALL.len()] = [StructId(0), StructId(1), StructId(2), StructId(3), StructId(4)];
+    pub const IDS: [StructId; ALL.len()] =
+        [StructId(0), StructId(1), StructId(2), StructId(3), StructId(4), StructId(5)];
 
     /// One structure of each kind, in the order of [`ALL`].
     pub fn create_all<M: PMem + 'static>(engine: &Engine<M>) -> Vec<StructId> {
@@ -168,21 +180,42 @@ pub mod kinds {
         decode(&blobs.to_vec(word))
     }
 
-    /// Executes the word-valued `tx`, writing the values of ops on structures of byte values as
-    /// [`encode`]d bytes and reading their results back as words.
+    /// The two-word key that stands for the one-word key `k`: `k` in the high word (so the order
+    /// is `k`'s), and a hash of `k` in the low word (so both words matter). `wide_key(0)` has a
+    /// high word of zero: a key of a two-word structure that a one-word descriptor carries.
+    pub fn wide_key(k: u64) -> u128 {
+        let lo = (k ^ 0x5EED).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        (k as u128) << 64 | lo as u128
+    }
+
+    /// The one-word key a two-word key read back stands for.
+    ///
+    /// # Panics
+    /// If `bits` is not [`wide_key`] of a key: a key read back wrong.
+    pub fn narrow_key(bits: u128) -> u64 {
+        let k = (bits >> 64) as u64;
+        assert_eq!(wide_key(k), bits, "the two-word key of {k} was read back wrong");
+        k
+    }
+
+    /// Executes the word-valued `tx` of one-word keys, writing the keys of ops on structures of
+    /// two-word keys as [`wide_key`]s and the values of ops on structures of byte values as
+    /// [`encode`]d bytes, and reading their results back as words.
     pub fn execute<M: PMem + 'static>(h: &mut Handle<M>, tx: &Transaction) -> Result<Outcome, EngineError> {
         let bytes: Vec<bool> =
             tx.ops().iter().map(|op| h.values(op.structure).is_ok_and(|v| v == Values::Bytes)).collect();
-        if !bytes.contains(&true) {
+        let wide: Vec<bool> =
+            tx.ops().iter().map(|op| h.keys(op.structure).is_ok_and(|w| w == KeyWidth::U128)).collect();
+        if !bytes.contains(&true) && !wide.contains(&true) {
             return h.execute(tx);
         }
         let mut t = Transaction::new();
-        for (op, &b) in tx.ops().iter().zip(&bytes) {
-            match op.kind {
-                OpKind::Insert if b => t.insert_bytes(op.structure, op.key, &encode(op.value)),
-                OpKind::Update if b => t.update_bytes(op.structure, op.key, &encode(op.value)),
-                OpKind::Put if b => t.put_bytes(op.structure, op.key, &encode(op.value)),
-                _ => t.op(*op),
+        for ((op, &b), &w) in tx.ops().iter().zip(&bytes).zip(&wide) {
+            let key = u64::try_from(op.key).expect("the tests speak in one-word keys");
+            let op = if w { Op::new(op.kind, op.structure, wide_key(key), op.value) } else { *op };
+            match op.kind.writes() {
+                Some(true) if b => t.op_bytes(op, &encode(op.value)),
+                _ => t.op(op),
             };
         }
         t.sorted(tx.is_sorted());
@@ -199,16 +232,48 @@ pub mod kinds {
         })
     }
 
-    /// [`Handle::range`], with byte values read back as words.
+    /// [`Handle::range`] over one-word keys, with two-word keys mapped back and byte values read
+    /// back as words.
     pub fn range<M: PMem + 'static>(
         h: &mut Handle<M>,
         s: StructId,
         r: impl RangeBounds<u64>,
     ) -> Result<Vec<(u64, u64)>, EngineError> {
-        if h.values(s)? == Values::Words {
-            return h.range(s, r);
+        let bytes = h.values(s)? == Values::Bytes;
+        let value = |blobs: &Blobs<'_, M>, w| if bytes { read(blobs, w) } else { w };
+        range_with(h, s, r, |entries, blobs| entries.into_iter().map(|(k, w)| (k, value(blobs, w))).collect())
+    }
+
+    /// [`Handle::range_with`] over one-word keys, with two-word keys mapped back (values as the
+    /// engine gives them: words, or blob words).
+    pub fn range_with<M: PMem + 'static, R>(
+        h: &mut Handle<M>,
+        s: StructId,
+        r: impl RangeBounds<u64>,
+        f: impl FnOnce(Vec<(u64, u64)>, &Blobs<'_, M>) -> R,
+    ) -> Result<R, EngineError> {
+        if h.keys(s)? == KeyWidth::U64 {
+            return h.range_with(s, r, f);
         }
-        h.range_with(s, r, |entries, blobs| entries.into_iter().map(|(k, w)| (k, read(blobs, w))).collect())
+        // The two-word keys of one-word keys lo..=hi: from lo's high word to hi's.
+        let lo = match r.start_bound() {
+            Bound::Included(&k) => Some(k),
+            Bound::Excluded(&k) => k.checked_add(1),
+            Bound::Unbounded => Some(0),
+        };
+        let hi = match r.end_bound() {
+            Bound::Included(&k) => Some(k),
+            Bound::Excluded(&k) => k.checked_sub(1),
+            Bound::Unbounded => Some(u64::MAX),
+        };
+        // Nothing of one-word keys lo..=hi: an empty range of two-word keys.
+        let (lo, hi) = match (lo, hi) {
+            (Some(lo), Some(hi)) if lo <= hi => ((lo as u128) << 64, (hi as u128) << 64 | u64::MAX as u128),
+            _ => (1, 0),
+        };
+        h.range_with(s, lo..=hi, |entries: Vec<(u128, u64)>, blobs| {
+            f(entries.into_iter().map(|(k, w)| (narrow_key(k), w)).collect(), blobs)
+        })
     }
 
     /// [`Engine::entries`], with byte values read back as words.
@@ -224,7 +289,7 @@ pub mod kinds {
             .structures()
             .into_iter()
             .filter(|&s| engine.values(s).is_ok_and(|v| v == Values::Bytes))
-            .map(|s| engine.entries(s).expect("a scan").len())
+            .map(|s| entries(engine, s).expect("a scan").len())
             .sum();
         present_keys + blobs as u64 + HEADS
     }

@@ -38,7 +38,7 @@ fn random_op(rng: &mut StdRng, lists: &[StructId], keys: u64) -> Op {
         6 | 7 => OpKind::Remove,
         _ => OpKind::Get,
     };
-    Op { kind, structure: lists[rng.random_range(0..lists.len())], key: rng.random_range(0..keys), value: rng.random() }
+    Op::new(kind, lists[rng.random_range(0..lists.len())], rng.random_range(0..keys), rng.random())
 }
 
 fn config() -> PoolConfig {
@@ -131,12 +131,12 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
             other => panic!("txid {} ({:?}) committed, but its replay gives {other:?}", c.txid, c.ops),
         }
         for op in &c.ops {
-            let now = model.maps.get(&op.structure).and_then(|m| m.get(&op.key)).copied();
-            history.entry((op.structure, op.key)).or_default().push((c.txid, now));
+            let now = model.maps.get(&op.structure).and_then(|m| m.get(&(op.key as u64))).copied();
+            history.entry((op.structure, op.key as u64)).or_default().push((c.txid, now));
         }
     }
     for r in &reads {
-        let h = history.get(&(r.op.structure, r.op.key)).map(Vec::as_slice).unwrap_or(&[]);
+        let h = history.get(&(r.op.structure, r.op.key as u64)).map(Vec::as_slice).unwrap_or(&[]);
         let lo = r.lo.saturating_sub(threads_n);
         // The value at txid lo, then every value set in (lo, hi].
         let at_lo = h.iter().rev().find(|(t, _)| *t <= lo).map(|(_, v)| *v).unwrap_or(None);

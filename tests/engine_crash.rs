@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use petra::mem::{CrashPlan, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
+use petra::{
+    Engine, EngineConfig, EngineError, KeyWidth, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values,
+};
 use petra_recovery::crash::{CrashTest, Report};
 use petra_suite::model::Model;
 use rand::rngs::StdRng;
@@ -14,7 +16,7 @@ use rand::{Rng, SeedableRng};
 
 const MAX_LEN: u64 = 16 << 20;
 /// One structure of each kind (see `petra_suite::kinds`).
-const ALL: [StructId; 5] = petra_suite::kinds::IDS;
+const ALL: [StructId; petra_suite::kinds::ALL.len()] = petra_suite::kinds::IDS;
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 512 << 10, max_size: MAX_LEN, chunk_size: 64 << 10, mapping: Mapping::default() }
@@ -37,9 +39,9 @@ struct Acked {
 
 /// The keys the pool starts with: two in the first structure, one in each other.
 fn initial_ops() -> Vec<Op> {
-    let mut ops = vec![Op { kind: OpKind::Put, structure: ALL[0], key: 2, value: 20 }];
+    let mut ops = vec![Op::new(OpKind::Put, ALL[0], 2u64, 20)];
     for (i, &s) in ALL.iter().enumerate() {
-        ops.push(Op { kind: OpKind::Put, structure: s, key: i as u64 + 1, value: 100 * (i as u64 + 1) });
+        ops.push(Op::new(OpKind::Put, s, i as u64 + 1, 100 * (i as u64 + 1)));
     }
     ops
 }
@@ -74,12 +76,7 @@ fn random_tx(rng: &mut StdRng) -> Vec<Op> {
                 5 | 6 => OpKind::Remove,
                 _ => OpKind::Get,
             };
-            Op {
-                kind,
-                structure: ALL[rng.random_range(0..ALL.len())],
-                key: rng.random_range(0..6),
-                value: rng.random_range(1..1000),
-            }
+            Op::new(kind, ALL[rng.random_range(0..ALL.len())], rng.random_range(0..6u64), rng.random_range(1..1000))
         })
         .collect()
 }
@@ -227,7 +224,7 @@ fn an_interrupted_engine_create_leaves_no_engine_or_a_whole_one() {
                 Ok((engine, report)) if report.present_keys == 0 => {
                     // Whatever structures were created are empty and usable.
                     for s in engine.structures() {
-                        if !engine.entries(s).map_err(|e| e.to_string())?.is_empty() {
+                        if !petra_suite::kinds::entries(&engine, s).map_err(|e| e.to_string())?.is_empty() {
                             return Err("a new structure is not empty".into());
                         }
                     }
@@ -253,21 +250,24 @@ fn a_replaced_blob_reused_leaves_the_rest_of_its_transaction_standing() {
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let engine = Engine::create(pool, engine_config()).unwrap();
     let list = engine.create_list().unwrap();
-    let bytes = engine.create_structure(StructureKind::SkipList, Values::Bytes).unwrap();
+    let bytes = engine.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Bytes).unwrap();
     let mut h = engine.handle().unwrap();
     let replaced = |out: Outcome, i: usize| match out {
         Outcome::Committed { results, .. } => results[i].expect("a replaced value"),
         aborted => panic!("{aborted:?}"),
     };
     // By a later transaction.
-    assert!(h.execute(Transaction::new().put_bytes(bytes, 1, &[7u8; 40]).put(list, 7, 70)).unwrap().is_committed());
-    let first = replaced(h.execute(Transaction::new().put_bytes(bytes, 1, &[8u8; 40])).unwrap(), 0);
+    assert!(
+        h.execute(Transaction::new().put_bytes(bytes, 1u64, &[7u8; 40]).put(list, 7u64, 70)).unwrap().is_committed()
+    );
+    let first = replaced(h.execute(Transaction::new().put_bytes(bytes, 1u64, &[8u8; 40])).unwrap(), 0);
     // By a later op of the same transaction.
-    let tx =
-        h.execute(Transaction::new().put_bytes(bytes, 2, &[5u8; 40]).put_bytes(bytes, 2, &[6u8; 40]).put(list, 8, 80));
+    let tx = h.execute(
+        Transaction::new().put_bytes(bytes, 2u64, &[5u8; 40]).put_bytes(bytes, 2u64, &[6u8; 40]).put(list, 8u64, 80),
+    );
     let second = replaced(tx.unwrap(), 1);
     let mut reused = [false; 2];
-    for k in 3..1000 {
+    for k in 3..1000u64 {
         assert!(h.execute(Transaction::new().put_bytes(bytes, k, &[9u8; 40])).unwrap().is_committed());
         let w = h.range(bytes, k..=k).unwrap()[0].1;
         reused[0] |= w == first;
@@ -280,8 +280,12 @@ fn a_replaced_blob_reused_leaves_the_rest_of_its_transaction_standing() {
     drop(h);
     drop(engine.into_pool().unwrap()); // not closed: the next open recovers from the rings
     let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), engine_config()).unwrap();
-    assert_eq!(engine.entries(list).unwrap(), vec![(7, 70), (8, 80)], "a word op was dropped with a replaced blob");
+    assert_eq!(
+        engine.entries::<u64>(list).unwrap(),
+        vec![(7, 70), (8, 80)],
+        "a word op was dropped with a replaced blob"
+    );
     let mut h = engine.handle().unwrap();
-    let got = h.range_with(bytes, 1..=2, |e, blobs| e.iter().map(|&(_, w)| blobs.to_vec(w)).collect::<Vec<_>>());
+    let got = h.range_with(bytes, 1u64..=2, |e, blobs| e.iter().map(|&(_, w)| blobs.to_vec(w)).collect::<Vec<_>>());
     assert_eq!(got.unwrap(), vec![vec![8u8; 40], vec![6u8; 40]]);
 }

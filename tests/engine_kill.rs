@@ -14,7 +14,7 @@ use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const LISTS: [StructId; 5] = petra_suite::kinds::IDS;
+const LISTS: [StructId; petra_suite::kinds::ALL.len()] = petra_suite::kinds::IDS;
 
 fn engine_config() -> EngineConfig {
     EngineConfig { ring_bytes: 8 << 20 }
@@ -31,7 +31,7 @@ fn decode(s: &str) -> Vec<Op> {
     s.split(',')
         .map(|o| {
             let f: Vec<u64> = o.split(':').map(|x| x.parse().unwrap()).collect();
-            Op { kind: OpKind::from_code(f[0] as u8), structure: StructId(f[1] as u8), key: f[2], value: f[3] }
+            Op::new(OpKind::from_code(f[0] as u8), StructId(f[1] as u8), f[2], f[3])
         })
         .collect()
 }
@@ -48,11 +48,13 @@ fn child(arg: &str) {
     loop {
         let n = rng.random_range(1..=4);
         let ops: Vec<Op> = (0..n)
-            .map(|_| Op {
-                kind: OpKind::from_code(rng.random_range(1..=7)),
-                structure: LISTS[rng.random_range(0..LISTS.len())],
-                key: rng.random_range(0..64),
-                value: rng.random_range(1..1_000_000),
+            .map(|_| {
+                Op::new(
+                    OpKind::from_code(rng.random_range(1..=7)),
+                    LISTS[rng.random_range(0..LISTS.len())],
+                    rng.random_range(0..64u64),
+                    rng.random_range(1..1_000_000),
+                )
             })
             .collect();
         let mut tx = Transaction::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use petra::mem::{Counting, MemCounts, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
+use petra::{Engine, EngineConfig, KeyWidth, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
 use petra_suite::model::{Model, same_outcome};
 use proptest::prelude::*;
 
@@ -19,12 +19,8 @@ fn engine_config() -> EngineConfig {
 }
 
 fn op_strategy(structures: u8) -> impl Strategy<Value = Op> {
-    (1u8..=7, 0..structures, 0u64..12, 1u64..1000).prop_map(|(k, s, key, value)| Op {
-        kind: OpKind::from_code(k),
-        structure: StructId(s),
-        key,
-        value,
-    })
+    (1u8..=7, 0..structures, 0u64..12, 1u64..1000)
+        .prop_map(|(k, s, key, value)| Op::new(OpKind::from_code(k), StructId(s), key, value))
 }
 
 /// A step of a history: a transaction, a range scan, or a clean or unclean reopen.
@@ -151,12 +147,14 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     // descriptor, under its fence. Found from the blob's word, which the range returns.
     let bytes = engine.values(s).unwrap() == Values::Bytes;
     let blob_lines = |h: &mut petra::Handle<Counting<SimMem>>, key: u64| {
-        let word = h.range(s, key..=key).unwrap()[0].1;
-        let len = h.range_with(s, key..=key, |_, blobs| blobs.to_vec(word).len() as u64).unwrap();
+        let (word, len) =
+            kinds::range_with(h, s, key..=key, |e, blobs| (e[0].1, blobs.to_vec(e[0].1).len() as u64)).unwrap();
         let end = word + (8 + len).next_multiple_of(8);
         (end - 1) / 64 - word / 64 + 1
     };
-    // Updating transactions: 1 fence, ceil((32 + 24 n) / 64) flushes, and the blobs' lines.
+    // Keys of two words (here all with a high word) take 32-byte ops, one-word keys 24.
+    let op_bytes = if engine.keys(s).unwrap() == KeyWidth::U128 { 32 } else { 24 };
+    // Updating transactions: 1 fence, ceil((32 + op bytes * n) / 64) flushes, and the blobs' lines.
     for n in [1usize, 2, 3, 5, 8, 16] {
         let mut tx = Transaction::new();
         for k in 0..n as u64 {
@@ -165,22 +163,22 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
         let (out, flushes, fences) = count(&mut h, &tx);
         assert!(out.is_committed());
         let blobs: u64 = if bytes { (0..n as u64).map(|k| blob_lines(&mut h, 1000 * n as u64 + k)).sum() } else { 0 };
-        assert_eq!((flushes, fences), ((32 + 24 * n as u64).div_ceil(64) + blobs, 1), "{n} puts");
+        assert_eq!((flushes, fences), ((32 + op_bytes * n as u64).div_ceil(64) + blobs, 1), "{n} puts");
     }
     // Read-only transactions, single or multi-op: nothing.
     let mut tx = Transaction::new();
-    tx.get(s, 1000);
+    tx.get(s, 1000u64);
     let (out, flushes, fences) = count(&mut h, &tx);
     assert_eq!(out, Outcome::Committed { results: vec![Some(0)], txid: None });
     assert_eq!((flushes, fences), (0, 0), "a single read persists nothing");
     let mut tx = Transaction::new();
-    tx.get(s, 1000).find(s, 2000).get(s, 7);
+    tx.get(s, 1000u64).find(s, 2000u64).get(s, 7u64);
     let (out, flushes, fences) = count(&mut h, &tx);
     assert!(out.is_committed());
     assert_eq!((flushes, fences), (0, 0), "a read-only transaction persists nothing");
     // An aborted transaction: nothing (its blobs were written, never flushed).
     let mut tx = Transaction::new();
-    tx.put(s, 5, 5).insert(s, 1000, 1);
+    tx.put(s, 5u64, 5).insert(s, 1000u64, 1);
     let (out, flushes, fences) = count(&mut h, &tx);
     assert_eq!(out, Outcome::Aborted { failed_op: Some(1) });
     assert_eq!((flushes, fences), (0, 0), "an aborted transaction persists nothing");
@@ -225,31 +223,34 @@ fn byte_values_round_trip_and_a_value_of_the_wrong_kind_is_refused() {
     let engine = Engine::create(pool, engine_config()).unwrap();
     let (words, bytes) = (
         engine.create_hash_map(8).unwrap(),
-        engine.create_structure(StructureKind::HashMap { buckets: 8 }, Values::Bytes).unwrap(),
+        engine.create_structure(StructureKind::HashMap { buckets: 8 }, KeyWidth::U64, Values::Bytes).unwrap(),
     );
     let mut h = engine.handle().unwrap();
     // A word for a structure of bytes, or bytes for one of words: refused, nothing changed.
-    let err = h.execute(Transaction::new().put_bytes(bytes, 1, b"x").put(bytes, 2, 2)).unwrap_err();
+    let err = h.execute(Transaction::new().put_bytes(bytes, 1u64, b"x").put(bytes, 2u64, 2)).unwrap_err();
     assert!(
         matches!(err, petra::EngineError::WrongValue { structure, expected: Values::Bytes } if structure == bytes.0),
         "{err}"
     );
-    let err = h.execute(Transaction::new().put(words, 1, 1).put_bytes(words, 2, b"x")).unwrap_err();
+    let err = h.execute(Transaction::new().put(words, 1u64, 1).put_bytes(words, 2u64, b"x")).unwrap_err();
     assert!(matches!(err, petra::EngineError::WrongValue { expected: Values::Words, .. }), "{err}");
-    assert!(engine.entries(words).unwrap().is_empty() && engine.entries(bytes).unwrap().is_empty());
+    assert!(engine.entries::<u64>(words).unwrap().is_empty() && engine.entries::<u64>(bytes).unwrap().is_empty());
     // Empty, small and multi-chunk values (a run of chunks), in one transaction with a word.
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let mut tx = Transaction::new();
-    tx.put_bytes(bytes, 1, b"").insert_bytes(bytes, 2, b"two").put_bytes(bytes, 3, &big).put(words, 9, 90);
+    tx.put_bytes(bytes, 1u64, b"").insert_bytes(bytes, 2u64, b"two").put_bytes(bytes, 3u64, &big).put(words, 9u64, 90);
     assert!(h.execute(&tx).unwrap().is_committed());
     let read = |h: &mut petra::Handle<Arc<SimMem>>| {
-        h.range_with(bytes, .., |e, blobs| e.iter().map(|&(k, w)| (k, blobs.to_vec(w))).collect::<Vec<_>>()).unwrap()
+        h.range_with(bytes, .., |e: Vec<(u64, u64)>, blobs| {
+            e.iter().map(|&(k, w)| (k, blobs.to_vec(w))).collect::<Vec<_>>()
+        })
+        .unwrap()
     };
     let want = vec![(1, Vec::new()), (2, b"two".to_vec()), (3, big.clone())];
     assert_eq!(read(&mut h), want);
     // The replaced value comes back as the update's result, readable inside execute_with.
     let old = h
-        .execute_with(Transaction::new().update_bytes(bytes, 2, b"deux"), |out, blobs| match out {
+        .execute_with(Transaction::new().update_bytes(bytes, 2u64, b"deux"), |out, blobs| match out {
             Outcome::Committed { results, .. } => blobs.to_vec(results[0].unwrap()),
             aborted => panic!("{aborted:?}"),
         })
@@ -262,5 +263,95 @@ fn byte_values_round_trip_and_a_value_of_the_wrong_kind_is_refused() {
     let mut h = engine.handle().unwrap();
     let want = vec![(1, Vec::new()), (2, b"deux".to_vec()), (3, big)];
     assert_eq!(read(&mut h), want);
-    assert_eq!(engine.entries(words).unwrap(), vec![(9, 90)]);
+    assert_eq!(engine.entries::<u64>(words).unwrap(), vec![(9, 90)]);
+}
+
+#[test]
+fn two_word_keys_keep_their_order_across_reopens_and_a_key_of_the_wrong_width_is_refused() {
+    use petra::{EngineError, ShortKey};
+    let mem = Arc::new(SimMem::new(0, 64 << 20));
+    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+    let engine = Engine::create(pool, engine_config()).unwrap();
+    let names = engine.create_structure(StructureKind::SkipList, KeyWidth::U128, Values::Bytes).unwrap();
+    let ids = engine.create_structure(StructureKind::HashMap { buckets: 4 }, KeyWidth::U128, Values::Words).unwrap();
+    let list = engine.create_structure(StructureKind::List, KeyWidth::U128, Values::Words).unwrap();
+    let words = engine.create_list().unwrap();
+    let err = engine.create_structure(StructureKind::MdList, KeyWidth::U128, Values::Words).unwrap_err();
+    assert!(matches!(err, EngineError::KeyWidthUnsupported { kind: StructureKind::MdList, .. }), "{err}");
+    let mut h = engine.handle().unwrap();
+
+    // A key of the other width, in an op or a scan: refused before anything changes.
+    let err = h.execute(Transaction::new().put(list, 1u128 << 64, 1).put(list, 2u64, 2)).unwrap_err();
+    assert!(matches!(err, EngineError::WrongKey { structure, expected: KeyWidth::U128 } if structure == list.0));
+    let err = h.execute(Transaction::new().put(words, 1u64, 1).put(words, 2u128, 2)).unwrap_err();
+    assert!(matches!(err, EngineError::WrongKey { expected: KeyWidth::U64, .. }), "{err}");
+    assert!(matches!(h.range::<u64>(list, ..), Err(EngineError::WrongKey { .. })));
+    assert!(engine.entries::<u128>(list).unwrap().is_empty() && engine.entries::<u64>(words).unwrap().is_empty());
+
+    // Byte strings that are prefixes of each other and hold zero bytes, put in a scrambled
+    // order, with each string as its own value; and u128 keys that differ in one word only.
+    let strings: [&[u8]; 10] =
+        [b"", b"\0", b"a", b"a\0", b"a\0\0", b"ab", b"b", b"node12/meminfo", b"node2/vmstat", &[0xFF; 15]];
+    let key = |s: &[u8]| ShortKey::new(s).unwrap();
+    let mut tx = Transaction::new();
+    for i in [3, 9, 0, 6, 1, 8, 4, 2, 7, 5] {
+        tx.put_bytes(names, key(strings[i]), strings[i]);
+    }
+    assert!(h.execute(&tx).unwrap().is_committed());
+    let wide = [0u128, 1, u64::MAX as u128, 1 << 64, 1 << 64 | 1, 2 << 64, u128::MAX];
+    let mut tx = Transaction::new();
+    for (i, &k) in wide.iter().enumerate().rev() {
+        tx.insert(ids, k, i as u64).insert(list, k, i as u64);
+    }
+    assert!(h.execute(&tx).unwrap().is_committed());
+    // Fixed byte arrays of 12 bytes: big-endian, so in array order.
+    let arrays: Vec<[u8; 12]> = (0..40u8).map(|i| [i % 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100 - i]).collect();
+    let mut tx = Transaction::new();
+    for (i, a) in arrays.iter().enumerate() {
+        tx.put(list, *a, 100 + i as u64);
+    }
+    assert!(h.execute(&tx).unwrap().is_committed());
+
+    let check = |h: &mut petra::Handle<Arc<SimMem>>, engine: &Engine<Arc<SimMem>>, round: u64| {
+        let got = h
+            .range_with(names, .., |e: Vec<(ShortKey, u64)>, blobs| {
+                e.iter().map(|&(k, w)| (k.to_vec(), blobs.to_vec(w))).collect::<Vec<_>>()
+            })
+            .unwrap();
+        let mut want: Vec<(Vec<u8>, Vec<u8>)> = strings.iter().map(|s| (s.to_vec(), s.to_vec())).collect();
+        want.sort();
+        assert_eq!(got, want, "round {round}");
+        let between: Vec<Vec<u8>> = h
+            .range(names, key(b"a")..key(b"b"))
+            .unwrap()
+            .into_iter()
+            .map(|(k, _): (ShortKey, u64)| k.to_vec())
+            .collect();
+        assert_eq!(between, [&b"a"[..], b"a\0", b"a\0\0", b"ab"], "round {round}");
+        let want: Vec<(u128, u64)> = wide.iter().enumerate().map(|(i, &k)| (k, i as u64 + round)).collect();
+        assert_eq!(engine.entries::<u128>(ids).unwrap(), want, "round {round}");
+        let mut want: Vec<([u8; 12], u64)> = arrays.iter().enumerate().map(|(i, &a)| (a, 100 + i as u64)).collect();
+        want.sort();
+        assert_eq!(engine.entries::<[u8; 12]>(list).unwrap().len(), want.len() + wide.len());
+        for (k, v) in want {
+            let out = h.execute(Transaction::new().get(list, k)).unwrap();
+            assert_eq!(out, Outcome::Committed { results: vec![Some(v)], txid: None }, "{k:?}, round {round}");
+        }
+    };
+    check(&mut h, &engine, 0);
+    // Recovery from the descriptors (unclean), then from the normalised nodes after an update.
+    let mut engine = engine;
+    for round in 1..=2 {
+        drop(h);
+        drop(engine.into_pool().unwrap());
+        engine = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), engine_config()).unwrap().0;
+        h = engine.handle().unwrap();
+        check(&mut h, &engine, round - 1);
+        let mut tx = Transaction::new();
+        for (i, &k) in wide.iter().enumerate() {
+            tx.update(ids, k, i as u64 + round);
+        }
+        assert!(h.execute(&tx).unwrap().is_committed());
+        check(&mut h, &engine, round);
+    }
 }

@@ -61,12 +61,12 @@ fn writer<M: PMem + 'static>(
         for _ in 0..rng.random_range(1..=3) {
             let kind =
                 [OpKind::Insert, OpKind::Delete, OpKind::Update, OpKind::Put, OpKind::Remove][rng.random_range(0..5)];
-            let op = Op {
+            let op = Op::new(
                 kind,
-                structure: ids[rng.random_range(0..ids.len())],
-                key: rng.random_range(0..KEYS),
-                value: rng.random_range(1..1_000_000),
-            };
+                ids[rng.random_range(0..ids.len())],
+                rng.random_range(0..KEYS),
+                rng.random_range(1..1_000_000),
+            );
             tx.op(op);
             ops.push(op);
         }
@@ -120,16 +120,18 @@ fn scanner<M: PMem + 'static>(
 fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64) {
     let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).unwrap();
     let ids = petra_suite::kinds::create_all(&engine);
-    // Half the keys present at the start, so that scans see keys from the first.
-    let mut prefill = Transaction::new();
+    // Half the keys present at the start, so that scans see keys from the first: a transaction
+    // per structure.
+    let mut committed = Vec::new();
     for &s in &ids {
+        let mut prefill = Transaction::new();
         for k in (0..KEYS).step_by(2) {
             prefill.insert(s, k, k);
         }
+        let out = petra_suite::kinds::execute(&mut engine.handle().unwrap(), &prefill).unwrap();
+        let Outcome::Committed { txid: Some(txid), .. } = out else { panic!("the prefill commits") };
+        committed.push(Committed { txid, ops: prefill.ops().to_vec() });
     }
-    let first = petra_suite::kinds::execute(&mut engine.handle().unwrap(), &prefill).unwrap();
-    let Outcome::Committed { txid: Some(first), .. } = first else { panic!("the prefill commits") };
-    let mut committed = vec![Committed { txid: first, ops: prefill.ops().to_vec() }];
     let flags = Flags { done: AtomicBool::new(false) };
     let scans = std::thread::scope(|sc| {
         let ws: Vec<_> = (0..writers)

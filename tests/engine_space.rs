@@ -14,9 +14,10 @@ fn config() -> PoolConfig {
 #[test]
 fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
     let dir = petra_suite::scratch_dir();
-    let pool = Pool::create(dir.path().join("churn.pool"), &config()).unwrap();
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).unwrap();
+    // A pool per kind: descriptors are not recycled, and each churn fills 16 MiB of ring.
     for kind in petra_suite::kinds::ALL.into_iter().filter(|k| k.removes_nodes()) {
+        let pool = Pool::create(dir.path().join(format!("churn-{kind:?}.pool")), &config()).unwrap();
+        let engine = Engine::create(pool, EngineConfig { ring_bytes: 32 << 20 }).unwrap();
         churn(&engine, petra_suite::kinds::create(&engine, kind));
     }
 }
@@ -47,7 +48,7 @@ fn the_mdlist_keeps_absent_nodes_until_recovery_drops_them() {
     let (engine, report) = Engine::open(pool, EngineConfig { ring_bytes: 16 << 20 }).unwrap();
     assert_eq!(report.present_keys, 0);
     assert!(live(&engine) <= before, "recovery keeps {} node chunks of absent keys", live(&engine) - before);
-    assert!(engine.entries(s).unwrap().is_empty());
+    assert!(engine.entries::<u64>(s).unwrap().is_empty());
 }
 
 fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
@@ -66,11 +67,11 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
     }
     // The same 50 keys overwritten 400 times: every put replaces a value (a blob, for bytes).
     for round in 0..400u64 {
-        for k in 0..50 {
+        for k in 0..50u64 {
             assert!(execute(&mut h, Transaction::new().put(s, k, round)).unwrap().is_committed());
         }
     }
-    for k in 0..50 {
+    for k in 0..50u64 {
         assert!(execute(&mut h, Transaction::new().delete(s, k)).unwrap().is_committed());
     }
     // 50 000 nodes were created and deleted; without reclamation they would fill at least 37
@@ -108,8 +109,8 @@ fn a_full_ring_is_refused_and_everything_before_it_survives() {
     assert_eq!(committed, 511);
     assert!(err.to_string().contains("ring is full"));
     // Refused again, and nothing changed.
-    assert!(matches!(h.execute(Transaction::new().put(s, 0, 99)), Err(EngineError::RingFull)));
-    assert_eq!(engine.entries(s).unwrap().len(), 511);
+    assert!(matches!(h.execute(Transaction::new().put(s, 0u64, 99)), Err(EngineError::RingFull)));
+    assert_eq!(engine.entries::<u64>(s).unwrap().len(), 511);
     // A reopen recovers everything and empties the rings.
     drop(h);
     drop(engine.into_pool().unwrap());
@@ -117,8 +118,8 @@ fn a_full_ring_is_refused_and_everything_before_it_survives() {
         Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), EngineConfig { ring_bytes: 64 << 10 }).unwrap();
     assert_eq!(report.present_keys, 511);
     let mut h = engine.handle().unwrap();
-    assert!(h.execute(Transaction::new().put(s, 0, 99)).unwrap().is_committed());
-    assert_eq!(engine.entries(s).unwrap()[0], (0, 99));
+    assert!(h.execute(Transaction::new().put(s, 0u64, 99)).unwrap().is_committed());
+    assert_eq!(engine.entries::<u64>(s).unwrap()[0], (0, 99));
 }
 
 #[test]
@@ -147,7 +148,7 @@ fn a_full_pool_refuses_the_transaction_whole() {
     assert!(matches!(err, EngineError::Alloc(petra::error::AllocError::PoolFull { requested: 48, .. })), "{err}");
     assert!(err.to_string().contains("pool full"), "{err}");
     // Nothing of the refused transaction is there; everything before it is.
-    let entries = engine.entries(s).unwrap();
+    let entries = engine.entries::<u64>(s).unwrap();
     assert_eq!(entries.len() as u64, key);
     assert!(entries.iter().all(|&(k, v)| k == v && k < key));
 }
@@ -163,10 +164,10 @@ fn txids_keep_increasing_across_restarts() {
         petra::Outcome::Committed { txid: Some(t), .. } => t,
         other => panic!("{other:?}"),
     };
-    let mut last = txid(h.execute(Transaction::new().put(s, 1, 1)).unwrap());
+    let mut last = txid(h.execute(Transaction::new().put(s, 1u64, 1)).unwrap());
     // Read-only transactions take txids that are never persisted.
     for _ in 0..10 {
-        let t = txid(h.execute(Transaction::new().get(s, 1).get(s, 2)).unwrap());
+        let t = txid(h.execute(Transaction::new().get(s, 1u64).get(s, 2u64)).unwrap());
         assert!(t > last);
         last = t;
     }
@@ -176,9 +177,9 @@ fn txids_keep_increasing_across_restarts() {
         let (e, _) =
             Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), EngineConfig { ring_bytes: 1 << 20 }).unwrap();
         h = e.handle().unwrap();
-        let t = txid(h.execute(Transaction::new().get(s, 1).get(s, 2)).unwrap());
+        let t = txid(h.execute(Transaction::new().get(s, 1u64).get(s, 2u64)).unwrap());
         assert!(t > last, "txid {t} after a restart, {last} before");
-        last = txid(h.execute(Transaction::new().put(s, 1, t)).unwrap());
+        last = txid(h.execute(Transaction::new().put(s, 1u64, t)).unwrap());
         engine = e;
     }
 }

@@ -64,6 +64,10 @@ struct MicroArgs {
     /// of this size.
     #[arg(long, default_value_t = 0)]
     value_size: usize,
+    /// Key width in bytes: 8 (u64 keys, the dissertation's) or 16 (two-word keys: each key k
+    /// written as k in both words). Not for the mdlist, whose keys are one word.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: usize,
 }
 
 fn main() {
@@ -113,13 +117,20 @@ fn micro(args: MicroArgs) -> Result<(), String> {
         None => Some(scratch()?),
     };
     let dir = args.dir.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().to_path_buf());
+    let wide_keys = match args.key_bytes {
+        8 => false,
+        16 if structure != StructureKind::MdList => true,
+        16 => return Err("the mdlist's keys are one word: --key-bytes 8".into()),
+        n => return Err(format!("key width {n} bytes: use 8 or 16")),
+    };
     let values = match args.value_size {
         0 => "word values".to_string(),
         n => format!("{n}-byte values"),
     };
     println!(
-        "{}, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
+        "{}, {}-byte keys, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
         structure.name(),
+        args.key_bytes,
         key_range,
         args.txs,
         args.prefill * 100.0,
@@ -144,6 +155,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                         prefill: args.prefill,
                         seed: args.seed,
                         value_size: args.value_size,
+                        wide_keys,
                     };
                     let r = run(case, &dir)?;
                     if mode == Mode::Volatile {

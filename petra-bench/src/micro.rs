@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use petra::mem::{Counting, MemCounts};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, OpKind, Outcome, Transaction, Values};
+use petra::{Engine, EngineConfig, KeyWidth, OpKind, Outcome, Transaction, Values};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -95,6 +95,8 @@ pub struct MicroCase {
     pub seed: u64,
     /// 0: word values; otherwise byte values of this many bytes (blobs).
     pub value_size: usize,
+    /// Two-word keys: key `k` of the workload is `k << 64 | k`.
+    pub wide_keys: bool,
 }
 
 /// What a configuration measured.
@@ -143,9 +145,8 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     // Descriptors are not recycled yet: a ring must hold every descriptor of a run, and one of
     // the workers reuses the prefill's ring after it.
     let prefill_txs = (w.key_range as f64 * case.prefill) as u64 / 8 + 64;
-    let ring_bytes = (case.txs_per_thread + 64) * petra::tx::descriptor::desc_bytes(w.tx_size)
-        + prefill_txs * petra::tx::descriptor::desc_bytes(16)
-        + (1 << 20);
+    let desc_bytes = |n| petra::tx::descriptor::desc_bytes(n, case.wide_keys);
+    let ring_bytes = (case.txs_per_thread + 64) * desc_bytes(w.tx_size) + prefill_txs * desc_bytes(16) + (1 << 20);
     let path =
         dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure.name(), case.mode.name(), case.threads, w.tx_size));
     let _ = std::fs::remove_file(&path);
@@ -161,9 +162,10 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
         StructureKind::MdList => petra::StructureKind::MdList,
     };
     let values = if case.value_size > 0 { Values::Bytes } else { Values::Words };
-    let list = engine.create_structure(kind, values).map_err(|e| e.to_string())?;
+    let keys = if case.wide_keys { KeyWidth::U128 } else { KeyWidth::U64 };
+    let list = engine.create_structure(kind, keys, values).map_err(|e| e.to_string())?;
     let bytes = vec![0x5Au8; case.value_size];
-    let value = Value { bytes: (case.value_size > 0).then_some(&bytes[..]) };
+    let value = Value { bytes: (case.value_size > 0).then_some(&bytes[..]), wide_keys: case.wide_keys };
     prefill(&engine, list, w.key_range, case.prefill, case.seed, value)?;
     let barrier = Barrier::new(case.threads + 1);
     let (start, per_thread) = std::thread::scope(|s| {
@@ -177,17 +179,17 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
                     let mut tx = Transaction::new();
                     let (mut committed, mut aborted) = (0, 0);
                     // Take the descriptor ring (a region, zeroed and persisted once) before timing.
-                    h.execute(Transaction::new().get(list, 0).get(list, 1)).map_err(|e| e.to_string())?;
+                    let mut warm = Transaction::new();
+                    value.push(&mut warm, list, OpKind::Get, 0, 0);
+                    value.push(&mut warm, list, OpKind::Get, 1, 0);
+                    h.execute(&warm).map_err(|e| e.to_string())?;
                     barrier.wait();
                     let before = MemCounts::current();
                     for _ in 0..case.txs_per_thread {
                         w.next_tx(&mut rng, &mut ops);
                         tx.clear();
                         for op in &ops {
-                            value.push(
-                                &mut tx,
-                                petra::Op { kind: op.kind, structure: list, key: op.key, value: op.value },
-                            );
+                            value.push(&mut tx, list, op.kind, op.key, op.value);
                         }
                         match h.execute(&tx).map_err(|e| e.to_string())? {
                             Outcome::Committed { .. } => committed += 1,
@@ -216,19 +218,24 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     Ok(r)
 }
 
-/// The values a run writes: the op's word, or the same bytes for every write.
+/// The keys and values a run writes: the op's key as one word or as two, and the op's word or
+/// the same bytes for every write.
 #[derive(Debug, Clone, Copy)]
 struct Value<'a> {
     bytes: Option<&'a [u8]>,
+    wide_keys: bool,
 }
 
 impl Value<'_> {
-    /// Adds `op` to `tx`, with its word or with the run's bytes.
-    fn push(self, tx: &mut Transaction, op: petra::Op) {
-        match (self.bytes, op.kind) {
-            (Some(b), OpKind::Insert) => tx.insert_bytes(op.structure, op.key, b),
-            (Some(b), OpKind::Update) => tx.update_bytes(op.structure, op.key, b),
-            (Some(b), OpKind::Put) => tx.put_bytes(op.structure, op.key, b),
+    /// Adds the op `kind` on `key` to `tx`, with the word `word` or with the run's bytes.
+    fn push(self, tx: &mut Transaction, s: petra::StructId, kind: OpKind, key: u64, word: u64) {
+        let op = if self.wide_keys {
+            petra::Op::new(kind, s, (key as u128) << 64 | key as u128, word)
+        } else {
+            petra::Op::new(kind, s, key, word)
+        };
+        match self.bytes {
+            Some(b) if kind.writes() == Some(true) => tx.op_bytes(op, b),
             _ => tx.op(op),
         };
     }
@@ -251,8 +258,7 @@ fn prefill<M: petra::mem::PMem + 'static>(
     while inserted < target {
         let mut tx = Transaction::new();
         for _ in 0..16.min(target - inserted) {
-            let op = petra::Op { kind: OpKind::Put, structure: list, key: rng.random_range(0..key_range), value: 0 };
-            value.push(&mut tx, op);
+            value.push(&mut tx, list, OpKind::Put, rng.random_range(0..key_range), 0);
         }
         if let Outcome::Committed { results, .. } = h.execute(&tx).map_err(|e| e.to_string())? {
             inserted += results.iter().filter(|r| r.is_none()).count() as u64;

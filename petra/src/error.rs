@@ -169,6 +169,22 @@ pub enum EngineError {
         /// What the structure holds.
         expected: crate::tx::Values,
     },
+    /// An op's key is not of the width its structure holds (or a scan's keys are not).
+    #[error("structure {structure} holds keys of width {expected:?}: the key given is of the other width")]
+    WrongKey {
+        /// The structure's root slot.
+        structure: u8,
+        /// What the structure holds.
+        expected: crate::key::KeyWidth,
+    },
+    /// A structure of this kind cannot hold keys of this width.
+    #[error("a structure of kind {kind:?} cannot hold keys of width {keys:?}")]
+    KeyWidthUnsupported {
+        /// The kind asked for.
+        kind: crate::tx::StructureKind,
+        /// The key width asked for.
+        keys: crate::key::KeyWidth,
+    },
     /// The root table is full.
     #[error("the pool's root table is full")]
     TooManyStructures,

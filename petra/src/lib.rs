@@ -7,22 +7,29 @@
 //! ```
 //! use petra::mem::SimMem;
 //! use petra::pool::{Pool, PoolConfig};
-//! use petra::{Engine, EngineConfig, Outcome, Transaction};
+//! use petra::{Engine, EngineConfig, KeyWidth, Outcome, ShortKey, StructureKind, Transaction, Values};
 //!
 //! let config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
 //! let pool = Pool::create_in(SimMem::new(0, 64 << 20), &config)?; // or Pool::create(path, ..)
 //! let engine = Engine::create(pool, EngineConfig { ring_bytes: 1 << 20 })?;
 //! let (set1, set2) = (engine.create_list()?, engine.create_list()?);
 //! let mut h = engine.handle()?;
-//! h.execute(Transaction::new().insert(set1, 7, 70))?;
+//! h.execute(Transaction::new().insert(set1, 7u64, 70))?;
 //! // Move key 7 from set1 to set2, atomically.
-//! let moved = h.execute(Transaction::new().delete(set1, 7).insert(set2, 7, 70))?;
+//! let moved = h.execute(Transaction::new().delete(set1, 7u64).insert(set2, 7u64, 70))?;
 //! assert!(moved.is_committed());
 //! // A strict op that fails aborts the whole transaction: nothing changes.
-//! let out = h.execute(Transaction::new().put(set1, 1, 10).delete(set1, 7))?;
+//! let out = h.execute(Transaction::new().put(set1, 1u64, 10).delete(set1, 7u64))?;
 //! assert_eq!(out, Outcome::Aborted { failed_op: Some(1) });
-//! assert_eq!(engine.entries(set1)?, vec![]);
-//! assert_eq!(engine.entries(set2)?, vec![(7, 70)]);
+//! assert_eq!(engine.entries::<u64>(set1)?, vec![]);
+//! assert_eq!(engine.entries::<u64>(set2)?, vec![(7, 70)]);
+//!
+//! // Keys of two words: byte strings of up to 15 bytes, in byte-string order.
+//! let names = engine.create_structure(StructureKind::SkipList, KeyWidth::U128, Values::Words)?;
+//! let key = |s: &str| ShortKey::new(s.as_bytes()).unwrap();
+//! h.execute(Transaction::new().put(names, key("node12/meminfo"), 1).put(names, key("node2/vmstat"), 2))?;
+//! let above: Vec<(ShortKey, u64)> = h.range(names, key("node12/meminfo")..)?;
+//! assert_eq!(above.iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>(), [&b"node12/meminfo"[..], b"node2/vmstat"]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -48,11 +55,14 @@
 //! # Limits today
 //! Descriptors are not recycled while the pool is open: each thread's ring (64 MiB by default)
 //! eventually refuses transactions with [`EngineError::RingFull`] until the pool is reopened.
-//! Keys are `u64`; values are a word or, in a structure created with [`Values::Bytes`], a byte
-//! string. The structures are the list, the hash map, the skiplist and the multi-dimensional list
-//! (whose deleted keys keep their nodes until the next recovery).
+//! Keys are of one word (`u64`, byte arrays of up to 8 bytes) or two (`u128`, byte arrays of up
+//! to 16 bytes, byte strings of up to 15: [`ShortKey`]), fixed per structure ([`key`]); values
+//! are a word or, in a structure created with [`Values::Bytes`], a byte string. The structures
+//! are the list, the hash map, the skiplist and the multi-dimensional list (whose deleted keys
+//! keep their nodes until the next recovery, and whose keys are one word).
 
 pub mod error;
+pub mod key;
 pub mod mem;
 pub mod pool;
 pub mod recovery;
@@ -60,4 +70,5 @@ pub mod structures;
 pub mod tx;
 
 pub use error::{EngineError, Error, Result};
+pub use key::{Key, KeyWidth, ShortKey};
 pub use tx::{Blobs, Engine, EngineConfig, Handle, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};

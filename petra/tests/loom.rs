@@ -27,12 +27,12 @@ fn engine_with(
     let mut h1 = engine.handle().unwrap();
     let mut h2 = engine.handle().unwrap();
     // Each handle takes its ring with its first descriptor.
-    assert!(h2.execute(Transaction::new().get(s, 1000).get(s, 1001)).unwrap().is_committed());
+    assert!(h2.execute(Transaction::new().get(s, 1000u64).get(s, 1001u64)).unwrap().is_committed());
     let mut tx = Transaction::new();
     for &(k, v) in prefill {
         tx.put(s, k, v);
     }
-    tx.get(s, 1000); // also warms the node cache
+    tx.get(s, 1000u64); // also warms the node cache
     assert!(h1.execute(&tx).unwrap().is_committed());
     drop((h1, h2));
     (engine, s)
@@ -67,13 +67,14 @@ fn two_transactions_conflicting_on_one_key_serialize() {
     let builder = builder();
     builder.check(|| {
         let (engine, s) = engine(&[(5, 1)]);
-        let (x, y) = run2(&engine, Transaction::new().put(s, 5, 2).clone(), Transaction::new().put(s, 5, 3).clone());
+        let (x, y) =
+            run2(&engine, Transaction::new().put(s, 5u64, 2).clone(), Transaction::new().put(s, 5u64, 3).clone());
         let ((rx, tx), (ry, ty)) = (committed(&x), committed(&y));
         // Serial order by txid: the later one saw the earlier one's value.
         let (first, second, last_value) = if tx < ty { (rx, ry, 3) } else { (ry, rx, 2) };
         assert_eq!(first[0], Some(1));
         assert_eq!(second[0], Some(if last_value == 3 { 2 } else { 3 }));
-        assert_eq!(engine.entries(s).unwrap(), vec![(5, last_value)]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(5, last_value)]);
     });
 }
 
@@ -86,9 +87,9 @@ fn a_helper_finishes_and_persists_a_stalled_transaction() {
         // meets the writer holding key 1 wherever the writer stalls, and must finish and persist
         // the writer's transaction before it can read (or come entirely before it).
         let mut w = Transaction::new();
-        w.put(s, 1, 11).put(s, 2, 21);
+        w.put(s, 1u64, 11).put(s, 2u64, 21);
         let mut r = Transaction::new();
-        r.get(s, 1).get(s, 2);
+        r.get(s, 1u64).get(s, 2u64);
         let (wo, ro) = run2(&engine, w, r);
         let ((wr, wt), (rr, rt)) = (committed(&wo), committed(&ro));
         assert_eq!(wr, &vec![Some(10), Some(20)]);
@@ -97,7 +98,7 @@ fn a_helper_finishes_and_persists_a_stalled_transaction() {
         } else {
             assert_eq!(rr, &vec![Some(11), Some(21)], "the reader came after the writer");
         }
-        assert_eq!(engine.entries(s).unwrap(), vec![(1, 11), (2, 21)]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(1, 11), (2, 21)]);
     });
 }
 
@@ -108,11 +109,11 @@ fn a_helping_cycle_ends_with_a_serial_outcome() {
         let (engine, s) = engine(&[(1, 0), (2, 0)]);
         // Opposite orders, unsorted: each can meet the other holding its second key.
         let mut a = Transaction::new();
-        a.put(s, 1, 1).put(s, 2, 1);
+        a.put(s, 1u64, 1).put(s, 2u64, 1);
         let mut b = Transaction::new();
-        b.put(s, 2, 2).put(s, 1, 2);
+        b.put(s, 2u64, 2).put(s, 1u64, 2);
         let (ao, bo) = run2(&engine, a, b);
-        let entries = engine.entries(s).unwrap();
+        let entries = engine.entries::<u64>(s).unwrap();
         match (&ao, &bo) {
             (Outcome::Committed { txid: Some(ta), .. }, Outcome::Committed { txid: Some(tb), .. }) => {
                 let v = if ta < tb { 2 } else { 1 };
@@ -148,16 +149,74 @@ fn an_mdlist_insert_that_adopts_children_loses_none() {
         let (engine, s) = engine_with(&[(0x210, 1), (0x310, 2)], |e| e.create_mdlist());
         let (a, b) = run2(
             &engine,
-            Transaction::new().insert(s, 0x200, 3).clone(),
-            Transaction::new().insert(s, 0x300, 4).clone(),
+            Transaction::new().insert(s, 0x200u64, 3).clone(),
+            Transaction::new().insert(s, 0x300u64, 4).clone(),
         );
         committed(&a);
         committed(&b);
-        assert_eq!(engine.entries(s).unwrap(), vec![(0x200, 3), (0x210, 1), (0x300, 4), (0x310, 2)]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(0x200, 3), (0x210, 1), (0x300, 4), (0x310, 2)]);
         let mut h = engine.handle().unwrap();
-        for (k, v) in [(0x200, 3), (0x210, 1), (0x300, 4), (0x310, 2)] {
+        for (k, v) in [(0x200u64, 3), (0x210, 1), (0x300, 4), (0x310, 2)] {
             let out = h.execute(Transaction::new().get(s, k)).unwrap();
             assert_eq!(out, Outcome::Committed { results: vec![Some(v)], txid: None }, "key {k:#x}");
+        }
+    });
+}
+
+#[test]
+fn skiplist_towers_built_side_by_side_link_every_level_in_order() {
+    use petra::mem::PMem;
+    use petra::structures::skiplist::{height_of, meta_off, next_off};
+    use std::sync::atomic::Ordering;
+    // Two adjacent keys with towers of two levels or more: each inserter links level 0, then
+    // level 1 where the other one's tower may be linking too (a failed CAS searches again).
+    let tall: Vec<u64> = (1..1000).filter(|&k| height_of(k as u128) >= 2).take(2).collect();
+    let (a, b) = (tall[0], tall[1]);
+    // Keys after them with towers of the same heights, put by the set-up: the node blocks of
+    // those sizes come from chunks set up before the model's threads start (loom cannot see the
+    // allocator's lock-free depot, and a chunk set up by one modelled thread and freed into by
+    // the other would look like a race on a fresh word).
+    let same = |h: usize| (b + 1..1000).find(|&k| height_of(k as u128) == h).unwrap();
+    let prefill = [(same(height_of(a as u128)), 7), (same(height_of(b as u128)), 8)];
+    // Few accesses conflict here (each thread writes its own ring and node): bound 3 by default.
+    let mut builder = builder();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    builder.check(move || {
+        let (engine, s) = engine_with(&prefill, |e| e.create_skiplist());
+        let (x, y) =
+            run2(&engine, Transaction::new().insert(s, a, 1).clone(), Transaction::new().insert(s, b, 2).clone());
+        committed(&x);
+        committed(&y);
+        let mem = engine.pool().mem();
+        let head = engine.pool().root(s.0 as usize).unwrap().params[0];
+        let level = |l: usize| {
+            let mut nodes = Vec::new();
+            let mut curr = mem.load(head + next_off(l, false), Ordering::Acquire);
+            while curr != 0 {
+                assert_eq!(curr & 1, 0, "a marked link at level {l}");
+                nodes.push((mem.load(curr, Ordering::Relaxed), curr));
+                curr = mem.load(curr + next_off(l, false), Ordering::Acquire);
+            }
+            nodes
+        };
+        let base = level(0);
+        for (key, value) in [(a, 1), (b, 2)] {
+            let &(_, node) = base.iter().find(|&&(k, _)| k == key).expect("the key is linked at level 0");
+            let height = height_of(key as u128);
+            for l in 1..height {
+                assert!(level(l).iter().any(|&(_, n)| n == node), "key {key} is missing from level {l}");
+            }
+            // Height, and a link per level: the inserter's building token is gone.
+            assert_eq!(mem.load(node + meta_off(false), Ordering::Relaxed), height as u64 | (height as u64) << 8);
+            let mut h = engine.handle().unwrap();
+            let out = h.execute(Transaction::new().get(s, key)).unwrap();
+            assert_eq!(out, Outcome::Committed { results: vec![Some(value)], txid: None });
+        }
+        for l in 0..16 {
+            let keys: Vec<u64> = level(l).iter().map(|&(k, _)| k).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "level {l} out of order: {keys:?}");
         }
     });
 }

@@ -30,12 +30,13 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::error::EngineError;
+use crate::key::KeyWidth;
 use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool, RebuildReport};
 use crate::structures::list::{self, NEXT};
 use crate::structures::mdlist;
-use crate::structures::skiplist::{MAX_HEIGHT, META, SkipList, height_of, next_off, node_bytes_of};
-use crate::structures::{CHECK, INFO, KEY, NORM, VALUE, norm_check, norm_word};
+use crate::structures::skiplist::{MAX_HEIGHT, SkipList, height_of, node_bytes_of};
+use crate::structures::{CHECK, INFO, NORM, VALUE, load_key, norm_check, norm_word, store_key};
 use crate::tx::descriptor::{PersistedDesc, blob_matches, read_persisted};
 use crate::tx::info::Info;
 use crate::tx::{
@@ -117,7 +118,7 @@ pub(crate) fn recover<M: PMem + 'static>(
     // its hash under a later writer of its key (a later transaction, or a later op of its own)
     // was replaced, freed and reused: that is expected, and the descriptor's other ops stand.
     // The last writer of each key: (txid, op index), a later op of one transaction winning.
-    let mut last_writer: HashMap<(u8, u64), (u64, usize)> = HashMap::new();
+    let mut last_writer: HashMap<(u8, u128), (u64, usize)> = HashMap::new();
     for d in &descs {
         for (i, op) in d.ops.iter().enumerate() {
             if OpKind::from_code(op.kind).writes().is_some() {
@@ -131,7 +132,7 @@ pub(crate) fn recover<M: PMem + 'static>(
             op.blob && last_writer[&(op.structure, op.key)] == (d.txid, i) && !blob_matches(&pool, op.value, op.hash)
         })
     };
-    let mut kdmap: HashMap<(u8, u64), (u64, Option<u64>)> = HashMap::new();
+    let mut kdmap: HashMap<(u8, u128), (u64, Option<u64>)> = HashMap::new();
     for d in descs.iter().filter(|d| !torn(d)) {
         for op in &d.ops {
             let Some(present) = OpKind::from_code(op.kind).writes() else { continue };
@@ -146,19 +147,22 @@ pub(crate) fn recover<M: PMem + 'static>(
     report.kdmap_keys = kdmap.len() as u64;
 
     // 2. Baseline from the arena.
-    let mut state: BTreeMap<(u8, u64), Option<u64>> = BTreeMap::new();
+    let mut state: BTreeMap<(u8, u128), Option<u64>> = BTreeMap::new();
     pool.for_each_node_block(|node| {
         let node = node.get();
         let norm = mem.load(node + NORM, Ordering::Relaxed);
         if norm == 0 || norm >> 32 != epoch & 0xFFFF_FFFF {
             return;
         }
-        let (key, value) = (mem.load(node + KEY, Ordering::Relaxed), mem.load(node + VALUE, Ordering::Relaxed));
+        let slot = (norm >> 8) as u8;
+        let Some(structure) = structures.get(&slot) else { return };
+        let key = load_key(mem, node, structure.keys == KeyWidth::U128);
+        let value = mem.load(node + VALUE, Ordering::Relaxed);
         if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
             return;
         }
         report.baseline_keys += 1;
-        state.insert(((norm >> 8) as u8, key), (norm & 1 != 0).then_some(value));
+        state.insert((slot, key), (norm & 1 != 0).then_some(value));
     });
     for (k, (_, s)) in kdmap {
         state.insert(k, s);
@@ -173,15 +177,17 @@ pub(crate) fn recover<M: PMem + 'static>(
     let mut cache = AllocCache::new();
     let mut live: Vec<POff> = Vec::new();
     for (&slot, structure) in &structures {
-        let present: Vec<(u64, u64)> =
-            state.range((slot, 0)..=(slot, u64::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
+        let present: Vec<(u128, u64)> =
+            state.range((slot, 0)..=(slot, u128::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
         report.present_keys += present.len() as u64;
         let bytes = |key| structure.node_bytes::<M>(key);
+        let wide = structure.keys == KeyWidth::U128;
+        // (node, key), in key order.
         let mut nodes = Vec::with_capacity(present.len());
         for &(key, value) in &present {
             let node = pool.alloc(&mut cache, bytes(key))?.get();
-            write_normalised(mem, node, key, value, slot, new_epoch);
-            nodes.push(node);
+            write_normalised(mem, node, key, wide, value, slot, new_epoch);
+            nodes.push((node, key));
             live.push(POff::new(node));
             if structure.values == Values::Bytes {
                 // The value is a blob, written and flushed before its descriptor was persisted.
@@ -197,14 +203,14 @@ pub(crate) fn recover<M: PMem + 'static>(
             Set::SkipList(l) => link_skiplist(mem, l, &nodes),
             Set::MdList(l) => mdlist::build(mem, l, &nodes),
         }
-        for &node in &nodes {
-            mem.flush_range(node, bytes(mem.load(node + KEY, Ordering::Relaxed)));
+        for &(node, key) in &nodes {
+            mem.flush_range(node, bytes(key));
         }
         // The head sentinel, or the map's bucket array (a region, not a block).
         let (root, root_bytes) = match &structure.set {
             Set::List(l) => (l.head, list::NODE_BYTES),
             Set::HashMap(m) => (m.buckets, 8 * m.n),
-            Set::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT)),
+            Set::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT, l.wide)),
             Set::MdList(l) => (l.head, mdlist::NODE_BYTES),
         };
         mem.flush_range(root, root_bytes);
@@ -236,12 +242,12 @@ pub(crate) fn recover<M: PMem + 'static>(
     Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
 }
 
-/// Links `nodes` (normalised, in key order) into chains hanging off the link words `links`, each
-/// on the chain `chain_of(key)` gives.
-fn link_chains<M: PMem>(mem: &M, links: &[u64], chain_of: impl Fn(u64) -> usize, nodes: &[u64]) {
+/// Links `nodes` (normalised, with their keys, in key order) into chains hanging off the link
+/// words `links`, each on the chain `chain_of(key)` gives.
+fn link_chains<M: PMem>(mem: &M, links: &[u64], chain_of: impl Fn(u128) -> usize, nodes: &[(u64, u128)]) {
     let mut next = vec![0u64; links.len()];
-    for &node in nodes.iter().rev() {
-        let c = chain_of(mem.load(node + KEY, Ordering::Relaxed));
+    for &(node, key) in nodes.iter().rev() {
+        let c = chain_of(key);
         mem.store(node + NEXT, next[c], Ordering::Relaxed);
         next[c] = node;
     }
@@ -250,19 +256,19 @@ fn link_chains<M: PMem>(mem: &M, links: &[u64], chain_of: impl Fn(u64) -> usize,
     }
 }
 
-/// Links `nodes` (normalised, in key order) into `list`: every tower whole, each node's link
-/// count its height.
-fn link_skiplist<M: PMem>(mem: &M, list: &SkipList, nodes: &[u64]) {
+/// Links `nodes` (normalised, with their keys, in key order) into `list`: every tower whole, each
+/// node's link count its height.
+fn link_skiplist<M: PMem>(mem: &M, list: &SkipList, nodes: &[(u64, u128)]) {
     let mut last = [list.head; MAX_HEIGHT];
     for l in 0..MAX_HEIGHT {
-        mem.store(list.head + next_off(l), 0, Ordering::Relaxed);
+        mem.store(list.head + list.next(l), 0, Ordering::Relaxed);
     }
-    for &node in nodes {
-        let height = height_of(mem.load(node + KEY, Ordering::Relaxed));
-        mem.store(node + META, height as u64 | (height as u64) << 8, Ordering::Relaxed);
+    for &(node, key) in nodes {
+        let height = height_of(key);
+        mem.store(node + list.meta(), height as u64 | (height as u64) << 8, Ordering::Relaxed);
         for (l, prev) in last.iter_mut().enumerate().take(height) {
-            mem.store(node + next_off(l), 0, Ordering::Relaxed);
-            mem.store(*prev + next_off(l), node, Ordering::Relaxed);
+            mem.store(node + list.next(l), 0, Ordering::Relaxed);
+            mem.store(*prev + list.next(l), node, Ordering::Relaxed);
             *prev = node;
         }
     }
@@ -270,9 +276,9 @@ fn link_skiplist<M: PMem>(mem: &M, list: &SkipList, nodes: &[u64]) {
 
 /// Writes the common header of a node normalised by recovery: present, FINAL info, value, and the
 /// norm word with its checksum that the next recovery's arena scan trusts.
-fn write_normalised<M: PMem>(mem: &M, node: u64, key: u64, value: u64, slot: u8, epoch: u64) {
+fn write_normalised<M: PMem>(mem: &M, node: u64, key: u128, wide: bool, value: u64, slot: u8, epoch: u64) {
     let norm = norm_word(epoch, slot, true);
-    mem.store(node + KEY, key, Ordering::Relaxed);
+    store_key(mem, node, key, wide);
     mem.store(node + INFO, Info::final_state(node, true, epoch).0, Ordering::Relaxed);
     mem.store(node + VALUE, value, Ordering::Relaxed);
     mem.store(node + NORM, norm, Ordering::Relaxed);

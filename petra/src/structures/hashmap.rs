@@ -10,8 +10,8 @@
 
 use crossbeam_epoch::Guard;
 
-use super::list::{ChainPos, NODE_BYTES, chain_link, chain_remove, chain_search};
-use super::{LinkedSet, Seen, mix64, walk};
+use super::list::{ChainPos, chain_link, chain_remove, chain_search, node_bytes};
+use super::{LinkedSet, Seen, load_key, mix_key, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -27,23 +27,25 @@ pub struct HashMap {
     pub buckets: u64,
     /// Number of buckets.
     pub n: u64,
+    /// Whether keys are two words.
+    pub wide: bool,
 }
 
 impl HashMap {
     /// Allocates an empty bucket array (zeroed and persisted by the region allocator).
-    pub(crate) fn create<M: PMem>(pool: &Pool<M>, buckets: u64) -> Result<HashMap, AllocError> {
+    pub(crate) fn create<M: PMem>(pool: &Pool<M>, buckets: u64, wide: bool) -> Result<HashMap, AllocError> {
         let n = buckets.max(1);
         let off = pool.alloc_region(BUCKETS_TAG, n * 8)?.get();
-        Ok(HashMap { buckets: off, n })
+        Ok(HashMap { buckets: off, n, wide })
     }
 
     /// The bucket `key` hashes to.
-    pub(crate) fn bucket_of(&self, key: u64) -> u64 {
-        mix64(key) % self.n
+    pub(crate) fn bucket_of(&self, key: u128) -> u64 {
+        mix_key(key) % self.n
     }
 
     /// The link word of `key`'s bucket.
-    pub(crate) fn bucket_link(&self, key: u64) -> u64 {
+    pub(crate) fn bucket_link(&self, key: u128) -> u64 {
         self.bucket(self.bucket_of(key))
     }
 
@@ -56,12 +58,16 @@ impl HashMap {
 impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     type Pos = ChainPos;
 
-    fn node_bytes(&self, _key: u64) -> u64 {
-        NODE_BYTES
+    fn wide(&self) -> bool {
+        self.wide
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (ChainPos, Option<u64>) {
-        chain_search(h, self.bucket_link(key), key, guard)
+    fn node_bytes(&self, _key: u128) -> u64 {
+        node_bytes(self.wide)
+    }
+
+    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (ChainPos, Option<u64>) {
+        chain_search(h, self.bucket_link(key), key, self.wide, guard)
     }
 
     fn link(&self, h: &mut Handle<M>, pos: &ChainPos, node: u64, _guard: &Guard) -> bool {
@@ -69,9 +75,8 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     }
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
-        // Relaxed: a node's key never changes after it was published.
-        let key = h.mem().load(node + super::KEY, std::sync::atomic::Ordering::Relaxed);
-        chain_remove(h, self.bucket_link(key), node, guard)
+        let key = load_key(h.mem(), node, self.wide);
+        chain_remove(h, self.bucket_link(key), node, self.wide, guard)
     }
 
     fn ordered(&self) -> bool {
@@ -79,9 +84,10 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     }
 
     /// Every bucket in turn: a range costs a walk of the whole map.
-    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
+    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+        let wide = self.wide;
         for i in 0..self.n {
-            walk(h, |h, from| chain_search(h, self.bucket(i), from, guard).0.0, lo, hi, guard, out);
+            walk(h, |h, from| chain_search(h, self.bucket(i), from, wide, guard).0.0, (lo, hi), wide, guard, out);
         }
     }
 }
@@ -92,11 +98,15 @@ mod tests {
 
     #[test]
     fn sequential_keys_spread_over_the_buckets() {
-        let map = HashMap { buckets: 0, n: 64 };
-        let mut counts = [0u32; 64];
-        for k in 0..64_000u64 {
-            counts[map.bucket_of(k) as usize] += 1;
+        let map = HashMap { buckets: 0, n: 64, wide: true };
+        for high in [0, 1, 0xFFFF_0000] {
+            // One-word keys, and two-word keys that differ only in their high word.
+            let mut counts = [0u32; 64];
+            for k in 0..64_000u128 {
+                let key = if high == 0 { k } else { (k + high) << 64 };
+                counts[map.bucket_of(key) as usize] += 1;
+            }
+            assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
         }
-        assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
     }
 }

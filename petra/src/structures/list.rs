@@ -11,13 +11,14 @@
 //! ```text
 //! +0..+40  the common node header (see structures)
 //! +40      next: successor offset | deletion mark
+//! +48      the key's high word, in a chain of two-word keys
 //! ```
 
 use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet, MARK, Seen, retire, walk};
+use super::{LINKS, LinkedSet, MARK, Seen, load_key, retire, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -25,19 +26,26 @@ use crate::tx::Handle;
 
 /// Offset of a chain node's `next` word.
 pub(crate) const NEXT: u64 = LINKS;
-/// Bytes of a chain node.
+/// Bytes of a chain node (and of a list's head sentinel).
 pub const NODE_BYTES: u64 = LINKS + 8;
+
+/// Bytes of a chain node of one-word keys, or of two if `wide`.
+pub(crate) fn node_bytes(wide: bool) -> u64 {
+    if wide { NODE_BYTES + 8 } else { NODE_BYTES }
+}
 
 /// Where a new node would go in a chain: the address of the link word to swing, and the node it
 /// holds now (0 for the end).
 pub(crate) type ChainPos = (u64, u64);
 
-/// Finds `key` in the chain hanging off the link word at `link`: the position for a new node,
-/// and the node holding the key. Unlinks every marked node on its way.
+/// Finds `key` in the chain hanging off the link word at `link` (of two-word keys if `wide`):
+/// the position for a new node, and the node holding the key. Unlinks every marked node on its
+/// way.
 pub(crate) fn chain_search<M: PMem + 'static>(
     h: &Handle<M>,
     link: u64,
-    key: u64,
+    key: u128,
+    wide: bool,
     guard: &Guard,
 ) -> (ChainPos, Option<u64>) {
     let mem = h.mem();
@@ -61,8 +69,7 @@ pub(crate) fn chain_search<M: PMem + 'static>(
                 curr = succ & !MARK;
                 continue;
             }
-            // Relaxed: a node's key never changes after it was published.
-            let k = mem.load(curr + KEY, Ordering::Relaxed);
+            let k = load_key(mem, curr, wide);
             if k >= key {
                 return ((pred_link, curr), (k == key).then_some(curr));
             }
@@ -81,8 +88,8 @@ pub(crate) fn chain_link<M: PMem>(mem: &M, pos: &ChainPos, node: u64) -> bool {
     mem.compare_exchange(pred_link, succ, node, Ordering::Release, Ordering::Relaxed).is_ok()
 }
 
-/// Marks `node`'s `next` and unlinks it from the chain at `link`.
-pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u64, guard: &Guard) {
+/// Marks `node`'s `next` and unlinks it from the chain at `link` (of two-word keys if `wide`).
+pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u64, wide: bool, guard: &Guard) {
     let mem = h.mem();
     loop {
         let next = mem.load(node + NEXT, Ordering::Acquire);
@@ -94,10 +101,9 @@ pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u6
             break;
         }
     }
-    // Relaxed: a node's key never changes after it was published.
-    let key = mem.load(node + KEY, Ordering::Relaxed);
+    let key = load_key(mem, node, wide);
     // The search unlinks every marked node on its way, this one included.
-    let _ = chain_search(h, link, key, guard);
+    let _ = chain_search(h, link, key, wide, guard);
 }
 
 /// A list set: one chain, hanging off a head sentinel node.
@@ -105,12 +111,14 @@ pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u6
 pub struct List {
     /// The head sentinel (never removed; its key is not compared).
     pub head: u64,
+    /// Whether keys are two words.
+    pub wide: bool,
 }
 
 impl List {
     /// Allocates and persists an empty list's head.
-    pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<List, AllocError> {
-        Ok(List { head: super::create_head(pool, NODE_BYTES, &[])? })
+    pub(crate) fn create<M: PMem>(pool: &Pool<M>, wide: bool) -> Result<List, AllocError> {
+        Ok(List { head: super::create_head(pool, NODE_BYTES, &[])?, wide })
     }
 
     /// The link word the chain hangs off.
@@ -122,12 +130,16 @@ impl List {
 impl<M: PMem + 'static> LinkedSet<M> for List {
     type Pos = ChainPos;
 
-    fn node_bytes(&self, _key: u64) -> u64 {
-        NODE_BYTES
+    fn wide(&self) -> bool {
+        self.wide
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (ChainPos, Option<u64>) {
-        chain_search(h, self.link(), key, guard)
+    fn node_bytes(&self, _key: u128) -> u64 {
+        node_bytes(self.wide)
+    }
+
+    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (ChainPos, Option<u64>) {
+        chain_search(h, self.link(), key, self.wide, guard)
     }
 
     fn link(&self, h: &mut Handle<M>, pos: &ChainPos, node: u64, _guard: &Guard) -> bool {
@@ -135,10 +147,11 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
     }
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
-        chain_remove(h, List::link(self), node, guard)
+        chain_remove(h, List::link(self), node, self.wide, guard)
     }
 
-    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
-        walk(h, |h, from| chain_search(h, self.link(), from, guard).0.0, lo, hi, guard, out);
+    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+        let wide = self.wide;
+        walk(h, |h, from| chain_search(h, self.link(), from, wide, guard).0.0, (lo, hi), wide, guard, out);
     }
 }

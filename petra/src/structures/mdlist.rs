@@ -181,30 +181,37 @@ fn fill<M: PMem>(mem: &M, node: u64, pos: &MdPos) {
     mem.store(node + ADOPT_DIMS, pos.dp as u64 | (pos.dc as u64) << 8, Ordering::Relaxed);
 }
 
-/// Builds an MDList of the unpublished, header-initialised nodes `nodes` (in increasing key
-/// order) under the empty `list`'s head: each goes after every earlier one, so none adopts.
-pub(crate) fn build<M: PMem>(mem: &M, list: &MdList, nodes: &[u64]) {
+/// Builds an MDList of the unpublished, header-initialised nodes `nodes` (with their keys, in
+/// increasing key order) under the empty `list`'s head: each goes after every earlier one, so
+/// none adopts.
+pub(crate) fn build<M: PMem>(mem: &M, list: &MdList, nodes: &[(u64, u128)]) {
     for d in 0..DIMS {
         mem.store(list.head + child(d), 0, Ordering::Relaxed);
     }
     mem.store(list.head + ADOPT, 0, Ordering::Relaxed);
-    for &node in nodes {
-        let pos = list.locate(mem, mem.load(node + KEY, Ordering::Relaxed));
+    for &(node, key) in nodes {
+        let pos = list.locate(mem, key as u64);
         debug_assert!(pos.curr == 0, "keys are built in increasing order");
         fill(mem, node, &pos);
         mem.store(pos.pred + child(pos.dp), node, Ordering::Relaxed);
     }
 }
 
+/// Keys are one word: the engine refuses two-word keys for an MDList before they get here.
 impl<M: PMem + 'static> LinkedSet<M> for MdList {
     type Pos = MdPos;
 
-    fn node_bytes(&self, _key: u64) -> u64 {
+    fn wide(&self) -> bool {
+        false
+    }
+
+    fn node_bytes(&self, _key: u128) -> u64 {
         NODE_BYTES
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u64, _guard: &Guard) -> (MdPos, Option<u64>) {
-        let pos = self.locate(h.mem(), key);
+    fn search(&self, h: &mut Handle<M>, key: u128, _guard: &Guard) -> (MdPos, Option<u64>) {
+        debug_assert!(key >> 64 == 0, "an MDList key of two words");
+        let pos = self.locate(h.mem(), key as u64);
         (pos, (pos.dc == DIMS).then_some(pos.curr))
     }
 
@@ -242,7 +249,9 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
     /// Nodes are never removed, so every node linked when the walk starts is reached (through
     /// the old slots of an adoption, which keep their child when frozen, or through the adopter,
     /// whose adoption is finished before its slots are read).
-    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
+    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+        let Ok(lo) = u64::try_from(lo) else { return };
+        let hi = u64::try_from(hi).unwrap_or(u64::MAX);
         let mut stack: Vec<(u64, usize)> = Vec::new();
         // Acquire: as in `locate`.
         let first = h.mem().load(self.head + child(0), Ordering::Acquire) & !FROZEN;
@@ -257,7 +266,7 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
             }
             finish_adoption(h.mem(), node);
             if key >= lo {
-                out.push(super::seen(h, node, key, guard));
+                out.push(super::seen(h, node, key as u128, guard));
             }
             // Pushed from dimension d up, so the children come off the stack in key order.
             for e in d..DIMS {

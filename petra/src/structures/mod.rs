@@ -12,6 +12,12 @@
 //! +40  ...     the structure's links
 //! ```
 //!
+//! A node of a structure of two-word keys ([`KeyWidth::U128`](crate::key::KeyWidth)) keeps the
+//! key's high word at [`KEY_HI`] (+48): after the list's and the hash map's `next`, and after the
+//! skiplist's level-0 `next` (the skiplist's other words move up by one). Nodes of one-word keys
+//! have no such word. The key's encoding orders it (see [`key`](crate::key)), so the structures
+//! compare `u128`s.
+//!
 //! Values are never written into a node by a transaction: a transaction's values live in its
 //! descriptor until recovery normalises the node.
 
@@ -41,16 +47,42 @@ pub const NORM: u64 = 24;
 pub const CHECK: u64 = 32;
 /// Offset of a node's first structure-specific word.
 pub const LINKS: u64 = 40;
+/// Offset of the key's high word in a node of a structure of two-word keys.
+pub const KEY_HI: u64 = LINKS + 8;
 /// Bit 0 of a `next` word (a chain's, a skiplist level's): its node is being removed (Harris's
 /// deletion mark).
 pub(crate) const MARK: u64 = 1;
 
-/// splitmix64's finaliser: a well-spread 64-bit hash of a key (bucket choice, tower heights).
+/// splitmix64's finaliser: a well-spread 64-bit hash of a word.
 pub(crate) fn mix64(key: u64) -> u64 {
     let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A well-spread 64-bit hash of a key (bucket choice, tower heights): of both words, and for a
+/// one-word key the same as [`mix64`] of it.
+pub(crate) fn mix_key(key: u128) -> u64 {
+    let (lo, hi) = (key as u64, (key >> 64) as u64);
+    if hi == 0 { mix64(lo) } else { mix64(lo ^ mix64(hi)) }
+}
+
+/// The key of `node`, of a structure of two-word keys if `wide`.
+#[inline]
+pub(crate) fn load_key<M: PMem>(mem: &M, node: u64, wide: bool) -> u128 {
+    // Relaxed: a node's key never changes after it was published.
+    let lo = mem.load(node + KEY, Ordering::Relaxed) as u128;
+    if wide { (mem.load(node + KEY_HI, Ordering::Relaxed) as u128) << 64 | lo } else { lo }
+}
+
+/// Writes the key of a new (unpublished) node.
+pub(crate) fn store_key<M: PMem>(mem: &M, node: u64, key: u128, wide: bool) {
+    debug_assert!(wide || key >> 64 == 0, "a two-word key in a structure of one-word keys");
+    mem.store(node + KEY, key as u64, Ordering::Relaxed);
+    if wide {
+        mem.store(node + KEY_HI, (key >> 64) as u64, Ordering::Relaxed);
+    }
 }
 
 /// Hands an unlinked node to the epoch collector, which frees it once no thread can still be
@@ -66,10 +98,13 @@ pub(crate) fn norm_word(epoch: u64, slot: u8, present: bool) -> u64 {
 }
 
 /// The checksum of a normalised node.
-pub(crate) fn norm_check(key: u64, value: u64, norm: u64) -> u64 {
-    let mut m = Mix::new(key);
+pub(crate) fn norm_check(key: u128, value: u64, norm: u64) -> u64 {
+    let mut m = Mix::new(key as u64);
     m.add(value);
     m.add(norm);
+    if key >> 64 != 0 {
+        m.add((key >> 64) as u64);
+    }
     m.finish()
 }
 
@@ -101,14 +136,16 @@ pub(crate) fn create_head<M: PMem>(
 pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// Where a new node for a key would go.
     type Pos;
+    /// Whether keys are two words (see [`KEY_HI`]).
+    fn wide(&self) -> bool;
     /// Bytes of a node for `key`.
-    fn node_bytes(&self, key: u64) -> u64;
+    fn node_bytes(&self, key: u128) -> u64;
     /// Initialises the structure's own words of a new node for `key` (before [`link`]).
     ///
     /// [`link`]: LinkedSet::link
-    fn init_links(&self, _mem: &M, _node: u64, _key: u64) {}
+    fn init_links(&self, _mem: &M, _node: u64, _key: u128) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
-    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (Self::Pos, Option<u64>);
+    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (Self::Pos, Option<u64>);
     /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile.
     fn link(&self, h: &mut Handle<M>, pos: &Self::Pos, node: u64, guard: &Guard) -> bool;
     /// Completes the physical removal of a node whose info word is marked.
@@ -125,7 +162,7 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// One pass of a scan over the nodes with keys in `lo..=hi`: appends what it saw at each (see
     /// [`tx::scan`](crate::tx)). Every node linked when the pass starts and still linked when it
     /// ends is seen.
-    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>);
+    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>);
 }
 
 /// What one pass of a scan saw at a node: equal passes see equal values (see
@@ -133,13 +170,13 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seen {
     pub(crate) node: u64,
-    pub(crate) key: u64,
+    pub(crate) key: u128,
     pub(crate) info: u64,
     pub(crate) state: Option<u64>,
 }
 
 /// What a scan records at `node` (key `key`): a marked node is absent.
-pub(crate) fn seen<M: PMem + 'static>(h: &Handle<M>, node: u64, key: u64, guard: &Guard) -> Seen {
+pub(crate) fn seen<M: PMem + 'static>(h: &Handle<M>, node: u64, key: u128, guard: &Guard) -> Seen {
     // Acquire: see the descriptor the info word names.
     let info = Info(h.mem().load(node + INFO, Ordering::Acquire));
     let state = if info.is_marked() { None } else { h.resolve(info, None, guard) };
@@ -152,12 +189,12 @@ pub(crate) fn seen<M: PMem + 'static>(h: &Handle<M>, node: u64, key: u64, guard:
 /// unmarked when read. Every step reads the `next` word of a node that is unmarked, and therefore
 /// linked, at that read: a node with a key in the gap it crosses is not linked at that instant.
 /// A marked `next` (its node is being removed) restarts the walk from a fresh position after
-/// the last key seen.
+/// the last key seen. Keys are two words if `wide`.
 pub(crate) fn walk<M: PMem + 'static>(
     h: &mut Handle<M>,
-    mut start: impl FnMut(&mut Handle<M>, u64) -> u64,
-    lo: u64,
-    hi: u64,
+    mut start: impl FnMut(&mut Handle<M>, u128) -> u64,
+    (lo, hi): (u128, u128),
+    wide: bool,
     guard: &Guard,
     out: &mut Vec<Seen>,
 ) {
@@ -174,8 +211,7 @@ pub(crate) fn walk<M: PMem + 'static>(
             return;
         }
         let node = w;
-        // Relaxed: a node's key never changes after it was published.
-        let key = h.mem().load(node + KEY, Ordering::Relaxed);
+        let key = load_key(h.mem(), node, wide);
         if key > hi {
             return;
         }
@@ -195,7 +231,7 @@ pub(crate) fn walk<M: PMem + 'static>(
 pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(
     h: &mut Handle<M>,
     set: &S,
-    key: u64,
+    key: u128,
     info: Info,
     guard: &Guard,
 ) {
@@ -290,7 +326,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                     Err(_) => return Step::NoMemory(bytes),
                 };
                 let mem = h.mem();
-                mem.store(node + KEY, op.key, Ordering::Relaxed);
+                store_key(mem, node, op.key, set.wide());
                 mem.store(node + INFO, me.0, Ordering::Relaxed);
                 mem.store(node + VALUE, if kind.writes() == Some(true) { op.value } else { 0 }, Ordering::Relaxed);
                 mem.store(node + NORM, 0, Ordering::Relaxed);

@@ -10,6 +10,9 @@
 //! +48       meta: height (bits 0..8) | links (bits 8..): levels the node is linked at, plus one
 //!           while its inserter is still building the tower
 //! +56 + 8(l-1)  next[l] for 1 <= l < height
+//!
+//! In a skiplist of two-word keys the key's high word is at +48 and everything after it moves
+//! up a word: meta at +56, next[l] at +64 + 8(l-1).
 //! ```
 //!
 //! A node's height comes from a hash of its key (geometric, p = 1/2, at most [`MAX_HEIGHT`]).
@@ -23,7 +26,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{KEY, LINKS, LinkedSet, MARK, Seen, mix64, retire, walk};
+use super::{KEY_HI, LINKS, LinkedSet, MARK, Seen, load_key, mix_key, retire, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -31,22 +34,28 @@ use crate::tx::Handle;
 
 /// The tallest tower.
 pub const MAX_HEIGHT: usize = 16;
-pub(crate) const META: u64 = LINKS + 8;
 const LINK: u64 = 1 << 8;
 
-/// Offset of `next[l]` in a node.
-pub(crate) fn next_off(l: usize) -> u64 {
-    if l == 0 { LINKS } else { META + 8 * l as u64 }
+/// Offset of a node's meta word (height and link count), in a skiplist of two-word keys if
+/// `wide`.
+pub fn meta_off(wide: bool) -> u64 {
+    if wide { KEY_HI + 8 } else { LINKS + 8 }
 }
 
-/// Bytes of a node of height `h`.
-pub(crate) fn node_bytes_of(h: usize) -> u64 {
-    META + 8 * h as u64
+/// Offset of `next[l]` in a node, in a skiplist of two-word keys if `wide`.
+#[inline]
+pub fn next_off(l: usize, wide: bool) -> u64 {
+    if l == 0 { LINKS } else { meta_off(wide) + 8 * l as u64 }
+}
+
+/// Bytes of a node of height `h`, in a skiplist of two-word keys if `wide`.
+pub(crate) fn node_bytes_of(h: usize, wide: bool) -> u64 {
+    meta_off(wide) + 8 * h as u64
 }
 
 /// The height of `key`'s node.
-pub(crate) fn height_of(key: u64) -> usize {
-    let z = mix64(key);
+pub fn height_of(key: u128) -> usize {
+    let z = mix_key(key);
     // One bit per level: each level is kept with probability 1/2.
     (1 + z.trailing_ones() as usize).min(MAX_HEIGHT)
 }
@@ -63,36 +72,50 @@ pub(crate) struct Towers {
 pub struct SkipList {
     /// The head sentinel, of height [`MAX_HEIGHT`].
     pub head: u64,
+    /// Whether keys are two words.
+    pub wide: bool,
 }
 
 impl SkipList {
     /// Allocates and persists an empty skiplist's head.
-    pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<SkipList, AllocError> {
-        let head = super::create_head(pool, node_bytes_of(MAX_HEIGHT), &[(META, MAX_HEIGHT as u64 | LINK)])?;
-        Ok(SkipList { head })
+    pub(crate) fn create<M: PMem>(pool: &Pool<M>, wide: bool) -> Result<SkipList, AllocError> {
+        let head =
+            super::create_head(pool, node_bytes_of(MAX_HEIGHT, wide), &[(meta_off(wide), MAX_HEIGHT as u64 | LINK)])?;
+        Ok(SkipList { head, wide })
+    }
+
+    /// Offset of `next[l]` in this skiplist's nodes.
+    #[inline]
+    pub(crate) fn next(&self, l: usize) -> u64 {
+        next_off(l, self.wide)
+    }
+
+    /// Offset of the meta word in this skiplist's nodes.
+    pub(crate) fn meta(&self) -> u64 {
+        meta_off(self.wide)
     }
 
     /// Finds `key`: predecessors and successors at every level, and the node holding the key at
     /// level 0. Unlinks every marked node it passes.
-    pub(crate) fn find<M: PMem + 'static>(&self, h: &Handle<M>, key: u64, guard: &Guard) -> (Towers, Option<u64>) {
+    pub(crate) fn find<M: PMem + 'static>(&self, h: &Handle<M>, key: u128, guard: &Guard) -> (Towers, Option<u64>) {
         let mem = h.mem();
         let mut t = Towers { preds: [0; MAX_HEIGHT], succs: [0; MAX_HEIGHT] };
         'retry: loop {
             let mut pred = self.head;
             for l in (0..MAX_HEIGHT).rev() {
                 // Acquire: nodes reached through links are seen initialised.
-                let mut curr = mem.load(pred + next_off(l), Ordering::Acquire) & !MARK;
+                let mut curr = mem.load(pred + self.next(l), Ordering::Acquire) & !MARK;
                 loop {
                     if curr == 0 {
                         break;
                     }
                     // Acquire: as for the link that reached `curr`.
-                    let succ = mem.load(curr + next_off(l), Ordering::Acquire);
+                    let succ = mem.load(curr + self.next(l), Ordering::Acquire);
                     if succ & MARK != 0 {
                         // AcqRel: unlinking publishes the new link like any link.
                         if mem
                             .compare_exchange(
-                                pred + next_off(l),
+                                pred + self.next(l),
                                 curr,
                                 succ & !MARK,
                                 Ordering::AcqRel,
@@ -102,12 +125,11 @@ impl SkipList {
                         {
                             continue 'retry;
                         }
-                        release_link(h, curr, guard);
+                        release_link(h, self, curr, guard);
                         curr = succ & !MARK;
                         continue;
                     }
-                    // Relaxed: a node's key never changes after it was published.
-                    if mem.load(curr + KEY, Ordering::Relaxed) < key {
+                    if load_key(mem, curr, self.wide) < key {
                         pred = curr;
                         curr = succ;
                     } else {
@@ -118,17 +140,16 @@ impl SkipList {
                 t.succs[l] = curr;
             }
             let found = t.succs[0];
-            // Relaxed: a node's key never changes after it was published.
-            let hit = found != 0 && mem.load(found + KEY, Ordering::Relaxed) == key;
+            let hit = found != 0 && load_key(mem, found, self.wide) == key;
             return (t, hit.then_some(found));
         }
     }
 }
 
 /// Drops one of `node`'s links; the last one hands it to the collector.
-fn release_link<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
+fn release_link<M: PMem + 'static>(h: &Handle<M>, list: &SkipList, node: u64, guard: &Guard) {
     // AcqRel: the thread that drops the last link sees every other thread's unlinking.
-    let before = h.mem().fetch_add(node + META, LINK.wrapping_neg(), Ordering::AcqRel);
+    let before = h.mem().fetch_add(node + list.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
     if (before >> 8) == 1 {
         retire(h, node, guard);
     }
@@ -136,70 +157,74 @@ fn release_link<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard) {
 
 /// Initialises a new node's tower words for `key`: all `next` zero, links = 2 (level 0, about to
 /// be linked, and the inserter's building token).
-pub(crate) fn init_tower<M: PMem>(mem: &M, node: u64, key: u64) {
+fn init_tower<M: PMem>(list: &SkipList, mem: &M, node: u64, key: u128) {
     let height = height_of(key);
     // Relaxed (here and for the links): the node is unpublished; its link CAS (Release) publishes it.
-    mem.store(node + META, height as u64 | (2 * LINK), Ordering::Relaxed);
+    mem.store(node + list.meta(), height as u64 | (2 * LINK), Ordering::Relaxed);
     for l in 0..height {
-        mem.store(node + next_off(l), 0, Ordering::Relaxed);
+        mem.store(node + list.next(l), 0, Ordering::Relaxed);
     }
 }
 
 impl<M: PMem + 'static> LinkedSet<M> for SkipList {
     type Pos = Towers;
 
-    fn node_bytes(&self, key: u64) -> u64 {
-        node_bytes_of(height_of(key))
+    fn wide(&self) -> bool {
+        self.wide
     }
 
-    fn init_links(&self, mem: &M, node: u64, key: u64) {
-        init_tower(mem, node, key);
+    fn node_bytes(&self, key: u128) -> u64 {
+        node_bytes_of(height_of(key), self.wide)
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> (Towers, Option<u64>) {
+    fn init_links(&self, mem: &M, node: u64, key: u128) {
+        init_tower(self, mem, node, key);
+    }
+
+    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (Towers, Option<u64>) {
         self.find(h, key, guard)
     }
 
     fn link(&self, h: &mut Handle<M>, pos: &Towers, node: u64, guard: &Guard) -> bool {
         let mem = h.mem();
         // Relaxed: the node is unpublished; the CAS below (Release) publishes it.
-        mem.store(node + next_off(0), pos.succs[0], Ordering::Relaxed);
+        mem.store(node + self.next(0), pos.succs[0], Ordering::Relaxed);
         // Release: the node's words are visible before the link that reaches it.
         if mem
-            .compare_exchange(pos.preds[0] + next_off(0), pos.succs[0], node, Ordering::Release, Ordering::Relaxed)
+            .compare_exchange(pos.preds[0] + self.next(0), pos.succs[0], node, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
             return false;
         }
         // The key is in. Build the index tower, best effort: stop if the node is being removed.
         // Relaxed: key and height never change after publication.
-        let key = mem.load(node + KEY, Ordering::Relaxed);
-        let height = (mem.load(node + META, Ordering::Relaxed) & 0xFF) as usize;
+        let key = load_key(mem, node, self.wide);
+        let height = (mem.load(node + self.meta(), Ordering::Relaxed) & 0xFF) as usize;
         let mut t = *pos;
         'levels: for l in 1..height {
             loop {
                 // Acquire: see a remover's mark together with what it did before.
-                let nx = mem.load(node + next_off(l), Ordering::Acquire);
+                let nx = mem.load(node + self.next(l), Ordering::Acquire);
                 if nx & MARK != 0 {
                     break 'levels;
                 }
                 // AcqRel: fails if a remover marked this level meanwhile.
                 if mem
-                    .compare_exchange(node + next_off(l), nx, t.succs[l], Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(node + self.next(l), nx, t.succs[l], Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
                 {
                     break 'levels;
                 }
                 // AcqRel: count the link before it exists, so that it is never freed while linked.
-                mem.fetch_add(node + META, LINK, Ordering::AcqRel);
+                mem.fetch_add(node + self.meta(), LINK, Ordering::AcqRel);
                 if mem
-                    .compare_exchange(t.preds[l] + next_off(l), t.succs[l], node, Ordering::Release, Ordering::Relaxed)
+                    .compare_exchange(t.preds[l] + self.next(l), t.succs[l], node, Ordering::Release, Ordering::Relaxed)
                     .is_ok()
                 {
                     break;
                 }
                 // AcqRel: as for the increment above.
-                mem.fetch_add(node + META, LINK.wrapping_neg(), Ordering::AcqRel);
+                mem.fetch_add(node + self.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
                 let (fresh, found) = self.find(h, key, guard);
                 if found != Some(node) {
                     break 'levels;
@@ -210,41 +235,40 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         // A remover may have marked levels this thread linked after its search passed them: unlink
         // them now. Best-effort cleanup (Acquire, as for every mark): a mark this load misses is
         // harmless, since the link count keeps the node alive and any later search unlinks it.
-        if mem.load(node + next_off(0), Ordering::Acquire) & MARK != 0 {
+        if mem.load(node + self.next(0), Ordering::Acquire) & MARK != 0 {
             let _ = self.find(h, key, guard);
         }
-        release_link(h, node, guard); // the building token
+        release_link(h, self, node, guard); // the building token
         true
     }
 
     fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
         let mem = h.mem();
         // Relaxed: the height never changes after the node was published (with Release).
-        let height = (mem.load(node + META, Ordering::Relaxed) & 0xFF) as usize;
+        let height = (mem.load(node + self.meta(), Ordering::Relaxed) & 0xFF) as usize;
         for l in (0..height).rev() {
             loop {
                 // Acquire: as in `link`.
-                let next = mem.load(node + next_off(l), Ordering::Acquire);
+                let next = mem.load(node + self.next(l), Ordering::Acquire);
                 if next & MARK != 0 {
                     break;
                 }
                 // AcqRel: the mark stops inserters from linking this level, and inserts after it.
                 if mem
-                    .compare_exchange(node + next_off(l), next, next | MARK, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(node + self.next(l), next, next | MARK, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
                     break;
                 }
             }
         }
-        // Relaxed: a node's key never changes after it was published.
-        let key = mem.load(node + KEY, Ordering::Relaxed);
+        let key = load_key(mem, node, self.wide);
         let _ = self.find(h, key, guard);
     }
 
     /// Level 0, from the predecessor the towers give.
-    fn collect(&self, h: &mut Handle<M>, lo: u64, hi: u64, guard: &Guard, out: &mut Vec<Seen>) {
-        walk(h, |h, from| self.find(h, from, guard).0.preds[0] + next_off(0), lo, hi, guard, out);
+    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+        walk(h, |h, from| self.find(h, from, guard).0.preds[0] + self.next(0), (lo, hi), self.wide, guard, out);
     }
 }
 
@@ -255,7 +279,7 @@ mod tests {
     #[test]
     fn heights_are_geometric_with_p_one_half() {
         let mut counts = [0u32; MAX_HEIGHT + 1];
-        for k in 0..400_000u64 {
+        for k in 0..400_000u128 {
             counts[height_of(k)] += 1;
         }
         assert_eq!(counts[0], 0);

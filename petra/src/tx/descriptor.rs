@@ -10,15 +10,20 @@
 //! +16  txid     0 until persisting assigns it, once, by CAS                    (CAS)
 //! +24  check    checksum of header, txid and the persisted ops                 (store)
 //! +32  ops      nops x 24 bytes: kind | structure << 8 | blob << 16 | blob hash << 24,
-//!               key, value                                                  (immutable)
+//!               key, value; or, with the wide flag, nops x 32 bytes: the same three words
+//!               and the key's high word                                     (immutable)
 //! then nops x 24 bytes of volatile per-op words, never flushed:
 //!      prev     the info word the op replaced (NO_NODE for a node it created; UNSET before)
 //!      cache    VALID | present << 1, once the op's before-state is known
 //!      cvalue   the before-state's value
 //! ```
 //!
-//! Persisting flushes only `[+0, +32 + 24 * nops)`: `ceil((32 + 24 n) / 64)` lines, one line for a
-//! single-op transaction.
+//! Persisting flushes only `[+0, +32 + 24 * nops)` (`+32 + 32 * nops` when wide): `ceil((32 + 24
+//! n) / 64)` lines, one line for a single-op transaction of either width. A descriptor is wide
+//! when one of its keys has a high word that is not zero (a key of a [`KeyWidth::U128`]
+//! structure), so transactions on one-word keys never pay for the wider ones.
+//!
+//! [`KeyWidth::U128`]: crate::key::KeyWidth::U128
 //!
 //! State word table:
 //!
@@ -46,6 +51,8 @@ pub const MAX_OPS: usize = 64;
 pub const FLAG_READ_ONLY: u64 = 1;
 /// Header flag: some op's value is a blob (see [`StoredOp::blob`]).
 pub const FLAG_BLOBS: u64 = 2;
+/// Header flag: ops are 32 bytes, the fourth word the key's high word.
+pub const FLAG_WIDE: u64 = 4;
 /// Bit of an op's first word: its value is a blob, which persisting flushes with the descriptor.
 const OP_BLOB: u64 = 1 << 16;
 /// Where an op's first word keeps the blob's [`bytes_hash`], by which recovery tells a torn blob.
@@ -56,7 +63,10 @@ pub(crate) const STATE: u64 = 8;
 pub(crate) const TXID: u64 = 16;
 pub(crate) const CHECK: u64 = 24;
 pub(crate) const OPS: u64 = 32;
+/// Bytes of an op, of a wide descriptor's op, and of an op's volatile words.
 pub(crate) const OP_BYTES: u64 = 24;
+pub(crate) const WIDE_OP_BYTES: u64 = 32;
+const VOLATILE_BYTES: u64 = 24;
 
 /// `prev` of an op that created its node: the key had no node before.
 pub(crate) const NO_NODE: u64 = 0;
@@ -118,14 +128,18 @@ impl State {
     pub const ACTIVE: State = State { status: TxStatus::Active, pstatus: PersistStatus::Maybe };
 }
 
-/// Bytes a descriptor of `nops` operations occupies in its ring.
-pub fn desc_bytes(nops: usize) -> u64 {
-    (OPS + 2 * OP_BYTES * nops as u64).next_multiple_of(CACHE_LINE)
+fn op_bytes(wide: bool) -> u64 {
+    if wide { WIDE_OP_BYTES } else { OP_BYTES }
+}
+
+/// Bytes a descriptor of `nops` operations occupies in its ring (`wide`: of 32-byte ops).
+pub fn desc_bytes(nops: usize, wide: bool) -> u64 {
+    (OPS + (op_bytes(wide) + VOLATILE_BYTES) * nops as u64).next_multiple_of(CACHE_LINE)
 }
 
 /// Bytes of a descriptor that are persisted.
-pub fn persisted_bytes(nops: usize) -> u64 {
-    OPS + OP_BYTES * nops as u64
+pub fn persisted_bytes(nops: usize, wide: bool) -> u64 {
+    OPS + op_bytes(wide) * nops as u64
 }
 
 /// An operation as stored in a descriptor.
@@ -135,8 +149,8 @@ pub struct StoredOp {
     pub kind: u8,
     /// The structure's root slot.
     pub structure: u8,
-    /// The key.
-    pub key: u64,
+    /// The key's encoding.
+    pub key: u128,
     /// The value (for the kinds that write one).
     pub value: u64,
     /// Whether `value` is the offset of a blob the op wrote (its length word, then its bytes):
@@ -175,6 +189,20 @@ impl<'m, M: PMem> Desc<'m, M> {
         (self.header() >> 8) & FLAG_BLOBS != 0
     }
 
+    /// Whether the ops are 32 bytes (some key has a high word).
+    pub fn wide(&self) -> bool {
+        (self.header() >> 8) & FLAG_WIDE != 0
+    }
+
+    /// Bytes of the persisted part.
+    pub fn persisted_bytes(&self) -> u64 {
+        persisted_bytes(self.nops(), self.wide())
+    }
+
+    fn op_base(&self, i: usize) -> u64 {
+        self.off + OPS + op_bytes(self.wide()) * i as u64
+    }
+
     pub fn state(&self) -> State {
         // Acquire: a thread that sees a final status sees what the finishing thread did before.
         State::decode(self.mem.load(self.off + STATE, Ordering::Acquire))
@@ -211,12 +239,14 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     pub fn op(&self, i: usize) -> StoredOp {
-        let base = self.off + OPS + OP_BYTES * i as u64;
+        let base = self.op_base(i);
         let w0 = self.mem.load(base, Ordering::Relaxed);
+        let lo = self.mem.load(base + 8, Ordering::Relaxed) as u128;
+        let hi = if self.wide() { self.mem.load(base + 24, Ordering::Relaxed) as u128 } else { 0 };
         StoredOp {
             kind: w0 as u8,
             structure: (w0 >> 8) as u8,
-            key: self.mem.load(base + 8, Ordering::Relaxed),
+            key: hi << 64 | lo,
             value: self.mem.load(base + 16, Ordering::Relaxed),
             blob: w0 & OP_BLOB != 0,
             hash: w0 >> OP_HASH_SHIFT,
@@ -224,7 +254,7 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     fn volatile(&self, i: usize) -> u64 {
-        self.off + OPS + OP_BYTES * (self.nops() + i) as u64
+        self.op_base(self.nops()) + VOLATILE_BYTES * i as u64
     }
 
     /// Offset of op `i`'s `prev` word.
@@ -244,14 +274,10 @@ impl<'m, M: PMem> Desc<'m, M> {
 
     /// The checksum over the persisted part, with `txid` in place.
     pub fn checksum(&self, txid: u64) -> u64 {
-        let n = self.nops();
         let mut h = Mix::new(self.header());
         h.add(txid);
-        for i in 0..n {
-            let base = self.off + OPS + OP_BYTES * i as u64;
-            for w in 0..3 {
-                h.add(self.mem.load(base + w * 8, Ordering::Relaxed));
-            }
+        for w in (self.off + OPS..self.off + self.persisted_bytes()).step_by(WORD as usize) {
+            h.add(self.mem.load(w, Ordering::Relaxed));
         }
         h.finish()
     }
@@ -275,37 +301,47 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
     pool.read_blob_into(POff::new(off), &mut buf) && bytes_hash(&buf) == hash
 }
 
-/// Writes a new descriptor at `off` (owned by the caller, not yet published). The state word is
-/// left Active/Maybe, txid and checksum 0, each `prev` UNSET and each cache empty.
+/// Writes a new descriptor at `off` (owned by the caller, not yet published), of 32-byte ops if
+/// `wide`. The state word is left Active/Maybe, txid and checksum 0, each `prev` UNSET and each
+/// cache empty.
 pub(crate) fn write_new<M: PMem>(
     mem: &M,
     off: u64,
     epoch: u32,
     read_only: bool,
+    wide: bool,
     ops: impl ExactSizeIterator<Item = StoredOp>,
 ) {
     let n = ops.len();
     debug_assert!(n <= MAX_OPS);
     let mut flags = if read_only { FLAG_READ_ONLY } else { 0 };
+    if wide {
+        flags |= FLAG_WIDE;
+    }
+    let stride = op_bytes(wide);
     for (i, op) in ops.enumerate() {
-        let base = off + OPS + OP_BYTES * i as u64;
+        let base = off + OPS + stride * i as u64;
         let blob = if op.blob { OP_BLOB | op.hash << OP_HASH_SHIFT } else { 0 };
         if op.blob {
             flags |= FLAG_BLOBS;
         }
+        debug_assert!(wide || op.key >> 64 == 0, "a two-word key in a descriptor of one-word ops");
         mem.store(base, op.kind as u64 | (op.structure as u64) << 8 | blob, Ordering::Relaxed);
-        mem.store(base + 8, op.key, Ordering::Relaxed);
+        mem.store(base + 8, op.key as u64, Ordering::Relaxed);
         mem.store(base + 16, op.value, Ordering::Relaxed);
+        if wide {
+            mem.store(base + 24, (op.key >> 64) as u64, Ordering::Relaxed);
+        }
     }
     mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
     mem.store(off + TXID, 0, Ordering::Relaxed);
     mem.store(off + CHECK, 0, Ordering::Relaxed);
-    let vol = off + OPS + OP_BYTES * n as u64;
+    let vol = off + OPS + stride * n as u64;
     for i in 0..n as u64 {
-        mem.store(vol + OP_BYTES * i, UNSET, Ordering::Relaxed);
-        mem.store(vol + OP_BYTES * i + 8, 0, Ordering::Relaxed);
-        mem.store(vol + OP_BYTES * i + 16, 0, Ordering::Relaxed);
+        mem.store(vol + VOLATILE_BYTES * i, UNSET, Ordering::Relaxed);
+        mem.store(vol + VOLATILE_BYTES * i + 8, 0, Ordering::Relaxed);
+        mem.store(vol + VOLATILE_BYTES * i + 16, 0, Ordering::Relaxed);
     }
 }
 
@@ -327,14 +363,15 @@ pub(crate) fn read_persisted<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -
         return None;
     }
     let n = d.nops();
-    if n == 0 || n > MAX_OPS || off + desc_bytes(n) > end {
+    let bytes = desc_bytes(n, d.wide());
+    if n == 0 || n > MAX_OPS || off + bytes > end {
         return None;
     }
     let txid = d.txid();
     if txid == 0 || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
         return None;
     }
-    Some(PersistedDesc { txid, ops: (0..n).map(|i| d.op(i)).collect(), bytes: desc_bytes(n) })
+    Some(PersistedDesc { txid, ops: (0..n).map(|i| d.op(i)).collect(), bytes })
 }
 
 /// A small non-cryptographic 64-bit mixer (splitmix64 finaliser per word): detects torn or stale
@@ -367,10 +404,13 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(persisted_bytes(1).div_ceil(64), 1, "a one-op descriptor persists one line");
-        assert_eq!(persisted_bytes(16).div_ceil(64), 7);
-        assert_eq!(desc_bytes(1), 128);
-        assert!(desc_bytes(MAX_OPS) >= persisted_bytes(MAX_OPS) + 24 * MAX_OPS as u64);
+        for wide in [false, true] {
+            assert_eq!(persisted_bytes(1, wide).div_ceil(64), 1, "a one-op descriptor persists one line");
+            assert_eq!(desc_bytes(1, wide), 128);
+            assert!(desc_bytes(MAX_OPS, wide) >= persisted_bytes(MAX_OPS, wide) + 24 * MAX_OPS as u64);
+        }
+        assert_eq!(persisted_bytes(16, false).div_ceil(64), 7);
+        assert_eq!(persisted_bytes(16, true).div_ceil(64), 9);
     }
 
     #[test]

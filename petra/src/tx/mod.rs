@@ -41,6 +41,7 @@ use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
 
 use crate::error::{AllocError, EngineError};
+use crate::key::{Key, KeyWidth};
 use crate::mem::PMem;
 use crate::pool::{AllocCache, Pool, RootEntry};
 use crate::structures::LinkedSet;
@@ -48,9 +49,7 @@ use crate::structures::hashmap::HashMap;
 use crate::structures::list::List;
 use crate::structures::mdlist::MdList;
 use crate::structures::skiplist::SkipList;
-use descriptor::{
-    CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes, persisted_bytes,
-};
+use descriptor::{CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes};
 use info::Info;
 
 /// The kinds of operation.
@@ -100,7 +99,7 @@ impl OpKind {
 
     /// The presence the op leaves, if it writes: `Some(true)` present with the op's value,
     /// `Some(false)` absent, `None` unchanged.
-    pub(crate) fn writes(self) -> Option<bool> {
+    pub fn writes(self) -> Option<bool> {
         match self {
             OpKind::Insert | OpKind::Update | OpKind::Put => Some(true),
             OpKind::Delete | OpKind::Remove => Some(false),
@@ -125,10 +124,19 @@ pub struct Op {
     pub kind: OpKind,
     /// On which structure.
     pub structure: StructId,
-    /// The key.
-    pub key: u64,
+    /// The key's encoding ([`Key::to_bits`]).
+    pub key: u128,
+    /// The width of the key's type: it must be the structure's.
+    pub width: KeyWidth,
     /// The value written by Insert, Update and Put (ignored otherwise).
     pub value: u64,
+}
+
+impl Op {
+    /// An op on `key` of structure `s`.
+    pub fn new<K: Key>(kind: OpKind, s: StructId, key: K, value: u64) -> Op {
+        Op { kind, structure: s, key: key.to_bits(), width: K::WIDTH, value }
+    }
 }
 
 /// A static transaction: its operations, in order.
@@ -148,61 +156,67 @@ impl Transaction {
         Transaction::default()
     }
 
-    fn push(&mut self, kind: OpKind, s: StructId, key: u64, value: u64) -> &mut Self {
-        self.op(Op { kind, structure: s, key, value })
+    fn push<K: Key>(&mut self, kind: OpKind, s: StructId, key: K, value: u64) -> &mut Self {
+        self.op(Op::new(kind, s, key, value))
     }
 
-    fn push_bytes(&mut self, kind: OpKind, s: StructId, key: u64, bytes: &[u8]) -> &mut Self {
-        self.spans.push(Some((self.data.len(), bytes.len())));
-        self.data.extend_from_slice(bytes);
-        self.ops.push(Op { kind, structure: s, key, value: 0 });
-        self
+    fn push_bytes<K: Key>(&mut self, kind: OpKind, s: StructId, key: K, bytes: &[u8]) -> &mut Self {
+        self.op_bytes(Op::new(kind, s, key, 0), bytes)
     }
 
     /// Adds a strict insert.
-    pub fn insert(&mut self, s: StructId, key: u64, value: u64) -> &mut Self {
+    pub fn insert<K: Key>(&mut self, s: StructId, key: K, value: u64) -> &mut Self {
         self.push(OpKind::Insert, s, key, value)
     }
     /// Adds a strict delete.
-    pub fn delete(&mut self, s: StructId, key: u64) -> &mut Self {
+    pub fn delete<K: Key>(&mut self, s: StructId, key: K) -> &mut Self {
         self.push(OpKind::Delete, s, key, 0)
     }
     /// Adds a strict find.
-    pub fn find(&mut self, s: StructId, key: u64) -> &mut Self {
+    pub fn find<K: Key>(&mut self, s: StructId, key: K) -> &mut Self {
         self.push(OpKind::Find, s, key, 0)
     }
     /// Adds a strict update.
-    pub fn update(&mut self, s: StructId, key: u64, value: u64) -> &mut Self {
+    pub fn update<K: Key>(&mut self, s: StructId, key: K, value: u64) -> &mut Self {
         self.push(OpKind::Update, s, key, value)
     }
     /// Adds a put (insert or replace).
-    pub fn put(&mut self, s: StructId, key: u64, value: u64) -> &mut Self {
+    pub fn put<K: Key>(&mut self, s: StructId, key: K, value: u64) -> &mut Self {
         self.push(OpKind::Put, s, key, value)
     }
     /// Adds a remove (if present).
-    pub fn remove(&mut self, s: StructId, key: u64) -> &mut Self {
+    pub fn remove<K: Key>(&mut self, s: StructId, key: K) -> &mut Self {
         self.push(OpKind::Remove, s, key, 0)
     }
     /// Adds a get.
-    pub fn get(&mut self, s: StructId, key: u64) -> &mut Self {
+    pub fn get<K: Key>(&mut self, s: StructId, key: K) -> &mut Self {
         self.push(OpKind::Get, s, key, 0)
     }
     /// Adds a strict insert of a byte value (into a structure of [`Values::Bytes`]).
-    pub fn insert_bytes(&mut self, s: StructId, key: u64, value: &[u8]) -> &mut Self {
+    pub fn insert_bytes<K: Key>(&mut self, s: StructId, key: K, value: &[u8]) -> &mut Self {
         self.push_bytes(OpKind::Insert, s, key, value)
     }
     /// Adds a strict update to a byte value (of a structure of [`Values::Bytes`]).
-    pub fn update_bytes(&mut self, s: StructId, key: u64, value: &[u8]) -> &mut Self {
+    pub fn update_bytes<K: Key>(&mut self, s: StructId, key: K, value: &[u8]) -> &mut Self {
         self.push_bytes(OpKind::Update, s, key, value)
     }
     /// Adds a put of a byte value (into a structure of [`Values::Bytes`]).
-    pub fn put_bytes(&mut self, s: StructId, key: u64, value: &[u8]) -> &mut Self {
+    pub fn put_bytes<K: Key>(&mut self, s: StructId, key: K, value: &[u8]) -> &mut Self {
         self.push_bytes(OpKind::Put, s, key, value)
     }
     /// Adds `op`, with a word value.
     pub fn op(&mut self, op: Op) -> &mut Self {
         self.ops.push(op);
         self.spans.push(None);
+        self
+    }
+
+    /// Adds `op` (an Insert, Update or Put) with the byte value `bytes` instead of its word.
+    pub fn op_bytes(&mut self, op: Op, bytes: &[u8]) -> &mut Self {
+        debug_assert!(op.kind.writes() == Some(true), "only Insert, Update and Put write a value");
+        self.spans.push(Some((self.data.len(), bytes.len())));
+        self.data.extend_from_slice(bytes);
+        self.ops.push(Op { value: 0, ..op });
         self
     }
 
@@ -358,6 +372,8 @@ pub enum Values {
 
 /// Root table flag: the structure's values are blobs.
 const FLAG_BYTES: u32 = 1;
+/// Root table flag: the structure's keys are two words ([`KeyWidth::U128`]).
+const FLAG_WIDE_KEYS: u32 = 2;
 
 /// The linked set behind a structure, whatever its kind.
 #[derive(Debug, Clone)]
@@ -368,10 +384,11 @@ pub(crate) enum Set {
     MdList(MdList),
 }
 
-/// A structure known to the engine: its set and what its values are.
+/// A structure known to the engine: its set, the width of its keys and what its values are.
 #[derive(Debug, Clone)]
 pub(crate) struct Structure {
     pub(crate) set: Set,
+    pub(crate) keys: KeyWidth,
     pub(crate) values: Values,
 }
 
@@ -384,35 +401,37 @@ impl Structure {
             Set::SkipList(l) => (KIND_SKIPLIST, [l.head, 0]),
             Set::MdList(l) => (KIND_MDLIST, [l.head, 0]),
         };
-        let flags = if self.values == Values::Bytes { FLAG_BYTES } else { 0 };
-        RootEntry { kind, flags, params: [params[0], params[1], 0, 0, 0, 0] }
+        let bytes = if self.values == Values::Bytes { FLAG_BYTES } else { 0 };
+        let wide = if self.keys == KeyWidth::U128 { FLAG_WIDE_KEYS } else { 0 };
+        RootEntry { kind, flags: bytes | wide, params: [params[0], params[1], 0, 0, 0, 0] }
     }
 
     /// The structure a root table entry names, if its kind and flags are known.
     pub(crate) fn from_root_entry(entry: &RootEntry) -> Option<Structure> {
         let [a, b, ..] = entry.params;
+        if entry.flags & !(FLAG_BYTES | FLAG_WIDE_KEYS) != 0 {
+            return None;
+        }
+        let wide = entry.flags & FLAG_WIDE_KEYS != 0;
         let set = match entry.kind {
-            KIND_LIST => Set::List(List { head: a }),
-            KIND_HASH_MAP => Set::HashMap(HashMap { buckets: a, n: b }),
-            KIND_SKIPLIST => Set::SkipList(SkipList { head: a }),
-            KIND_MDLIST => Set::MdList(MdList { head: a }),
+            KIND_LIST => Set::List(List { head: a, wide }),
+            KIND_HASH_MAP => Set::HashMap(HashMap { buckets: a, n: b, wide }),
+            KIND_SKIPLIST => Set::SkipList(SkipList { head: a, wide }),
+            KIND_MDLIST if !wide => Set::MdList(MdList { head: a }),
             _ => return None,
         };
-        let values = match entry.flags {
-            0 => Values::Words,
-            FLAG_BYTES => Values::Bytes,
-            _ => return None,
-        };
-        Some(Structure { set, values })
+        let keys = if wide { KeyWidth::U128 } else { KeyWidth::U64 };
+        let values = if entry.flags & FLAG_BYTES != 0 { Values::Bytes } else { Values::Words };
+        Some(Structure { set, keys, values })
     }
 
     /// Bytes of a node for `key`.
-    pub(crate) fn node_bytes<M: PMem + 'static>(&self, key: u64) -> u64 {
+    pub(crate) fn node_bytes<M: PMem + 'static>(&self, key: u128) -> u64 {
         on_set!(&self.set, set => LinkedSet::<M>::node_bytes(set, key))
     }
 
     /// The node holding `key`, if any.
-    pub(crate) fn find_node<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, guard: &Guard) -> Option<u64> {
+    pub(crate) fn find_node<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> Option<u64> {
         on_set!(&self.set, set => LinkedSet::search(set, h, key, guard).1)
     }
 
@@ -422,7 +441,7 @@ impl Structure {
     }
 
     /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
-    pub(crate) fn remove_if<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u64, info: Info, guard: &Guard) {
+    pub(crate) fn remove_if<M: PMem + 'static>(&self, h: &mut Handle<M>, key: u128, info: Info, guard: &Guard) {
         on_set!(&self.set, set => crate::structures::remove_if(h, set, key, info, guard))
     }
 }
@@ -454,7 +473,7 @@ pub(crate) struct Inner<M: PMem> {
 pub(crate) struct Deferred {
     /// Nodes whose Delete or Remove committed, ready to be removed: (structure, key, the info
     /// word that made them absent).
-    pub(crate) removals: SegQueue<(StructId, u64, Info)>,
+    pub(crate) removals: SegQueue<(StructId, u128, Info)>,
     /// Unlinked nodes no thread can reach any more, ready to be freed.
     pub(crate) frees: SegQueue<u64>,
     /// Blobs replaced by a committed transaction that no thread can read any more.
@@ -580,17 +599,27 @@ impl<M: PMem + 'static> Engine<M> {
         })
     }
 
-    /// Creates a new, empty structure of `kind` whose values are `values`, and returns its id.
-    pub fn create_structure(&self, kind: StructureKind, values: Values) -> Result<StructId, EngineError> {
+    /// Creates a new, empty structure of `kind` whose keys are of width `keys` and whose values
+    /// are `values`, and returns its id. The multi-dimensional list takes one-word keys only.
+    pub fn create_structure(
+        &self,
+        kind: StructureKind,
+        keys: KeyWidth,
+        values: Values,
+    ) -> Result<StructId, EngineError> {
+        let wide = keys == KeyWidth::U128;
+        if wide && kind == StructureKind::MdList {
+            return Err(EngineError::KeyWidthUnsupported { kind, keys });
+        }
         let _creating = self.inner.create_lock.lock();
         let pool = &self.inner.pool;
         let set = match kind {
-            StructureKind::List => Set::List(List::create(pool)?),
-            StructureKind::HashMap { buckets } => Set::HashMap(HashMap::create(pool, buckets)?),
-            StructureKind::SkipList => Set::SkipList(SkipList::create(pool)?),
+            StructureKind::List => Set::List(List::create(pool, wide)?),
+            StructureKind::HashMap { buckets } => Set::HashMap(HashMap::create(pool, buckets, wide)?),
+            StructureKind::SkipList => Set::SkipList(SkipList::create(pool, wide)?),
             StructureKind::MdList => Set::MdList(MdList::create(pool)?),
         };
-        let structure = Structure { set, values };
+        let structure = Structure { set, keys, values };
         let slot = pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
         self.inner.structures[slot]
             .set(structure)
@@ -598,24 +627,25 @@ impl<M: PMem + 'static> Engine<M> {
         Ok(StructId(slot as u8))
     }
 
-    /// Creates a new, empty list set of word values and returns its id.
+    /// Creates a new, empty list set of `u64` keys and word values and returns its id.
     pub fn create_list(&self) -> Result<StructId, EngineError> {
-        self.create_structure(StructureKind::List, Values::Words)
+        self.create_structure(StructureKind::List, KeyWidth::U64, Values::Words)
     }
 
-    /// Creates a new, empty skiplist of word values and returns its id.
+    /// Creates a new, empty skiplist of `u64` keys and word values and returns its id.
     pub fn create_skiplist(&self) -> Result<StructId, EngineError> {
-        self.create_structure(StructureKind::SkipList, Values::Words)
+        self.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Words)
     }
 
-    /// Creates a new, empty multi-dimensional list of word values and returns its id.
+    /// Creates a new, empty multi-dimensional list of `u64` keys and word values and returns its id.
     pub fn create_mdlist(&self) -> Result<StructId, EngineError> {
-        self.create_structure(StructureKind::MdList, Values::Words)
+        self.create_structure(StructureKind::MdList, KeyWidth::U64, Values::Words)
     }
 
-    /// Creates a new, empty hash map of word values with `buckets` buckets and returns its id.
+    /// Creates a new, empty hash map of `u64` keys and word values with `buckets` buckets and
+    /// returns its id.
     pub fn create_hash_map(&self, buckets: u64) -> Result<StructId, EngineError> {
-        self.create_structure(StructureKind::HashMap { buckets }, Values::Words)
+        self.create_structure(StructureKind::HashMap { buckets }, KeyWidth::U64, Values::Words)
     }
 
     /// What the values of structure `s` are.
@@ -629,9 +659,14 @@ impl<M: PMem + 'static> Engine<M> {
         (0..s.len()).filter(|&i| s[i].get().is_some()).map(|i| StructId(i as u8)).collect()
     }
 
+    /// The width of the keys of structure `s`.
+    pub fn keys(&self, s: StructId) -> Result<KeyWidth, EngineError> {
+        Ok(self.inner.structure(s)?.keys)
+    }
+
     /// The present keys of a structure with their values, in key order: a snapshot (see
     /// [`Handle::range`]).
-    pub fn entries(&self, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
+    pub fn entries<K: Key>(&self, s: StructId) -> Result<Vec<(K, u64)>, EngineError> {
         self.handle()?.range(s, ..)
     }
 
@@ -704,6 +739,11 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(self.inner.structure(s)?.values)
     }
 
+    /// The width of the keys of structure `s`.
+    pub fn keys(&self, s: StructId) -> Result<KeyWidth, EngineError> {
+        Ok(self.inner.structure(s)?.keys)
+    }
+
     /// Takes a free descriptor ring (or a new one) for this handle.
     fn take_ring(&mut self) -> Result<(), EngineError> {
         let inner = &self.inner;
@@ -745,8 +785,8 @@ impl<M: PMem + 'static> Handle<M> {
     }
 
     /// Refuses, before anything changes, a transaction the engine cannot run: too many ops, an
-    /// unknown structure, a value of the wrong kind for its structure, or a byte value longer than
-    /// a blob can be. Returns whether an op is on a structure of byte values.
+    /// unknown structure, a key or value of the wrong kind for its structure, or a byte value
+    /// longer than a blob can be. Returns whether an op is on a structure of byte values.
     fn check(&self, tx: &Transaction) -> Result<bool, EngineError> {
         let n = tx.ops.len();
         if n > MAX_OPS {
@@ -755,6 +795,9 @@ impl<M: PMem + 'static> Handle<M> {
         let mut bytes = false;
         for (op, span) in tx.ops.iter().zip(&tx.spans) {
             let structure = self.inner.structure(op.structure)?;
+            if op.width != structure.keys || (op.width == KeyWidth::U64 && op.key > u64::MAX as u128) {
+                return Err(EngineError::WrongKey { structure: op.structure.0, expected: structure.keys });
+            }
             bytes |= structure.values == Values::Bytes;
             if op.kind.writes() != Some(true) {
                 continue;
@@ -794,7 +837,8 @@ impl<M: PMem + 'static> Handle<M> {
         if self.ring.is_none() {
             self.take_ring()?;
         }
-        let desc_len = desc_bytes(n);
+        let wide = tx.ops.iter().any(|op| op.key >> 64 != 0);
+        let desc_len = desc_bytes(n, wide);
         if self.cursor + desc_len > self.ring_end {
             return Err(EngineError::RingFull);
         }
@@ -830,7 +874,7 @@ impl<M: PMem + 'static> Handle<M> {
             let value = if blob { blobs[i] } else { op.value };
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         });
-        descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), stored);
+        descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), wide, stored);
         self.help_stack.push(d);
         let failed = self.run(d, 0, guard);
         self.help_stack.pop();
@@ -1021,7 +1065,7 @@ impl<M: PMem + 'static> Handle<M> {
         // Relaxed: every thread computes the same checksum; the fence below orders it for the
         // media and the state CAS for other threads.
         mem.store(d + CHECK, desc.checksum(txid), Ordering::Relaxed);
-        mem.flush_range(d, persisted_bytes(desc.nops()));
+        mem.flush_range(d, desc.persisted_bytes());
         if desc.has_blobs() {
             // This thread's fence covers only the lines this thread flushed: every thread that
             // persists the descriptor flushes its blobs too (written before it was published).

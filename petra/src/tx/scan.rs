@@ -26,23 +26,24 @@ use std::ops::{Bound, RangeBounds};
 
 use super::{Blobs, Handle, Set, StructId};
 use crate::error::EngineError;
+use crate::key::Key;
 use crate::mem::PMem;
 use crate::structures::LinkedSet;
 
 /// Collects compared under one pin before the scan unpins and starts over.
 const ATTEMPTS_PER_PIN: usize = 8;
 
-/// Inclusive bounds of `range`, or `None` if it holds no key.
-fn inclusive(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> {
+/// Inclusive bounds of `range`, as key encodings, or `None` if it holds no key.
+fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u128)> {
     let lo = match range.start_bound() {
-        Bound::Included(&k) => k,
-        Bound::Excluded(&k) => k.checked_add(1)?,
+        Bound::Included(&k) => k.to_bits(),
+        Bound::Excluded(&k) => k.to_bits().checked_add(1)?,
         Bound::Unbounded => 0,
     };
     let hi = match range.end_bound() {
-        Bound::Included(&k) => k,
-        Bound::Excluded(&k) => k.checked_sub(1)?,
-        Bound::Unbounded => u64::MAX,
+        Bound::Included(&k) => k.to_bits(),
+        Bound::Excluded(&k) => k.to_bits().checked_sub(1)?,
+        Bound::Unbounded => u128::MAX,
     };
     (lo <= hi).then_some((lo, hi))
 }
@@ -51,20 +52,24 @@ impl<M: PMem + 'static> Handle<M> {
     /// The present keys of structure `s` in `range`, with their values, in key order: the state
     /// of the range at one instant during the call (a linearizable snapshot). On the hash map a
     /// range walks every bucket. The values of a structure of [`Values`](super::Values)`::Bytes`
-    /// are blob words: read them with [`range_with`](Handle::range_with).
-    pub fn range(&mut self, s: StructId, range: impl RangeBounds<u64>) -> Result<Vec<(u64, u64)>, EngineError> {
+    /// are blob words: read them with [`range_with`](Handle::range_with). `K` must be of the
+    /// structure's key width ([`EngineError::WrongKey`] otherwise).
+    pub fn range<K: Key>(&mut self, s: StructId, range: impl RangeBounds<K>) -> Result<Vec<(K, u64)>, EngineError> {
         self.range_with(s, range, |entries, _| entries)
     }
 
     /// [`range`](Handle::range), then `f` with the entries and a reader of the byte values they
     /// name, while those cannot be freed.
-    pub fn range_with<R>(
+    pub fn range_with<K: Key, R>(
         &mut self,
         s: StructId,
-        range: impl RangeBounds<u64>,
-        f: impl FnOnce(Vec<(u64, u64)>, &Blobs<'_, M>) -> R,
+        range: impl RangeBounds<K>,
+        f: impl FnOnce(Vec<(K, u64)>, &Blobs<'_, M>) -> R,
     ) -> Result<R, EngineError> {
         let structure = self.inner.structure(s)?;
+        if structure.keys != K::WIDTH {
+            return Err(EngineError::WrongKey { structure: s.0, expected: structure.keys });
+        }
         let Some((lo, hi)) = inclusive(&range) else {
             let guard = self.epoch.pin();
             return Ok(f(Vec::new(), &Blobs { pool: &self.inner.pool, _guard: &guard }));
@@ -79,13 +84,14 @@ impl<M: PMem + 'static> Handle<M> {
                 next.clear();
                 on_set!(&structure.set, set => set.collect(self, lo, hi, &guard, &mut next));
                 if next == prev {
-                    let mut out: Vec<(u64, u64)> =
+                    let mut out: Vec<(u128, u64)> =
                         next.iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))).collect();
                     if !ordered {
                         // A structure walked out of key order may also meet a node twice.
                         out.sort_unstable();
                         out.dedup_by_key(|e| e.0);
                     }
+                    let out = out.into_iter().map(|(k, v)| (K::from_bits(k), v)).collect();
                     return Ok(f(out, &Blobs { pool: &self.inner.pool, _guard: &guard }));
                 }
                 std::mem::swap(&mut prev, &mut next);
@@ -100,16 +106,19 @@ mod tests {
 
     #[test]
     fn bounds_become_inclusive() {
-        assert_eq!(inclusive(&(..)), Some((0, u64::MAX)));
-        assert_eq!(inclusive(&(3..7)), Some((3, 6)));
-        assert_eq!(inclusive(&(3..=7)), Some((3, 7)));
-        assert_eq!(inclusive(&(..0)), None);
-        assert_eq!(inclusive(&(5..5)), None);
-        let (from, to) = (7, 3);
+        assert_eq!(inclusive::<u64>(&(..)), Some((0, u128::MAX)));
+        assert_eq!(inclusive(&(3u64..7)), Some((3, 6)));
+        assert_eq!(inclusive(&(3u64..=7)), Some((3, 7)));
+        assert_eq!(inclusive(&(..0u64)), None);
+        assert_eq!(inclusive(&(5u64..5)), None);
+        let (from, to) = (7u64, 3);
         assert_eq!(inclusive(&(from..to)), None);
-        let above = (std::ops::Bound::Excluded(u64::MAX), std::ops::Bound::Unbounded);
+        let above = (std::ops::Bound::Excluded(u128::MAX), std::ops::Bound::Unbounded);
         assert_eq!(inclusive(&above), None);
-        let above = (std::ops::Bound::Excluded(4), std::ops::Bound::Unbounded);
-        assert_eq!(inclusive(&above), Some((5, u64::MAX)));
+        // Above the largest one-word key: nothing of one word is, but the bounds say so.
+        let above = (std::ops::Bound::Excluded(u64::MAX), std::ops::Bound::Unbounded);
+        assert_eq!(inclusive(&above), Some((1 << 64, u128::MAX)));
+        let above = (std::ops::Bound::Excluded(4u64), std::ops::Bound::Unbounded);
+        assert_eq!(inclusive(&above), Some((5, u128::MAX)));
     }
 }
