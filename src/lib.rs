@@ -255,23 +255,20 @@ pub mod kinds {
         if h.keys(s)? == KeyWidth::U64 {
             return h.range_with(s, r, f);
         }
-        // The two-word keys of one-word keys lo..=hi: from lo's high word to hi's.
+        // The two-word keys of one-word key k run from k << 64 to k << 64 | u64::MAX.
+        let first = |k: &u64| (*k as u128) << 64;
+        let last = |k: &u64| first(k) | u64::MAX as u128;
         let lo = match r.start_bound() {
-            Bound::Included(&k) => Some(k),
-            Bound::Excluded(&k) => k.checked_add(1),
-            Bound::Unbounded => Some(0),
+            Bound::Included(k) => Bound::Included(first(k)),
+            Bound::Excluded(k) => Bound::Excluded(last(k)),
+            Bound::Unbounded => Bound::Unbounded,
         };
         let hi = match r.end_bound() {
-            Bound::Included(&k) => Some(k),
-            Bound::Excluded(&k) => k.checked_sub(1),
-            Bound::Unbounded => Some(u64::MAX),
+            Bound::Included(k) => Bound::Included(last(k)),
+            Bound::Excluded(k) => Bound::Excluded(first(k)),
+            Bound::Unbounded => Bound::Unbounded,
         };
-        // Nothing of one-word keys lo..=hi: an empty range of two-word keys.
-        let (lo, hi) = match (lo, hi) {
-            (Some(lo), Some(hi)) if lo <= hi => ((lo as u128) << 64, (hi as u128) << 64 | u64::MAX as u128),
-            _ => (1, 0),
-        };
-        h.range_with(s, lo..=hi, |entries: Vec<(u128, u64)>, blobs| {
+        h.range_with(s, (lo, hi), |entries: Vec<(u128, u64)>, blobs| {
             f(entries.into_iter().map(|(k, w)| (narrow_key(k), w)).collect(), blobs)
         })
     }

@@ -165,8 +165,8 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
     let keys = if case.wide_keys { KeyWidth::U128 } else { KeyWidth::U64 };
     let list = engine.create_structure(kind, keys, values).map_err(|e| e.to_string())?;
     let bytes = vec![0x5Au8; case.value_size];
-    let value = Value { bytes: (case.value_size > 0).then_some(&bytes[..]), wide_keys: case.wide_keys };
-    prefill(&engine, list, w.key_range, case.prefill, case.seed, value)?;
+    let encoding = Encoding { bytes: (case.value_size > 0).then_some(&bytes[..]), wide_keys: case.wide_keys };
+    prefill(&engine, list, w.key_range, case.prefill, case.seed, encoding)?;
     let barrier = Barrier::new(case.threads + 1);
     let (start, per_thread) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..case.threads)
@@ -180,8 +180,8 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
                     let (mut committed, mut aborted) = (0, 0);
                     // Take the descriptor ring (a region, zeroed and persisted once) before timing.
                     let mut warm = Transaction::new();
-                    value.push(&mut warm, list, OpKind::Get, 0, 0);
-                    value.push(&mut warm, list, OpKind::Get, 1, 0);
+                    encoding.push(&mut warm, list, OpKind::Get, 0, 0);
+                    encoding.push(&mut warm, list, OpKind::Get, 1, 0);
                     h.execute(&warm).map_err(|e| e.to_string())?;
                     barrier.wait();
                     let before = MemCounts::current();
@@ -189,7 +189,7 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
                         w.next_tx(&mut rng, &mut ops);
                         tx.clear();
                         for op in &ops {
-                            value.push(&mut tx, list, op.kind, op.key, op.value);
+                            encoding.push(&mut tx, list, op.kind, op.key, op.value);
                         }
                         match h.execute(&tx).map_err(|e| e.to_string())? {
                             Outcome::Committed { .. } => committed += 1,
@@ -221,12 +221,12 @@ pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String
 /// The keys and values a run writes: the op's key as one word or as two, and the op's word or
 /// the same bytes for every write.
 #[derive(Debug, Clone, Copy)]
-struct Value<'a> {
+struct Encoding<'a> {
     bytes: Option<&'a [u8]>,
     wide_keys: bool,
 }
 
-impl Value<'_> {
+impl Encoding<'_> {
     /// Adds the op `kind` on `key` to `tx`, with the word `word` or with the run's bytes.
     fn push(self, tx: &mut Transaction, s: petra::StructId, kind: OpKind, key: u64, word: u64) {
         let op = if self.wide_keys {
@@ -248,7 +248,7 @@ fn prefill<M: petra::mem::PMem + 'static>(
     key_range: u64,
     share: f64,
     seed: u64,
-    value: Value<'_>,
+    encoding: Encoding<'_>,
 ) -> Result<(), String> {
     use rand::Rng;
     let mut h = engine.handle().map_err(|e| e.to_string())?;
@@ -258,7 +258,7 @@ fn prefill<M: petra::mem::PMem + 'static>(
     while inserted < target {
         let mut tx = Transaction::new();
         for _ in 0..16.min(target - inserted) {
-            value.push(&mut tx, list, OpKind::Put, rng.random_range(0..key_range), 0);
+            encoding.push(&mut tx, list, OpKind::Put, rng.random_range(0..key_range), 0);
         }
         if let Outcome::Committed { results, .. } = h.execute(&tx).map_err(|e| e.to_string())? {
             inserted += results.iter().filter(|r| r.is_none()).count() as u64;

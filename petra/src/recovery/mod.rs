@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::error::EngineError;
-use crate::key::KeyWidth;
 use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool, RebuildReport};
 use crate::structures::list::{self, NEXT};
@@ -156,7 +155,7 @@ pub(crate) fn recover<M: PMem + 'static>(
         }
         let slot = (norm >> 8) as u8;
         let Some(structure) = structures.get(&slot) else { return };
-        let key = load_key(mem, node, structure.keys == KeyWidth::U128);
+        let key = load_key(mem, node, structure.set.wide());
         let value = mem.load(node + VALUE, Ordering::Relaxed);
         if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
             return;
@@ -181,7 +180,7 @@ pub(crate) fn recover<M: PMem + 'static>(
             state.range((slot, 0)..=(slot, u128::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
         report.present_keys += present.len() as u64;
         let bytes = |key| structure.node_bytes::<M>(key);
-        let wide = structure.keys == KeyWidth::U128;
+        let wide = structure.set.wide();
         // (node, key), in key order.
         let mut nodes = Vec::with_capacity(present.len());
         for &(key, value) in &present {

@@ -128,6 +128,11 @@ impl State {
     pub const ACTIVE: State = State { status: TxStatus::Active, pstatus: PersistStatus::Maybe };
 }
 
+/// Whether a descriptor with header `header` has 32-byte ops.
+fn is_wide(header: u64) -> bool {
+    (header >> 8) & FLAG_WIDE != 0
+}
+
 fn op_bytes(wide: bool) -> u64 {
     if wide { WIDE_OP_BYTES } else { OP_BYTES }
 }
@@ -191,7 +196,7 @@ impl<'m, M: PMem> Desc<'m, M> {
 
     /// Whether the ops are 32 bytes (some key has a high word).
     pub fn wide(&self) -> bool {
-        (self.header() >> 8) & FLAG_WIDE != 0
+        is_wide(self.header())
     }
 
     /// Bytes of the persisted part.
@@ -199,8 +204,9 @@ impl<'m, M: PMem> Desc<'m, M> {
         persisted_bytes(self.nops(), self.wide())
     }
 
-    fn op_base(&self, i: usize) -> u64 {
-        self.off + OPS + op_bytes(self.wide()) * i as u64
+    /// Offset of op `i` in a descriptor whose header is `header`.
+    fn op_base(&self, header: u64, i: usize) -> u64 {
+        self.off + OPS + op_bytes(is_wide(header)) * i as u64
     }
 
     pub fn state(&self) -> State {
@@ -239,10 +245,11 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     pub fn op(&self, i: usize) -> StoredOp {
-        let base = self.op_base(i);
+        let header = self.header();
+        let base = self.op_base(header, i);
         let w0 = self.mem.load(base, Ordering::Relaxed);
         let lo = self.mem.load(base + 8, Ordering::Relaxed) as u128;
-        let hi = if self.wide() { self.mem.load(base + 24, Ordering::Relaxed) as u128 } else { 0 };
+        let hi = if is_wide(header) { self.mem.load(base + 24, Ordering::Relaxed) as u128 } else { 0 };
         StoredOp {
             kind: w0 as u8,
             structure: (w0 >> 8) as u8,
@@ -254,7 +261,8 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     fn volatile(&self, i: usize) -> u64 {
-        self.op_base(self.nops()) + VOLATILE_BYTES * i as u64
+        let header = self.header();
+        self.op_base(header, (header & 0xFF) as usize) + VOLATILE_BYTES * i as u64
     }
 
     /// Offset of op `i`'s `prev` word.

@@ -384,15 +384,32 @@ pub(crate) enum Set {
     MdList(MdList),
 }
 
-/// A structure known to the engine: its set, the width of its keys and what its values are.
+impl Set {
+    /// Whether its keys are two words (each set keeps this for its own searches).
+    pub(crate) fn wide(&self) -> bool {
+        match self {
+            Set::List(l) => l.wide,
+            Set::HashMap(m) => m.wide,
+            Set::SkipList(l) => l.wide,
+            Set::MdList(_) => false,
+        }
+    }
+}
+
+/// A structure known to the engine: its set (which knows its key width) and what its values
+/// are.
 #[derive(Debug, Clone)]
 pub(crate) struct Structure {
     pub(crate) set: Set,
-    pub(crate) keys: KeyWidth,
     pub(crate) values: Values,
 }
 
 impl Structure {
+    /// The width of its keys.
+    pub(crate) fn keys(&self) -> KeyWidth {
+        if self.set.wide() { KeyWidth::U128 } else { KeyWidth::U64 }
+    }
+
     /// The root table entry that names the structure.
     pub(crate) fn root_entry(&self) -> RootEntry {
         let (kind, params) = match &self.set {
@@ -402,7 +419,7 @@ impl Structure {
             Set::MdList(l) => (KIND_MDLIST, [l.head, 0]),
         };
         let bytes = if self.values == Values::Bytes { FLAG_BYTES } else { 0 };
-        let wide = if self.keys == KeyWidth::U128 { FLAG_WIDE_KEYS } else { 0 };
+        let wide = if self.set.wide() { FLAG_WIDE_KEYS } else { 0 };
         RootEntry { kind, flags: bytes | wide, params: [params[0], params[1], 0, 0, 0, 0] }
     }
 
@@ -420,9 +437,8 @@ impl Structure {
             KIND_MDLIST if !wide => Set::MdList(MdList { head: a }),
             _ => return None,
         };
-        let keys = if wide { KeyWidth::U128 } else { KeyWidth::U64 };
         let values = if entry.flags & FLAG_BYTES != 0 { Values::Bytes } else { Values::Words };
-        Some(Structure { set, keys, values })
+        Some(Structure { set, values })
     }
 
     /// Bytes of a node for `key`.
@@ -619,7 +635,7 @@ impl<M: PMem + 'static> Engine<M> {
             StructureKind::SkipList => Set::SkipList(SkipList::create(pool, wide)?),
             StructureKind::MdList => Set::MdList(MdList::create(pool)?),
         };
-        let structure = Structure { set, keys, values };
+        let structure = Structure { set, values };
         let slot = pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
         self.inner.structures[slot]
             .set(structure)
@@ -661,7 +677,7 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// The width of the keys of structure `s`.
     pub fn keys(&self, s: StructId) -> Result<KeyWidth, EngineError> {
-        Ok(self.inner.structure(s)?.keys)
+        Ok(self.inner.structure(s)?.keys())
     }
 
     /// The present keys of a structure with their values, in key order: a snapshot (see
@@ -741,7 +757,7 @@ impl<M: PMem + 'static> Handle<M> {
 
     /// The width of the keys of structure `s`.
     pub fn keys(&self, s: StructId) -> Result<KeyWidth, EngineError> {
-        Ok(self.inner.structure(s)?.keys)
+        Ok(self.inner.structure(s)?.keys())
     }
 
     /// Takes a free descriptor ring (or a new one) for this handle.
@@ -795,8 +811,9 @@ impl<M: PMem + 'static> Handle<M> {
         let mut bytes = false;
         for (op, span) in tx.ops.iter().zip(&tx.spans) {
             let structure = self.inner.structure(op.structure)?;
-            if op.width != structure.keys || (op.width == KeyWidth::U64 && op.key > u64::MAX as u128) {
-                return Err(EngineError::WrongKey { structure: op.structure.0, expected: structure.keys });
+            let keys = structure.keys();
+            if op.width != keys || (op.width == KeyWidth::U64 && op.key > u64::MAX as u128) {
+                return Err(EngineError::WrongKey { structure: op.structure.0, expected: keys });
             }
             bytes |= structure.values == Values::Bytes;
             if op.kind.writes() != Some(true) {

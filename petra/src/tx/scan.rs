@@ -67,8 +67,8 @@ impl<M: PMem + 'static> Handle<M> {
         f: impl FnOnce(Vec<(K, u64)>, &Blobs<'_, M>) -> R,
     ) -> Result<R, EngineError> {
         let structure = self.inner.structure(s)?;
-        if structure.keys != K::WIDTH {
-            return Err(EngineError::WrongKey { structure: s.0, expected: structure.keys });
+        if structure.keys() != K::WIDTH {
+            return Err(EngineError::WrongKey { structure: s.0, expected: structure.keys() });
         }
         let Some((lo, hi)) = inclusive(&range) else {
             let guard = self.epoch.pin();
