@@ -79,6 +79,7 @@ pub(crate) fn load_key<M: PMem>(mem: &M, node: u64, wide: bool) -> u128 {
 /// Writes the key of a new (unpublished) node.
 pub(crate) fn store_key<M: PMem>(mem: &M, node: u64, key: u128, wide: bool) {
     debug_assert!(wide || key >> 64 == 0, "a two-word key in a structure of one-word keys");
+    // Relaxed: the node is unpublished; the CAS that links it (Release) publishes the key.
     mem.store(node + KEY, key as u64, Ordering::Relaxed);
     if wide {
         mem.store(node + KEY_HI, (key >> 64) as u64, Ordering::Relaxed);
