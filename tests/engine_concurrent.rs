@@ -142,13 +142,16 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
         let at_lo = h.iter().rev().find(|(t, _)| *t <= lo).map(|(_, v)| *v).unwrap_or(None);
         let mut candidates = vec![at_lo];
         candidates.extend(h.iter().filter(|(t, _)| *t > lo && *t <= r.hi).map(|(_, v)| *v));
-        assert!(
-            candidates.contains(&r.result),
-            "{:?} read {:?} between txids {lo} and {}, when the key held only {candidates:?}",
-            r.op,
-            r.result,
-            r.hi
-        );
+        if !candidates.contains(&r.result) {
+            // Where the value read was set, if anywhere, and the key's history around the window.
+            let set_at: Vec<u64> = h.iter().filter(|(_, v)| *v == r.result && v.is_some()).map(|(t, _)| *t).collect();
+            let near: Vec<&(u64, Option<u64>)> = h.iter().filter(|(t, _)| *t + 50 >= lo && *t <= r.hi + 50).collect();
+            panic!(
+                "{:?} read {:?} between txids {lo} and {}, when the key held only {candidates:?}; \
+                 that value was set by txids {set_at:?}; the key's history near the window: {near:?}",
+                r.op, r.result, r.hi
+            );
+        }
     }
     for s in lists {
         assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "final state of {s:?}");

@@ -220,3 +220,26 @@ fn skiplist_towers_built_side_by_side_link_every_level_in_order() {
         }
     });
 }
+
+#[test]
+fn a_single_read_never_sees_a_state_inside_a_transaction() {
+    // A transaction writes key 5, reads it and writes it again; a concurrent single read (no
+    // descriptor) must see the value before it or after it, never the first write, which no
+    // serial order shows. The read may meet any of the three ops in the node's info word, and
+    // reach the first through the second's `prev`.
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(5, 1)]);
+        let (e1, e2) = (engine.clone(), engine.clone());
+        let t1 = loom::thread::spawn(move || {
+            let tx = Transaction::new().put(s, 5u64, 2).get(s, 5u64).put(s, 5u64, 3).clone();
+            e1.handle().unwrap().execute(&tx).unwrap()
+        });
+        let t2 = loom::thread::spawn(move || e2.handle().unwrap().execute(Transaction::new().get(s, 5u64)).unwrap());
+        let (w, r) = (t1.join().unwrap(), t2.join().unwrap());
+        assert_eq!(committed(&w).0, &vec![Some(1), Some(2), Some(2)]);
+        let Outcome::Committed { results, txid: None } = r else { panic!("a single read: {r:?}") };
+        assert!(results[0] == Some(1) || results[0] == Some(3), "the single read saw {:?}", results[0]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(5, 3)]);
+    });
+}

@@ -260,6 +260,17 @@ impl<'m, M: PMem> Desc<'m, M> {
         }
     }
 
+    /// The last op from op `i` (which is `op`) on that writes `op`'s key in `op`'s structure:
+    /// what a committed transaction left at a node whose info word names op `i`. `None` if no
+    /// op from `i` on writes the key (the node then holds the state before op `i`).
+    pub fn last_write_of_key(&self, i: usize, op: StoredOp) -> Option<StoredOp> {
+        (i + 1..self.nops())
+            .rev()
+            .map(|k| self.op(k))
+            .chain(std::iter::once(op))
+            .find(|o| o.structure == op.structure && o.key == op.key && !super::OpKind::from_code(o.kind).is_read())
+    }
+
     fn volatile(&self, i: usize) -> u64 {
         let header = self.header();
         self.op_base(header, (header & 0xFF) as usize) + VOLATILE_BYTES * i as u64

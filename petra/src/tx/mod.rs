@@ -11,11 +11,13 @@
 //!
 //! # Visibility (Algorithm 5.2 with PETRA's rule)
 //! The state of a key is read from its node's info word. A reference to operation `i` of
-//! descriptor `D` means: the state after op `i` if `D` is committed **and persisted** (a reader
-//! that meets a committed, unpersisted `D` persists it first), or if `D` is the reader's own
-//! transaction; otherwise the state before op `i`. The state before op `i` is the state of the
-//! info word op `i` replaced, which the op keeps in its volatile `prev` word (or "no node" if op
-//! `i` created the node). Unlike LFTT's strict operations, total operations (Put, Remove, Get)
+//! descriptor `D` means, to `D` itself, the state after op `i`. To any other reader it means: if
+//! `D` is committed **and persisted** (a reader that meets a committed, unpersisted `D` persists
+//! it first), the state `D` left, that of `D`'s last write of the key from op `i` on (the word
+//! may have been read before a later op of `D` on the key replaced it); otherwise, or if no op
+//! from `i` on writes the key, the state before op `i`. The state before op `i` is the state of
+//! the info word op `i` replaced, which the op keeps in its volatile `prev` word (or "no node" if
+//! op `i` created the node). Unlike LFTT's strict operations, total operations (Put, Remove, Get)
 //! do not imply their before-state, so it is recorded and, once known, cached in the op.
 //!
 //! # Exactly-once execution
@@ -1139,19 +1141,26 @@ impl<M: PMem + 'static> Handle<M> {
             let (d2, j) = (cur.desc(), cur.opid());
             let desc2 = Desc::new(mem, d2);
             let s = desc2.state();
-            let applied = match s.status {
+            let op2 = desc2.op(j);
+            // The op whose write the word stands for, if d2's writes count for `me`. Its own
+            // transaction sees op j's own write. Any other reader sees a committed d2's last
+            // write of the key: the word may have been read while d2 was still active, before a
+            // later op of d2 on the same key replaced it, and op j's write alone is a state
+            // inside d2 that no serial order shows.
+            let writer = match s.status {
                 TxStatus::Committed => {
                     if s.pstatus != PersistStatus::Persisted {
                         self.persist(d2);
                     }
-                    true
+                    if me == Some(d2) { Some(op2) } else { desc2.last_write_of_key(j, op2) }
                 }
-                TxStatus::Aborted => false,
-                TxStatus::Active => me == Some(d2),
+                TxStatus::Aborted => None,
+                TxStatus::Active => (me == Some(d2)).then_some(op2),
             };
-            let op2 = desc2.op(j);
-            if applied && let Some(present) = OpKind::from_code(op2.kind).writes() {
-                return present.then_some(op2.value);
+            if let Some(w) = writer
+                && let Some(present) = OpKind::from_code(w.kind).writes()
+            {
+                return present.then_some(w.value);
             }
             // The state before op j of d2.
             if let Some(cached) = read_cache(mem, &desc2, j) {
