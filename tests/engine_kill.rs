@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
 use petra_suite::model::Model;
 use petra_suite::scratch_dir;
@@ -65,13 +65,6 @@ fn child(arg: &str) {
         match petra_suite::kinds::execute(&mut h, &tx) {
             Ok(out) if out.is_committed() => ack("C"),
             Ok(_) => ack("A"),
-            // Descriptors are not recycled yet: a child that fills its ring waits for the kill.
-            Err(EngineError::RingFull) => {
-                ack("A");
-                loop {
-                    std::thread::sleep(std::time::Duration::from_secs(1));
-                }
-            }
             Err(e) => panic!("{e}"),
         }
     }

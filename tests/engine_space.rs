@@ -1,5 +1,5 @@
-//! Space: deleted nodes are reclaimed through the epoch collector and reused, and a full
-//! descriptor ring is refused cleanly, never wrapped over live descriptors.
+//! Space: deleted nodes are reclaimed through the epoch collector and reused; a full descriptor
+//! ring is left for a new one, never wrapped over live descriptors, until the pool is full.
 
 use std::sync::Arc;
 
@@ -88,16 +88,50 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
 }
 
 #[test]
-fn a_full_ring_is_refused_and_everything_before_it_survives() {
+fn a_thread_whose_ring_is_full_takes_another_and_recovery_reads_them_all() {
     let mem = Arc::new(SimMem::new(0, 256 << 20));
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     // One 64 KiB chunk holds 511 single-op descriptors of 128 bytes after the ring's header line.
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 10 }).unwrap();
+    let ring = || EngineConfig { ring_bytes: 64 << 10 };
+    let engine = Engine::create(pool, ring()).unwrap();
+    let s = engine.create_list().unwrap();
+    let runs = |e: &Engine<Arc<SimMem>>| e.pool().chunk_counts().runs;
+    let before = runs(&engine);
+    let mut h = engine.handle().unwrap();
+    for k in 0..2000u64 {
+        assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
+    }
+    // 2000 descriptors fill three rings and start a fourth.
+    assert_eq!(runs(&engine) - before, 4);
+    drop(h);
+    drop(engine.into_pool().unwrap()); // a crash, as far as the engine knows
+    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), ring()).unwrap();
+    assert_eq!((report.descriptors, report.present_keys), (2000, 2000));
+    assert_eq!(engine.entries::<u64>(s).unwrap(), (0..2000).map(|k| (k, k)).collect::<Vec<_>>());
+    // Recovery voided every descriptor: as many transactions again reuse the four rings.
+    let before = runs(&engine);
+    let mut h = engine.handle().unwrap();
+    for k in 0..2000u64 {
+        assert!(h.execute(Transaction::new().put(s, k, k + 1)).unwrap().is_committed());
+    }
+    assert_eq!(runs(&engine), before);
+    assert_eq!(engine.entries::<u64>(s).unwrap(), (0..2000).map(|k| (k, k + 1)).collect::<Vec<_>>());
+}
+
+#[test]
+fn rings_grow_until_the_pool_is_full_then_transactions_are_refused_whole() {
+    let mem = Arc::new(SimMem::new(0, 512 << 10));
+    // Seven chunks: the engine's meta region, a node chunk, and five more. Recovery must be able to
+    // write the nodes anew before it frees the old ones, so rings may take only four of them.
+    let small = PoolConfig { initial_size: 0, max_size: 512 << 10, chunk_size: 64 << 10, mapping: Mapping::default() };
+    let pool = Pool::create_in(Arc::clone(&mem), &small).unwrap();
+    let ring = || EngineConfig { ring_bytes: 64 << 10 };
+    let engine = Engine::create(pool, ring()).unwrap();
     let s = engine.create_list().unwrap();
     let mut h = engine.handle().unwrap();
     let mut committed = 0u64;
     let err = loop {
-        match h.execute(Transaction::new().put(s, committed, committed)) {
+        match h.execute(Transaction::new().put(s, committed % 4, committed)) {
             Ok(out) => {
                 assert!(out.is_committed());
                 committed += 1;
@@ -105,21 +139,30 @@ fn a_full_ring_is_refused_and_everything_before_it_survives() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, EngineError::RingFull), "{err}");
-    assert_eq!(committed, 511);
-    assert!(err.to_string().contains("ring is full"));
-    // Refused again, and nothing changed.
-    assert!(matches!(h.execute(Transaction::new().put(s, 0u64, 99)), Err(EngineError::RingFull)));
-    assert_eq!(engine.entries::<u64>(s).unwrap().len(), 511);
-    // A reopen recovers everything and empties the rings.
+    // A ring region was refused, and so is the next transaction: nothing of either is there.
+    assert!(
+        matches!(err, EngineError::Alloc(petra::error::AllocError::PoolFull { requested, .. }) if requested == 64 << 10),
+        "{err}"
+    );
+    // Four rings of 511 descriptors: the fifth would have taken the chunk kept for recovery.
+    assert_eq!(committed, 4 * 511);
+    let counts = engine.pool().chunk_counts();
+    assert_eq!((counts.runs, counts.node, counts.free), (5, 1, 0), "{counts:?}");
+    assert!(matches!(h.execute(Transaction::new().put(s, 9u64, 9)), Err(EngineError::Alloc(_))));
+    let expect: Vec<(u64, u64)> = (committed - 4..committed)
+        .map(|c| (c % 4, c))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect();
+    assert_eq!(engine.entries::<u64>(s).unwrap(), expect);
+    // A reopen recovers everything and empties the rings for reuse.
     drop(h);
     drop(engine.into_pool().unwrap());
-    let (engine, report) =
-        Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), EngineConfig { ring_bytes: 64 << 10 }).unwrap();
-    assert_eq!(report.present_keys, 511);
+    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), ring()).unwrap();
+    assert_eq!(report.present_keys, 4);
+    assert_eq!(engine.entries::<u64>(s).unwrap(), expect);
     let mut h = engine.handle().unwrap();
-    assert!(h.execute(Transaction::new().put(s, 0u64, 99)).unwrap().is_committed());
-    assert_eq!(engine.entries::<u64>(s).unwrap()[0], (0, 99));
+    assert!(h.execute(Transaction::new().put(s, 9u64, 9)).unwrap().is_committed());
 }
 
 #[test]

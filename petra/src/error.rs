@@ -145,10 +145,6 @@ pub enum RebuildError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
-    /// The calling thread's descriptor ring is full (descriptors are not recycled yet; reopening
-    /// the pool empties the rings).
-    #[error("the descriptor ring is full: reopen the pool to recycle descriptors")]
-    RingFull,
     /// More ops than a descriptor holds.
     #[error("a transaction holds at most {max} ops, not {ops}")]
     TooManyOps {

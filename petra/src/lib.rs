@@ -53,8 +53,10 @@
 //! allocator from what is live. See [`recovery`].
 //!
 //! # Limits today
-//! Descriptors are not recycled while the pool is open: each thread's ring (64 MiB by default)
-//! eventually refuses transactions with [`EngineError::RingFull`] until the pool is reopened.
+//! Descriptors are not recycled while the pool is open: a thread whose ring (64 MiB by default)
+//! fills up takes another, so the pool grows with the transactions run since it was opened, up to
+//! its maximum size (then transactions are refused with [`error::AllocError::PoolFull`]);
+//! recovery at the next open empties every ring for reuse.
 //! Keys are of one word (`u64`, byte arrays of up to 8 bytes) or two (`u128`, byte arrays of up
 //! to 16 bytes, byte strings of up to 15: [`ShortKey`]), fixed per structure ([`key`]); values
 //! are a word or, in a structure created with [`Values::Bytes`], a byte string. The structures

@@ -291,8 +291,9 @@ impl Outcome {
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Bytes of each thread's descriptor ring. Descriptors are not recycled yet: a ring that
-    /// fills up makes transactions fail with [`EngineError::RingFull`] until the pool is reopened.
+    /// Bytes of a descriptor ring (rounded up to whole chunks). Descriptors are not recycled
+    /// while the pool is open yet: a thread whose ring fills up takes another ring, growing the
+    /// pool, up to its maximum size ([`AllocError::PoolFull`] then); recovery empties them all.
     pub ring_bytes: u64,
 }
 
@@ -326,7 +327,10 @@ struct RingSlot {
     off: u64,
     len: u64,
     cursor: u64,
+    /// A handle writes to it.
     taken: bool,
+    /// Its descriptors reach its end: no handle takes it until the next recovery voids them.
+    full: bool,
 }
 
 /// Runs `$body` with `$set` bound to the structure behind a [`Structure`], whatever its kind:
@@ -561,7 +565,7 @@ impl<M: PMem + 'static> Engine<M> {
         let rings = pool
             .regions(RING_TAG)
             .into_iter()
-            .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false })
+            .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false, full: false })
             .collect();
         let slots: Vec<OnceLock<Structure>> = (0..crate::pool::header::ROOT_ENTRIES).map(|_| OnceLock::new()).collect();
         for (slot, s) in structures.into_iter().enumerate() {
@@ -762,16 +766,32 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(self.inner.structure(s)?.keys())
     }
 
-    /// Takes a free descriptor ring (or a new one) for this handle.
+    /// Takes a descriptor ring with room for this handle: one no handle holds and that is not
+    /// full, or a new one (the pool grows for it). The ring the handle held, if any, is full:
+    /// its descriptors stay where recovery reads them.
     fn take_ring(&mut self) -> Result<(), EngineError> {
         let inner = &self.inner;
         let mut rings = inner.rings.lock();
-        let ring = match rings.iter().position(|r| !r.taken) {
+        if let Some(old) = self.ring.take() {
+            let slot = &mut rings[old];
+            (slot.cursor, slot.taken, slot.full) = (self.cursor, false, true);
+        }
+        let ring = match rings.iter().position(|r| !r.taken && !r.full) {
             Some(i) => i,
             None => {
+                // Recovery writes every present key's node into free chunks before it frees the
+                // old ones (which it can do only after its commit), and it needs at most as many
+                // as the nodes use now: a new ring must leave that many free.
+                let layout = inner.pool.header().layout;
+                let len = inner.config.ring_bytes.next_multiple_of(layout.chunk_size);
+                let used = inner.pool.chunk_counts();
+                let room = layout.chunks_in(inner.pool.max_len()).saturating_sub(used.node + used.blob + used.runs);
+                if room < len / layout.chunk_size + used.node {
+                    let max = inner.pool.max_len();
+                    return Err(EngineError::Alloc(AllocError::PoolFull { requested: len, max }));
+                }
                 let off = inner.pool.alloc_region(RING_TAG, inner.config.ring_bytes)?.get();
-                let len = inner.config.ring_bytes.next_multiple_of(inner.pool.header().layout.chunk_size);
-                rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
+                rings.push(RingSlot { off, len, cursor: off + 64, taken: false, full: false });
                 rings.len() - 1
             }
         };
@@ -853,13 +873,12 @@ impl<M: PMem + 'static> Handle<M> {
             order
         });
         let added = |pos: usize| order.as_ref().map_or(pos, |o| o[pos]);
-        if self.ring.is_none() {
-            self.take_ring()?;
-        }
         let wide = tx.ops.iter().any(|op| op.key >> 64 != 0);
         let desc_len = desc_bytes(n, wide);
-        if self.cursor + desc_len > self.ring_end {
-            return Err(EngineError::RingFull);
+        // A handle without a ring, or whose ring has no room left, takes one that has room.
+        if self.ring.is_none() || self.cursor + desc_len > self.ring_end {
+            self.take_ring()?;
+            debug_assert!(self.cursor + desc_len <= self.ring_end, "a ring of one chunk holds the largest descriptor");
         }
         // Byte values go to blobs, written now; whoever persists the descriptor flushes them with
         // it, under its fence.
