@@ -119,6 +119,30 @@ fn a_thread_whose_ring_is_full_takes_another_and_recovery_reads_them_all() {
 }
 
 #[test]
+fn a_ring_left_almost_full_by_a_dropped_handle_is_not_written_past_its_end() {
+    let mem = Arc::new(SimMem::new(0, 256 << 20));
+    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+    let ring = || EngineConfig { ring_bytes: 64 << 10 };
+    let engine = Engine::create(pool, ring()).unwrap();
+    let s = engine.create_list().unwrap();
+    // 511 descriptors of 128 bytes leave 64 bytes of the ring; its handle is dropped, not full.
+    let mut h = engine.handle().unwrap();
+    for k in 0..511u64 {
+        assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
+    }
+    drop(h);
+    let before = engine.pool().chunk_counts().runs;
+    let mut h = engine.handle().unwrap();
+    assert!(h.execute(Transaction::new().put(s, 511u64, 511)).unwrap().is_committed());
+    assert_eq!(engine.pool().chunk_counts().runs, before + 1, "the next descriptor takes a new ring");
+    drop(h);
+    drop(engine.into_pool().unwrap());
+    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), ring()).unwrap();
+    assert_eq!((report.descriptors, report.present_keys), (512, 512));
+    assert_eq!(engine.entries::<u64>(s).unwrap(), (0..512).map(|k| (k, k)).collect::<Vec<_>>());
+}
+
+#[test]
 fn rings_grow_until_the_pool_is_full_then_transactions_are_refused_whole() {
     let mem = Arc::new(SimMem::new(0, 512 << 10));
     // Seven chunks: the engine's meta region, a node chunk, and five more. Recovery must be able to

@@ -769,14 +769,15 @@ impl<M: PMem + 'static> Handle<M> {
     /// Takes a descriptor ring with room for this handle: one no handle holds and that is not
     /// full, or a new one (the pool grows for it). The ring the handle held, if any, is full:
     /// its descriptors stay where recovery reads them.
-    fn take_ring(&mut self) -> Result<(), EngineError> {
+    fn take_ring(&mut self, desc_len: u64) -> Result<(), EngineError> {
         let inner = &self.inner;
         let mut rings = inner.rings.lock();
         if let Some(old) = self.ring.take() {
             let slot = &mut rings[old];
             (slot.cursor, slot.taken, slot.full) = (self.cursor, false, true);
         }
-        let ring = match rings.iter().position(|r| !r.taken && !r.full) {
+        // A ring a dropped handle left keeps its cursor: it must have room for this descriptor.
+        let ring = match rings.iter().position(|r| !r.taken && !r.full && r.cursor + desc_len <= r.off + r.len) {
             Some(i) => i,
             None => {
                 // Recovery writes every present key's node into free chunks before it frees the
@@ -877,7 +878,7 @@ impl<M: PMem + 'static> Handle<M> {
         let desc_len = desc_bytes(n, wide);
         // A handle without a ring, or whose ring has no room left, takes one that has room.
         if self.ring.is_none() || self.cursor + desc_len > self.ring_end {
-            self.take_ring()?;
+            self.take_ring(desc_len)?;
             debug_assert!(self.cursor + desc_len <= self.ring_end, "a ring of one chunk holds the largest descriptor");
         }
         // Byte values go to blobs, written now; whoever persists the descriptor flushes them with
