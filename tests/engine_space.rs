@@ -5,10 +5,29 @@ use std::sync::Arc;
 
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, EngineError, Transaction};
+use petra::recovery::RecoveryReport;
+use petra::{Engine, EngineConfig, EngineError, StructId, Transaction};
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 1 << 20, max_size: 256 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
+}
+
+/// Rings of one 64 KiB chunk: 511 single-op list descriptors of 128 bytes after the header line.
+fn small_rings() -> EngineConfig {
+    EngineConfig { ring_bytes: 64 << 10 }
+}
+
+/// An engine on small rings over `mem` (a pool made with `config`), with one list.
+fn list_on_small_rings(mem: &Arc<SimMem>, config: &PoolConfig) -> (Engine<Arc<SimMem>>, StructId) {
+    let engine = Engine::create(Pool::create_in(Arc::clone(mem), config).unwrap(), small_rings()).unwrap();
+    let s = engine.create_list().unwrap();
+    (engine, s)
+}
+
+/// Drops `engine` as a crash would and opens it again on small rings.
+fn crash_and_reopen(engine: Engine<Arc<SimMem>>, mem: &Arc<SimMem>) -> (Engine<Arc<SimMem>>, RecoveryReport) {
+    drop(engine.into_pool().unwrap());
+    Engine::open(Pool::open_in(Arc::clone(mem)).unwrap(), small_rings()).unwrap()
 }
 
 #[test]
@@ -90,11 +109,7 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
 #[test]
 fn a_thread_whose_ring_is_full_takes_another_and_recovery_reads_them_all() {
     let mem = Arc::new(SimMem::new(0, 256 << 20));
-    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
-    // One 64 KiB chunk holds 511 single-op descriptors of 128 bytes after the ring's header line.
-    let ring = || EngineConfig { ring_bytes: 64 << 10 };
-    let engine = Engine::create(pool, ring()).unwrap();
-    let s = engine.create_list().unwrap();
+    let (engine, s) = list_on_small_rings(&mem, &config());
     let runs = |e: &Engine<Arc<SimMem>>| e.pool().chunk_counts().runs;
     let before = runs(&engine);
     let mut h = engine.handle().unwrap();
@@ -104,8 +119,7 @@ fn a_thread_whose_ring_is_full_takes_another_and_recovery_reads_them_all() {
     // 2000 descriptors fill three rings and start a fourth.
     assert_eq!(runs(&engine) - before, 4);
     drop(h);
-    drop(engine.into_pool().unwrap()); // a crash, as far as the engine knows
-    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), ring()).unwrap();
+    let (engine, report) = crash_and_reopen(engine, &mem);
     assert_eq!((report.descriptors, report.present_keys), (2000, 2000));
     assert_eq!(engine.entries::<u64>(s).unwrap(), (0..2000).map(|k| (k, k)).collect::<Vec<_>>());
     // Recovery voided every descriptor: as many transactions again reuse the four rings.
@@ -121,10 +135,7 @@ fn a_thread_whose_ring_is_full_takes_another_and_recovery_reads_them_all() {
 #[test]
 fn a_ring_left_almost_full_by_a_dropped_handle_is_not_written_past_its_end() {
     let mem = Arc::new(SimMem::new(0, 256 << 20));
-    let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
-    let ring = || EngineConfig { ring_bytes: 64 << 10 };
-    let engine = Engine::create(pool, ring()).unwrap();
-    let s = engine.create_list().unwrap();
+    let (engine, s) = list_on_small_rings(&mem, &config());
     // 511 descriptors of 128 bytes leave 64 bytes of the ring; its handle is dropped, not full.
     let mut h = engine.handle().unwrap();
     for k in 0..511u64 {
@@ -136,8 +147,7 @@ fn a_ring_left_almost_full_by_a_dropped_handle_is_not_written_past_its_end() {
     assert!(h.execute(Transaction::new().put(s, 511u64, 511)).unwrap().is_committed());
     assert_eq!(engine.pool().chunk_counts().runs, before + 1, "the next descriptor takes a new ring");
     drop(h);
-    drop(engine.into_pool().unwrap());
-    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), ring()).unwrap();
+    let (engine, report) = crash_and_reopen(engine, &mem);
     assert_eq!((report.descriptors, report.present_keys), (512, 512));
     assert_eq!(engine.entries::<u64>(s).unwrap(), (0..512).map(|k| (k, k)).collect::<Vec<_>>());
 }
@@ -148,10 +158,7 @@ fn rings_grow_until_the_pool_is_full_then_transactions_are_refused_whole() {
     // Seven chunks: the engine's meta region, a node chunk, and five more. Recovery must be able to
     // write the nodes anew before it frees the old ones, so rings may take only four of them.
     let small = PoolConfig { initial_size: 0, max_size: 512 << 10, chunk_size: 64 << 10, mapping: Mapping::default() };
-    let pool = Pool::create_in(Arc::clone(&mem), &small).unwrap();
-    let ring = || EngineConfig { ring_bytes: 64 << 10 };
-    let engine = Engine::create(pool, ring()).unwrap();
-    let s = engine.create_list().unwrap();
+    let (engine, s) = list_on_small_rings(&mem, &small);
     let mut h = engine.handle().unwrap();
     let mut committed = 0u64;
     let err = loop {
@@ -181,8 +188,7 @@ fn rings_grow_until_the_pool_is_full_then_transactions_are_refused_whole() {
     assert_eq!(engine.entries::<u64>(s).unwrap(), expect);
     // A reopen recovers everything and empties the rings for reuse.
     drop(h);
-    drop(engine.into_pool().unwrap());
-    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), ring()).unwrap();
+    let (engine, report) = crash_and_reopen(engine, &mem);
     assert_eq!(report.present_keys, 4);
     assert_eq!(engine.entries::<u64>(s).unwrap(), expect);
     let mut h = engine.handle().unwrap();

@@ -329,8 +329,21 @@ struct RingSlot {
     cursor: u64,
     /// A handle writes to it.
     taken: bool,
-    /// Its descriptors reach its end: no handle takes it until the next recovery voids them.
-    full: bool,
+}
+
+impl RingSlot {
+    /// Whether a descriptor of `len` bytes fits after the cursor.
+    fn has_room(&self, len: u64) -> bool {
+        self.cursor + len <= self.off + self.len
+    }
+
+    /// Gives back `ring` (a handle's, if it holds one) with the handle's `cursor`: another handle
+    /// resumes it if it has room, and its descriptors stay where recovery reads them.
+    fn release(rings: &mut [RingSlot], ring: Option<usize>, cursor: u64) {
+        if let Some(ring) = ring {
+            (rings[ring].cursor, rings[ring].taken) = (cursor, false);
+        }
+    }
 }
 
 /// Runs `$body` with `$set` bound to the structure behind a [`Structure`], whatever its kind:
@@ -565,7 +578,7 @@ impl<M: PMem + 'static> Engine<M> {
         let rings = pool
             .regions(RING_TAG)
             .into_iter()
-            .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false, full: false })
+            .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false })
             .collect();
         let slots: Vec<OnceLock<Structure>> = (0..crate::pool::header::ROOT_ENTRIES).map(|_| OnceLock::new()).collect();
         for (slot, s) in structures.into_iter().enumerate() {
@@ -742,12 +755,7 @@ impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
 impl<M: PMem + 'static> Drop for Handle<M> {
     fn drop(&mut self) {
         self.inner.pool.release_cache(&mut self.cache);
-        if let Some(ring) = self.ring {
-            let mut rings = self.inner.rings.lock();
-            let slot = &mut rings[ring];
-            slot.cursor = self.cursor;
-            slot.taken = false;
-        }
+        RingSlot::release(&mut self.inner.rings.lock(), self.ring.take(), self.cursor);
     }
 }
 
@@ -766,33 +774,29 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(self.inner.structure(s)?.keys())
     }
 
-    /// Takes a descriptor ring with room for this handle: one no handle holds and that is not
-    /// full, or a new one (the pool grows for it). The ring the handle held, if any, is full:
-    /// its descriptors stay where recovery reads them.
+    /// Takes, in place of the ring it holds, a ring with room for a descriptor of `desc_len`
+    /// bytes that no handle holds, or a new one (the pool grows for it).
     fn take_ring(&mut self, desc_len: u64) -> Result<(), EngineError> {
         let inner = &self.inner;
         let mut rings = inner.rings.lock();
-        if let Some(old) = self.ring.take() {
-            let slot = &mut rings[old];
-            (slot.cursor, slot.taken, slot.full) = (self.cursor, false, true);
-        }
-        // A ring a dropped handle left keeps its cursor: it must have room for this descriptor.
-        let ring = match rings.iter().position(|r| !r.taken && !r.full && r.cursor + desc_len <= r.off + r.len) {
+        RingSlot::release(&mut rings, self.ring.take(), self.cursor);
+        let ring = match rings.iter().position(|r| !r.taken && r.has_room(desc_len)) {
             Some(i) => i,
             None => {
                 // Recovery writes every present key's node into free chunks before it frees the
                 // old ones (which it can do only after its commit), and it needs at most as many
                 // as the nodes use now: a new ring must leave that many free.
                 let layout = inner.pool.header().layout;
-                let len = inner.config.ring_bytes.next_multiple_of(layout.chunk_size);
+                let chunks = inner.config.ring_bytes.max(1).div_ceil(layout.chunk_size);
+                let len = chunks * layout.chunk_size;
                 let used = inner.pool.chunk_counts();
                 let room = layout.chunks_in(inner.pool.max_len()).saturating_sub(used.node + used.blob + used.runs);
-                if room < len / layout.chunk_size + used.node {
+                if room < chunks + used.node {
                     let max = inner.pool.max_len();
                     return Err(EngineError::Alloc(AllocError::PoolFull { requested: len, max }));
                 }
-                let off = inner.pool.alloc_region(RING_TAG, inner.config.ring_bytes)?.get();
-                rings.push(RingSlot { off, len, cursor: off + 64, taken: false, full: false });
+                let off = inner.pool.alloc_region(RING_TAG, len)?.get();
+                rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
                 rings.len() - 1
             }
         };
