@@ -378,6 +378,9 @@ pub enum StructureKind {
     MdList,
 }
 
+/// What a structure is made for: its kind, key width and values.
+pub type Shape = (StructureKind, KeyWidth, Values);
+
 /// What a structure's value words are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Values {
@@ -424,6 +427,16 @@ pub(crate) struct Structure {
 }
 
 impl Structure {
+    /// Its kind, with its parameters.
+    pub(crate) fn kind(&self) -> StructureKind {
+        match &self.set {
+            Set::List(_) => StructureKind::List,
+            Set::HashMap(m) => StructureKind::HashMap { buckets: m.n },
+            Set::SkipList(_) => StructureKind::SkipList,
+            Set::MdList(_) => StructureKind::MdList,
+        }
+    }
+
     /// The width of its keys.
     pub(crate) fn keys(&self) -> KeyWidth {
         if self.set.wide() { KeyWidth::U128 } else { KeyWidth::U64 }
@@ -686,6 +699,24 @@ impl<M: PMem + 'static> Engine<M> {
     /// What the values of structure `s` are.
     pub fn values(&self, s: StructId) -> Result<Values, EngineError> {
         Ok(self.inner.structure(s)?.values)
+    }
+
+    /// The kind of structure `s`, with its parameters.
+    pub fn kind(&self, s: StructId) -> Result<StructureKind, EngineError> {
+        Ok(self.inner.structure(s)?.kind())
+    }
+
+    /// The structures a pool's root table names, read without opening the engine (nothing is
+    /// written): for a caller that must refuse a pool of another shape untouched. `None` for a
+    /// root entry this build does not know.
+    pub fn structures_in(pool: &Pool<M>) -> Vec<(StructId, Option<Shape>)> {
+        pool.roots()
+            .into_iter()
+            .map(|(slot, entry)| {
+                let s = Structure::from_root_entry(&entry).map(|s| (s.kind(), s.keys(), s.values));
+                (StructId(slot as u8), s)
+            })
+            .collect()
     }
 
     /// The structures, by id.

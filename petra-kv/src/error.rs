@@ -1,0 +1,90 @@
+//! Errors of the store. Every refusal happens before anything changes.
+
+use std::path::PathBuf;
+
+use petra::error::{AllocError, CreateError, EngineError, OpenError};
+
+/// Why a store operation failed. Nothing changed in the store when one of these is returned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KvError {
+    /// A key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN).
+    #[error("a key of {len} bytes is longer than the limit of {max}")]
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value is longer than [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN).
+    #[error("a value of {len} bytes is longer than the limit of {max}")]
+    ValueTooLong {
+        /// The value's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Long keys that share a bucket (see the crate docs) would together take more than a blob
+    /// holds.
+    #[error("the long keys that share a bucket with this one would take {len} bytes, more than the {max} a blob holds")]
+    BucketTooLarge {
+        /// The bytes the bucket would take.
+        len: u64,
+        /// The most a blob holds.
+        max: u64,
+    },
+    /// A batch changes more engine entries than one transaction holds.
+    #[error("a batch changes {entries} entries of the store; one atomic batch changes at most {max}")]
+    BatchTooLarge {
+        /// Entries the batch changes (keys, or buckets of long keys).
+        entries: usize,
+        /// The most one transaction holds.
+        max: usize,
+    },
+    /// The pool cannot grow for the operation: it is at its maximum size.
+    #[error("the store is full: {0}")]
+    Full(AllocError),
+    /// The file is a pool, but not one of a store (or its creation never finished).
+    #[error("{path}: not a petra-kv store: {why}")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What is missing.
+        why: String,
+    },
+    /// The store exists with the other order than the configuration asks for.
+    #[error("the store is {found}, the configuration asks for {asked}")]
+    WrongOrder {
+        /// The store's order.
+        found: &'static str,
+        /// The configuration's.
+        asked: &'static str,
+    },
+    /// Closing while sessions are still open.
+    #[error("the store still has open sessions; drop them before closing")]
+    InUse,
+    /// Creating the pool file failed.
+    #[error(transparent)]
+    Create(#[from] CreateError),
+    /// Opening the pool file failed (the file is left untouched).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(EngineError),
+    /// Syncing or closing the file failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<EngineError> for KvError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Alloc(a @ AllocError::PoolFull { .. }) => KvError::Full(a),
+            e => KvError::Engine(e),
+        }
+    }
+}
+
+/// Results of the store.
+pub type Result<T, E = KvError> = std::result::Result<T, E>;

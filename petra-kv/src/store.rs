@@ -1,0 +1,647 @@
+//! The key-value store: byte keys and values over one engine structure. See the [crate docs](crate).
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, ControlFlow};
+use std::path::{Path, PathBuf};
+
+use parking_lot::{Mutex, MutexGuard};
+use petra::mem::{Durability, MmapMem, PMem};
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::tx::descriptor::MAX_OPS;
+use petra::{
+    Engine, EngineConfig, EngineError, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values,
+};
+
+use crate::error::{KvError, Result};
+use crate::layout::{Bucket, BucketEdit, Placement, Slot, is_bucket, short_key, within};
+
+/// The longest key, in bytes.
+pub const MAX_KEY_LEN: usize = 64 << 10;
+/// The longest value, in bytes.
+pub const MAX_VALUE_LEN: usize = 64 << 20;
+
+/// The meta structure's words: a magic, and the format version.
+const MAGIC_KEY: u64 = 0;
+const MAGIC: u64 = u64::from_be_bytes(*b"PETRAKV1");
+const FORMAT_KEY: u64 = 1;
+const FORMAT: u64 = 1;
+/// Locks serialising writers of buckets (long keys) that hash to the same stripe.
+const STRIPES: usize = 64;
+
+/// How a store orders its keys. Fixed at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// On the skiplist: scans return keys in byte-string order.
+    Sorted,
+    /// On the hash map, of `buckets` buckets (it does not resize: choose about the number of keys
+    /// expected). Scans walk every bucket and return keys in no particular order.
+    Unsorted {
+        /// Buckets of the hash map.
+        buckets: u64,
+    },
+}
+
+impl Order {
+    fn name(self) -> &'static str {
+        match self {
+            Order::Sorted => "sorted",
+            Order::Unsorted { .. } => "unsorted",
+        }
+    }
+
+    fn placement(self) -> Placement {
+        match self {
+            Order::Sorted => Placement::Sorted,
+            Order::Unsorted { .. } => Placement::Hashed,
+        }
+    }
+}
+
+/// Whether opening may create the file, or must.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateMode {
+    /// Open an existing store; fail if there is none.
+    Open,
+    /// Create a new store; fail if the file exists.
+    Create,
+    /// Open the store if the file exists, else create it.
+    OpenOrCreate,
+}
+
+/// Where a store lives and how it is made.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The pool file.
+    pub path: PathBuf,
+    /// Bytes the file starts with (creation only).
+    pub size: u64,
+    /// Bytes the file may grow to (creation only); beyond it writes fail with [`KvError::Full`].
+    pub max_size: u64,
+    /// Whether to create the file.
+    pub create: CreateMode,
+    /// The order of a new store; an existing store must have it ([`KvError::WrongOrder`]).
+    pub order: Order,
+    /// How the file is mapped.
+    pub mapping: Mapping,
+}
+
+impl Config {
+    /// A sorted store at `path`, opened or created, starting at 16 MiB and growing up to 16 GiB.
+    pub fn new(path: impl Into<PathBuf>) -> Config {
+        Config {
+            path: path.into(),
+            size: 16 << 20,
+            max_size: 16 << 30,
+            create: CreateMode::OpenOrCreate,
+            order: Order::Sorted,
+            mapping: Mapping::default(),
+        }
+    }
+}
+
+/// Descriptor rings of a store: small, since a ring that fills up is followed by another.
+fn engine_config() -> EngineConfig {
+    EngineConfig { ring_bytes: 4 << 20 }
+}
+
+/// A key-value store. Share it between threads by reference; each thread works through its own
+/// [`Session`].
+#[derive(Debug)]
+pub struct Store<M: PMem + 'static = MmapMem> {
+    engine: Engine<M>,
+    data: StructId,
+    order: Order,
+    placement: Placement,
+    stripes: Box<[Mutex<()>]>,
+}
+
+impl Store<MmapMem> {
+    /// Opens or creates the store `config` names. Opening recovers the store after a crash:
+    /// every acknowledged write is there, and nothing of any other.
+    pub fn open(config: &Config) -> Result<Store> {
+        let exists = config.path.exists();
+        match config.create {
+            CreateMode::Open => Self::open_file(config),
+            CreateMode::Create => Self::create_file(config),
+            CreateMode::OpenOrCreate if exists => Self::open_file(config),
+            CreateMode::OpenOrCreate => Self::create_file(config),
+        }
+    }
+
+    fn open_file(config: &Config) -> Result<Store> {
+        let store = Store::open_in(Pool::open(&config.path, &config.mapping)?)?;
+        if store.order.name() != config.order.name() {
+            return Err(KvError::WrongOrder { found: store.order.name(), asked: config.order.name() });
+        }
+        Ok(store)
+    }
+
+    fn create_file(config: &Config) -> Result<Store> {
+        let pool_config = PoolConfig {
+            initial_size: config.size,
+            max_size: config.max_size,
+            mapping: config.mapping.clone(),
+            ..PoolConfig::default()
+        };
+        let pool = Pool::create(&config.path, &pool_config)?;
+        Store::create_in(pool, config.order).inspect_err(|_| {
+            // The file is ours (created just now) and holds no store: leave nothing behind.
+            let _ = std::fs::remove_file(&config.path);
+        })
+    }
+
+    /// Flushes the file to its storage (`msync`) and closes it. A store dropped without closing
+    /// loses nothing a crash would not lose.
+    pub fn close(self) -> Result<()> {
+        let pool = self.engine.into_pool().map_err(|_| KvError::InUse)?;
+        Ok(pool.close()?)
+    }
+}
+
+impl<M: PMem + 'static> Store<M> {
+    /// Makes a store of `order` in a new pool.
+    pub fn create_in(pool: Pool<M>, order: Order) -> Result<Store<M>> {
+        let engine = Engine::create(pool, engine_config())?;
+        let meta = engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Words)?;
+        let kind = match order {
+            Order::Sorted => StructureKind::SkipList,
+            Order::Unsorted { buckets } => StructureKind::HashMap { buckets },
+        };
+        let data = engine.create_structure(kind, KeyWidth::U128, Values::Bytes)?;
+        // The magic last: a store whose creation was interrupted is refused, not half-used.
+        let out = engine
+            .handle()?
+            .execute(Transaction::new().insert(meta, MAGIC_KEY, MAGIC).insert(meta, FORMAT_KEY, FORMAT))?;
+        if !out.is_committed() {
+            return Err(KvError::Engine(EngineError::Corrupt("a new store's meta structure is not empty".into())));
+        }
+        Ok(Store::assemble(engine, data, order))
+    }
+
+    /// Opens the store in `pool`, recovering it. A pool whose structures are not a store's is
+    /// refused before recovery, untouched.
+    pub fn open_in(pool: Pool<M>) -> Result<Store<M>> {
+        let path = pool.path().map_or_else(|| PathBuf::from("<memory>"), Path::to_owned);
+        let not_a_store = |why: &str| KvError::NotAStore { path: path.clone(), why: why.to_owned() };
+        let (meta, data) = (StructId(0), StructId(1));
+        let shape = match Engine::structures_in(&pool)[..] {
+            [
+                (m, Some((StructureKind::List, KeyWidth::U64, Values::Words))),
+                (d, Some((kind, KeyWidth::U128, Values::Bytes))),
+            ] if (m, d) == (meta, data) => match kind {
+                StructureKind::SkipList => Ok(Order::Sorted),
+                StructureKind::HashMap { buckets } => Ok(Order::Unsorted { buckets }),
+                _ => Err(not_a_store("its data structure is neither a skiplist nor a hash map")),
+            },
+            _ => Err(not_a_store("its structures are not a store's")),
+        };
+        let order = match shape {
+            Ok(order) => order,
+            Err(refusal) => {
+                // Opening cleared the pool's clean mark; closing puts it back, so a refused
+                // pool is left byte for byte as it was.
+                if pool.was_clean() {
+                    pool.close()?;
+                }
+                return Err(refusal);
+            }
+        };
+        let engine = match Engine::open(pool, engine_config()) {
+            Ok((engine, _report)) => engine,
+            Err(EngineError::NoEngine) => return Err(not_a_store("the pool holds no engine")),
+            Err(e) => return Err(e.into()),
+        };
+        let words = engine.entries::<u64>(meta)?;
+        if !words.contains(&(MAGIC_KEY, MAGIC)) {
+            return Err(not_a_store("no store magic (its creation may not have finished)"));
+        }
+        let format = words.iter().find(|e| e.0 == FORMAT_KEY).map(|e| e.1);
+        if format != Some(FORMAT) {
+            return Err(not_a_store(&format!("format {format:?}, this build reads {FORMAT}")));
+        }
+        Ok(Store::assemble(engine, data, order))
+    }
+
+    fn assemble(engine: Engine<M>, data: StructId, order: Order) -> Store<M> {
+        let stripes = (0..STRIPES).map(|_| Mutex::new(())).collect();
+        Store { engine, data, order, placement: order.placement(), stripes }
+    }
+
+    /// A session for the calling thread (keep one per thread).
+    pub fn session(&self) -> Result<Session<'_, M>> {
+        Ok(Session { store: self, h: self.engine.handle()?, tx: Transaction::new(), buf: Vec::new(), key: Vec::new() })
+    }
+
+    /// The store's order.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// The durability guarantee in force (see the crate docs).
+    pub fn durability(&self) -> Durability {
+        self.engine.pool().durability()
+    }
+
+    /// Flushes the file to its storage (`msync`): what is acknowledged then survives power loss
+    /// on a page-cache pool too.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.engine.pool().sync()?)
+    }
+
+    /// The engine underneath (for tools and tests).
+    pub fn engine(&self) -> &Engine<M> {
+        &self.engine
+    }
+
+    /// Gives the engine back (to close its pool, or in tests to crash it).
+    pub fn into_engine(self) -> Engine<M> {
+        self.engine
+    }
+
+    fn stripe(&self, bucket: u128) -> usize {
+        let h = (bucket ^ (bucket >> 64)) as u64;
+        (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % STRIPES
+    }
+}
+
+/// Puts and removes applied together, atomically: after a crash, all of them or none. A key
+/// given twice keeps its last change.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    changes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> &mut Self {
+        self.changes.insert(key.to_vec(), Some(value.to_vec()));
+        self
+    }
+
+    /// Removes `key` (if present).
+    pub fn remove(&mut self, key: &[u8]) -> &mut Self {
+        self.changes.insert(key.to_vec(), None);
+        self
+    }
+
+    /// Changes in the batch.
+    pub fn len(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// Whether the batch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+/// A thread's access to a [`Store`]: every read and write goes through one.
+#[derive(Debug)]
+pub struct Session<'s, M: PMem + 'static = MmapMem> {
+    store: &'s Store<M>,
+    h: Handle<M>,
+    tx: Transaction,
+    buf: Vec<u8>,
+    key: Vec<u8>,
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(KvError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(KvError::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
+    }
+    Ok(())
+}
+
+/// The engine bounds that hold every key within `lo`..`hi`.
+fn engine_bounds(p: Placement, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> (u128, u128) {
+    let lo = match lo {
+        Bound::Included(k) | Bound::Excluded(k) => p.lower_bound(k),
+        Bound::Unbounded => 0,
+    };
+    let hi = match hi {
+        Bound::Included(k) | Bound::Excluded(k) => p.upper_bound(k),
+        Bound::Unbounded => u128::MAX,
+    };
+    (lo, hi)
+}
+
+impl<'s, M: PMem + 'static> Session<'s, M> {
+    /// The store.
+    pub fn store(&self) -> &'s Store<M> {
+        self.store
+    }
+
+    /// Sets `key` to `value`; durable when it returns.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.apply(&[(key, Some(value))]).map(drop)
+    }
+
+    /// Removes `key`; returns whether it was present. Durable when it returns.
+    pub fn remove(&mut self, key: &[u8]) -> Result<bool> {
+        Ok(self.apply(&[(key, None)])? == 1)
+    }
+
+    /// Applies `batch` atomically. A batch changes at most 64 entries of the engine: its short
+    /// keys (up to 15 bytes) one each, its long keys one per bucket ([`KvError::BatchTooLarge`]).
+    pub fn write(&mut self, batch: &Batch) -> Result<()> {
+        let changes: Vec<(&[u8], Option<&[u8]>)> =
+            batch.changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+        self.apply(&changes).map(drop)
+    }
+
+    /// Calls `f` with the value of `key`, borrowed; `None` if absent.
+    pub fn get_with<R>(&mut self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        check_key(key)?;
+        let slot = self.store.placement.slot(key);
+        self.tx.clear().get(self.store.data, slot.bits());
+        if !self.read_blob()? {
+            return Ok(None);
+        }
+        Ok(match slot {
+            Slot::Own(_) => Some(f(&self.buf)),
+            Slot::Bucket(_) => Bucket::new(&self.buf).get(key).map(f),
+        })
+    }
+
+    /// The value of `key`, copied; `None` if absent.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, <[u8]>::to_vec)
+    }
+
+    /// Whether `key` is present.
+    pub fn exists(&mut self, key: &[u8]) -> Result<bool> {
+        // A short key's presence needs no value copied.
+        check_key(key)?;
+        match self.store.placement.slot(key) {
+            Slot::Own(bits) => {
+                self.tx.clear().get(self.store.data, bits);
+                Ok(self.run_read(|results, _| results[0].is_some()))
+            }
+            Slot::Bucket(_) => Ok(self.get_with(key, |_| ())?.is_some()),
+        }
+    }
+
+    /// Calls `f` with each entry whose key lies within `lo`..`hi`, until it breaks; in key order
+    /// in a sorted store, in no particular order in an unsorted one. The entries are one instant's
+    /// (a snapshot). `f` runs while the engine keeps the values from being freed: keep it short.
+    pub fn scan(
+        &mut self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.walk(lo, hi, true, |k, v| f(k, v.expect("values asked for")))
+    }
+
+    /// The number of keys within `lo`..`hi`.
+    pub fn count(&mut self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<usize> {
+        let mut n = 0;
+        self.walk(lo, hi, false, |_, _| {
+            n += 1;
+            ControlFlow::Continue(())
+        })?;
+        Ok(n)
+    }
+
+    /// The entries within `lo`..`hi`, copied, as an iterator (order as for [`scan`](Session::scan)).
+    pub fn iter(&mut self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<std::vec::IntoIter<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.scan(lo, hi, |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            ControlFlow::Continue(())
+        })?;
+        Ok(out.into_iter())
+    }
+
+    /// Every entry (pmemkv's `get_all`).
+    pub fn get_all(&mut self, f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<()> {
+        self.scan(Bound::Unbounded, Bound::Unbounded, f)
+    }
+
+    /// The entries with keys greater than `key` (pmemkv's `get_above`).
+    pub fn get_above(&mut self, key: &[u8], f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<()> {
+        self.scan(Bound::Excluded(key), Bound::Unbounded, f)
+    }
+
+    /// The entries with keys less than `key` (pmemkv's `get_below`).
+    pub fn get_below(&mut self, key: &[u8], f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<()> {
+        self.scan(Bound::Unbounded, Bound::Excluded(key), f)
+    }
+
+    /// The entries with keys strictly between `lo` and `hi` (pmemkv's `get_between`).
+    pub fn get_between(&mut self, lo: &[u8], hi: &[u8], f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<()> {
+        self.scan(Bound::Excluded(lo), Bound::Excluded(hi), f)
+    }
+
+    /// The number of keys (pmemkv's `count_all`).
+    pub fn count_all(&mut self) -> Result<usize> {
+        self.count(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The number of keys greater than `key`.
+    pub fn count_above(&mut self, key: &[u8]) -> Result<usize> {
+        self.count(Bound::Excluded(key), Bound::Unbounded)
+    }
+
+    /// The number of keys less than `key`.
+    pub fn count_below(&mut self, key: &[u8]) -> Result<usize> {
+        self.count(Bound::Unbounded, Bound::Excluded(key))
+    }
+
+    /// The number of keys strictly between `lo` and `hi`.
+    pub fn count_between(&mut self, lo: &[u8], hi: &[u8]) -> Result<usize> {
+        self.count(Bound::Excluded(lo), Bound::Excluded(hi))
+    }
+
+    /// Runs the read-only transaction in `self.tx` until it commits (a read aborts only to break
+    /// a helping cycle), then `f` with its results while their blobs cannot be freed.
+    fn run_read<R>(&mut self, mut f: impl FnMut(&[Option<u64>], &petra::Blobs<'_, M>) -> R) -> R {
+        loop {
+            let done = self.h.execute_with(&self.tx, |out, blobs| match out {
+                Outcome::Committed { results, .. } => Some(f(results, blobs)),
+                Outcome::Aborted { .. } => None,
+            });
+            // A read allocates nothing and names only the store's structure: it cannot fail.
+            if let Some(r) = done.expect("a read of the store's own structure") {
+                return r;
+            }
+        }
+    }
+
+    /// Runs the single get in `self.tx`; copies the value's blob into `self.buf`. Returns
+    /// whether the key's engine entry is present.
+    fn read_blob(&mut self) -> Result<bool> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let present = self.run_read(|results, blobs| match results[0] {
+            Some(word) => {
+                blobs.read_into(word, &mut buf);
+                true
+            }
+            None => false,
+        });
+        self.buf = buf;
+        Ok(present)
+    }
+
+    /// Walks the engine entries that can hold keys within `lo`..`hi`, calling `f` with each key
+    /// within them and (if `values`) its value.
+    fn walk(
+        &mut self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        values: bool,
+        mut f: impl FnMut(&[u8], Option<&[u8]>) -> ControlFlow<()>,
+    ) -> Result<()> {
+        for b in [lo, hi] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                check_key(k)?;
+            }
+        }
+        let (elo, ehi) = engine_bounds(self.store.placement, lo, hi);
+        if elo > ehi {
+            return Ok(());
+        }
+        let (key, buf) = (&mut self.key, &mut self.buf);
+        self.h.range_with::<u128, _>(self.store.data, elo..=ehi, |entries, blobs| {
+            for (bits, word) in entries {
+                if is_bucket(bits) {
+                    blobs.read_into(word, buf);
+                    for (k, v) in Bucket::new(buf).entries() {
+                        if within(k, lo, hi) && f(k, Some(v)).is_break() {
+                            return;
+                        }
+                    }
+                } else {
+                    short_key(bits, key);
+                    if !within(key, lo, hi) {
+                        continue;
+                    }
+                    let value = if values {
+                        blobs.read_into(word, buf);
+                        Some(&buf[..])
+                    } else {
+                        None
+                    };
+                    if f(key, value).is_break() {
+                        return;
+                    }
+                }
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Applies `changes` (distinct keys) in one transaction. Returns how many removes found
+    /// their key. Every check runs before anything changes.
+    fn apply(&mut self, changes: &[(&[u8], Option<&[u8]>)]) -> Result<usize> {
+        for (k, v) in changes {
+            check_key(k)?;
+            if let Some(v) = v {
+                check_value(v)?;
+            }
+        }
+        let (store, data) = (self.store, self.store.data);
+        let slots: Vec<Slot> = changes.iter().map(|(k, _)| store.placement.slot(k)).collect();
+        let mut buckets: Vec<u128> =
+            slots.iter().filter_map(|s| if let Slot::Bucket(b) = s { Some(*b) } else { None }).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        let entries = slots.iter().filter(|s| matches!(s, Slot::Own(_))).count() + buckets.len();
+        if entries > MAX_OPS {
+            return Err(KvError::BatchTooLarge { entries, max: MAX_OPS });
+        }
+        // Long keys: read, edit and write back their buckets under the buckets' stripe locks
+        // (in stripe order), so that two writers of one bucket do not lose each other's entry.
+        let mut stripes: Vec<usize> = buckets.iter().map(|&b| store.stripe(b)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let _locks: Vec<MutexGuard<'_, ()>> = stripes.iter().map(|&s| store.stripes[s].lock()).collect();
+        let mut removed = 0;
+        let mut edits = self.read_buckets(&buckets);
+        for ((k, v), slot) in changes.iter().zip(&slots) {
+            if let Slot::Bucket(b) = slot {
+                let i = buckets.binary_search(b).expect("every bucket was read");
+                removed += (edits[i].set(k, *v) && v.is_none()) as usize;
+            }
+        }
+        let max = store.engine.pool().max_blob_len();
+        let mut blobs = Vec::with_capacity(edits.len());
+        for e in &edits {
+            let len = e.encoded_len() as u64;
+            if len > max {
+                return Err(KvError::BucketTooLarge { len, max });
+            }
+            let mut blob = Vec::new();
+            if !e.is_empty() {
+                e.encode(&mut blob);
+            }
+            blobs.push(blob);
+        }
+        edits.clear();
+        self.tx.clear();
+        for ((_, v), slot) in changes.iter().zip(&slots) {
+            if let Slot::Own(bits) = *slot {
+                match v {
+                    Some(v) => self.tx.put_bytes(data, bits, v),
+                    None => self.tx.remove(data, bits),
+                };
+            }
+        }
+        for (&b, blob) in buckets.iter().zip(&blobs) {
+            if blob.is_empty() {
+                self.tx.remove(data, b)
+            } else {
+                self.tx.put_bytes(data, b, blob)
+            };
+        }
+        let results = loop {
+            match self.h.execute(&self.tx)? {
+                Outcome::Committed { results, .. } => break results,
+                // Total ops fail nothing: only a helping cycle aborts, and a retry goes through.
+                Outcome::Aborted { .. } => continue,
+            }
+        };
+        // Short removes: the engine's result says whether the key was there.
+        let own = changes.iter().zip(&slots).filter(|(_, s)| matches!(s, Slot::Own(_)));
+        removed += own.zip(&results).filter(|(((_, v), _), r)| v.is_none() && r.is_some()).count();
+        Ok(removed)
+    }
+
+    /// The current contents of `buckets`, for editing (callers hold their stripe locks).
+    fn read_buckets(&mut self, buckets: &[u128]) -> Vec<BucketEdit> {
+        if buckets.is_empty() {
+            return Vec::new();
+        }
+        self.tx.clear();
+        for &b in buckets {
+            self.tx.get(self.store.data, b);
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let edits = self.run_read(|results, blobs| {
+            results
+                .iter()
+                .map(|r| match r {
+                    Some(word) => {
+                        blobs.read_into(*word, &mut buf);
+                        BucketEdit::from_blob(Some(&buf))
+                    }
+                    None => BucketEdit::default(),
+                })
+                .collect()
+        });
+        self.buf = buf;
+        edits
+    }
+}

@@ -1,0 +1,121 @@
+//! The store on real pool files: create modes, orders, foreign files refused untouched, writers
+//! of one bucket on two threads.
+
+use std::ops::Bound;
+
+use petra::pool::{Pool, PoolConfig};
+use petra::{Engine, EngineConfig};
+use petra_kv::{Config, CreateMode, KvError, Order, Store};
+
+fn scratch() -> tempfile::TempDir {
+    let mut b = tempfile::Builder::new();
+    b.prefix("petra-kv-");
+    match std::path::Path::new("/dev/shm").is_dir() {
+        true => b.tempdir_in("/dev/shm").unwrap(),
+        false => b.tempdir().unwrap(),
+    }
+}
+
+fn config(path: &std::path::Path, create: CreateMode, order: Order) -> Config {
+    Config { create, order, size: 1 << 20, max_size: 256 << 20, ..Config::new(path) }
+}
+
+#[test]
+fn create_modes_orders_and_reopening() {
+    let dir = scratch();
+    let path = dir.path().join("kv.pool");
+    let unsorted = Order::Unsorted { buckets: 64 };
+    match Store::open(&config(&path, CreateMode::Open, unsorted)) {
+        Err(KvError::Open(petra::error::OpenError::NotFound { .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(!path.exists(), "opening a missing store created it");
+    let store = Store::open(&config(&path, CreateMode::Create, unsorted)).unwrap();
+    store.session().unwrap().put(b"a long key of more than fifteen bytes", b"v").unwrap();
+    store.session().unwrap().put(b"k", b"w").unwrap();
+    // The pool is locked while open.
+    assert!(matches!(
+        Store::open(&config(&path, CreateMode::Open, unsorted)),
+        Err(KvError::Open(petra::error::OpenError::Locked { .. }))
+    ));
+    store.close().unwrap();
+    assert!(matches!(
+        Store::open(&config(&path, CreateMode::Create, unsorted)),
+        Err(KvError::Create(petra::error::CreateError::Exists { .. }))
+    ));
+    match Store::open(&config(&path, CreateMode::OpenOrCreate, Order::Sorted)) {
+        Err(KvError::WrongOrder { found: "unsorted", asked: "sorted" }) => {}
+        other => panic!("{other:?}"),
+    }
+    let store = Store::open(&config(&path, CreateMode::OpenOrCreate, unsorted)).unwrap();
+    assert_eq!(store.order(), unsorted);
+    let mut s = store.session().unwrap();
+    assert_eq!(s.get(b"a long key of more than fifteen bytes").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(s.count_all().unwrap(), 2);
+    // Closing while a session lives is refused.
+    drop(s);
+    store.close().unwrap();
+}
+
+#[test]
+fn a_pool_that_is_not_a_store_is_refused_untouched() {
+    let dir = scratch();
+    let path = dir.path().join("engine.pool");
+    // An engine pool with other structures (as a benchmark would make).
+    let pool_config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, ..PoolConfig::default() };
+    let engine =
+        Engine::create(Pool::create(&path, &pool_config).unwrap(), EngineConfig { ring_bytes: 1 << 20 }).unwrap();
+    let list = engine.create_list().unwrap();
+    engine.handle().unwrap().execute(petra::Transaction::new().put(list, 1u64, 2)).unwrap();
+    engine.into_pool().unwrap().close().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    match Store::open(&config(&path, CreateMode::OpenOrCreate, Order::Sorted)) {
+        Err(KvError::NotAStore { why, .. }) => assert!(why.contains("structures"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(std::fs::read(&path).unwrap() == before, "the foreign pool was modified");
+    // A pool with no engine at all.
+    let path = dir.path().join("bare.pool");
+    Pool::create(&path, &pool_config).unwrap().close().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    assert!(matches!(Store::open(&config(&path, CreateMode::Open, Order::Sorted)), Err(KvError::NotAStore { .. })));
+    assert!(std::fs::read(&path).unwrap() == before, "the bare pool was modified");
+    // A file that is not a pool.
+    let path = dir.path().join("text");
+    std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+    assert!(matches!(Store::open(&config(&path, CreateMode::Open, Order::Sorted)), Err(KvError::Open(_))));
+    assert_eq!(std::fs::read(&path).unwrap(), vec![b'x'; 8192]);
+}
+
+#[test]
+fn two_threads_writing_long_keys_of_one_bucket_lose_nothing() {
+    let dir = scratch();
+    let store = Store::open(&config(&dir.path().join("kv.pool"), CreateMode::Create, Order::Sorted)).unwrap();
+    const PER_THREAD: u32 = 300;
+    // Every key shares its first 15 bytes: one bucket, written by both threads at once.
+    let key = |t: u32, i: u32| format!("shared-head-15b/{t}/{i:05}").into_bytes();
+    std::thread::scope(|scope| {
+        for t in 0..2 {
+            let store = &store;
+            scope.spawn(move || {
+                let mut s = store.session().unwrap();
+                for i in 0..PER_THREAD {
+                    s.put(&key(t, i), &i.to_le_bytes()).unwrap();
+                    if i % 3 == 0 {
+                        assert!(s.remove(&key(t, i)).unwrap());
+                    }
+                }
+            });
+        }
+    });
+    let mut s = store.session().unwrap();
+    let want: Vec<Vec<u8>> =
+        (0..2).flat_map(|t| (0..PER_THREAD).filter(|i| i % 3 != 0).map(move |i| key(t, i))).collect();
+    let got: Vec<Vec<u8>> = s.iter(Bound::Unbounded, Bound::Unbounded).unwrap().map(|(k, _)| k).collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, {
+        let mut w = want;
+        w.sort();
+        w
+    });
+}
