@@ -44,11 +44,13 @@ pub enum KvError {
     /// The pool cannot grow for the operation: it is at its maximum size.
     #[error("the store is full: {0}")]
     Full(AllocError),
-    /// The file is a pool, but not one of a store (or its creation never finished).
-    #[error("{path}: not a petra-kv store: {why}")]
+    /// The file is a pool, but not one of this kind (or its creation never finished).
+    #[error("{path}: not a {what}: {why}")]
     NotAStore {
         /// The file.
         path: PathBuf,
+        /// The kind of pool expected.
+        what: &'static str,
         /// What is missing.
         why: String,
     },

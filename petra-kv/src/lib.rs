@@ -53,6 +53,7 @@
 //! does not resize its hash map.
 
 pub mod error;
+mod format;
 mod layout;
 pub mod store;
 

@@ -2,17 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use parking_lot::{Mutex, MutexGuard};
 use petra::mem::{Durability, MmapMem, PMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::tx::descriptor::MAX_OPS;
-use petra::{
-    Engine, EngineConfig, EngineError, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values,
-};
+use petra::{Engine, EngineConfig, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values};
 
 use crate::error::{KvError, Result};
+use crate::format::{self, Format};
 use crate::layout::{Bucket, BucketEdit, Placement, Slot, is_bucket, short_key, within};
 
 /// The longest key, in bytes.
@@ -20,11 +19,8 @@ pub const MAX_KEY_LEN: usize = 64 << 10;
 /// The longest value, in bytes.
 pub const MAX_VALUE_LEN: usize = 64 << 20;
 
-/// The meta structure's words: a magic, and the format version.
-const MAGIC_KEY: u64 = 0;
-const MAGIC: u64 = u64::from_be_bytes(*b"PETRAKV1");
-const FORMAT_KEY: u64 = 1;
-const FORMAT: u64 = 1;
+/// The store's pool format.
+const FORMAT: Format = Format { name: "petra-kv store", magic: u64::from_be_bytes(*b"PETRAKV1"), version: 1 };
 /// Locks serialising writers of buckets (long keys) that hash to the same stripe.
 const STRIPES: usize = 64;
 
@@ -161,65 +157,23 @@ impl Store<MmapMem> {
 impl<M: PMem + 'static> Store<M> {
     /// Makes a store of `order` in a new pool.
     pub fn create_in(pool: Pool<M>, order: Order) -> Result<Store<M>> {
-        let engine = Engine::create(pool, engine_config())?;
-        let meta = engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Words)?;
         let kind = match order {
             Order::Sorted => StructureKind::SkipList,
             Order::Unsorted { buckets } => StructureKind::HashMap { buckets },
         };
-        let data = engine.create_structure(kind, KeyWidth::U128, Values::Bytes)?;
-        // The magic last: a store whose creation was interrupted is refused, not half-used.
-        let out = engine
-            .handle()?
-            .execute(Transaction::new().insert(meta, MAGIC_KEY, MAGIC).insert(meta, FORMAT_KEY, FORMAT))?;
-        if !out.is_committed() {
-            return Err(KvError::Engine(EngineError::Corrupt("a new store's meta structure is not empty".into())));
-        }
-        Ok(Store::assemble(engine, data, order))
+        let (engine, ids) = format::create(pool, engine_config(), &FORMAT, &[(kind, KeyWidth::U128, Values::Bytes)])?;
+        Ok(Store::assemble(engine, ids[0], order))
     }
 
     /// Opens the store in `pool`, recovering it. A pool whose structures are not a store's is
     /// refused before recovery, untouched.
     pub fn open_in(pool: Pool<M>) -> Result<Store<M>> {
-        let path = pool.path().map_or_else(|| PathBuf::from("<memory>"), Path::to_owned);
-        let not_a_store = |why: &str| KvError::NotAStore { path: path.clone(), why: why.to_owned() };
-        let (meta, data) = (StructId(0), StructId(1));
-        let shape = match Engine::structures_in(&pool)[..] {
-            [
-                (m, Some((StructureKind::List, KeyWidth::U64, Values::Words))),
-                (d, Some((kind, KeyWidth::U128, Values::Bytes))),
-            ] if (m, d) == (meta, data) => match kind {
-                StructureKind::SkipList => Ok(Order::Sorted),
-                StructureKind::HashMap { buckets } => Ok(Order::Unsorted { buckets }),
-                _ => Err(not_a_store("its data structure is neither a skiplist nor a hash map")),
-            },
-            _ => Err(not_a_store("its structures are not a store's")),
-        };
-        let order = match shape {
-            Ok(order) => order,
-            Err(refusal) => {
-                // Opening cleared the pool's clean mark; closing puts it back, so a refused
-                // pool is left byte for byte as it was.
-                if pool.was_clean() {
-                    pool.close()?;
-                }
-                return Err(refusal);
-            }
-        };
-        let engine = match Engine::open(pool, engine_config()) {
-            Ok((engine, _report)) => engine,
-            Err(EngineError::NoEngine) => return Err(not_a_store("the pool holds no engine")),
-            Err(e) => return Err(e.into()),
-        };
-        let words = engine.entries::<u64>(meta)?;
-        if !words.contains(&(MAGIC_KEY, MAGIC)) {
-            return Err(not_a_store("no store magic (its creation may not have finished)"));
-        }
-        let format = words.iter().find(|e| e.0 == FORMAT_KEY).map(|e| e.1);
-        if format != Some(FORMAT) {
-            return Err(not_a_store(&format!("format {format:?}, this build reads {FORMAT}")));
-        }
-        Ok(Store::assemble(engine, data, order))
+        let (engine, order) = format::open(pool, engine_config(), &FORMAT, |shapes| match *shapes {
+            [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Ok(Order::Sorted),
+            [(StructureKind::HashMap { buckets }, KeyWidth::U128, Values::Bytes)] => Ok(Order::Unsorted { buckets }),
+            _ => Err("its structures are not a store's"),
+        })?;
+        Ok(Store::assemble(engine, StructId(1), order))
     }
 
     fn assemble(engine: Engine<M>, data: StructId, order: Order) -> Store<M> {

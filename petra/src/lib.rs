@@ -73,4 +73,6 @@ pub mod tx;
 
 pub use error::{EngineError, Error, Result};
 pub use key::{Key, KeyWidth, ShortKey};
-pub use tx::{Blobs, Engine, EngineConfig, Handle, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
+pub use tx::{
+    Blobs, Engine, EngineConfig, Handle, Op, OpKind, Outcome, Shape, StructId, StructureKind, Transaction, Values,
+};
