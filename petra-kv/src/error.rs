@@ -62,6 +62,29 @@ pub enum KvError {
         /// The configuration's.
         asked: &'static str,
     },
+    /// A schema of this name exists with other metrics.
+    #[error("a schema named {0} exists with other metrics")]
+    SchemaConflict(String),
+    /// A schema repeats a metric name or declares an empty array.
+    #[error("bad schema: {0}")]
+    BadSchema(String),
+    /// A set names a schema the store does not have.
+    #[error("no schema named {0}")]
+    UnknownSchema(String),
+    /// A set of this instance name exists with another record.
+    #[error("a set named {0} exists with another schema, producer, component, job or interval")]
+    SetConflict(String),
+    /// No set has this id.
+    #[error("no set with id {0}")]
+    UnknownSet(u32),
+    /// A sample does not fit its set.
+    #[error("sample refused for set {set}: {why}")]
+    BadSample {
+        /// The set's instance name.
+        set: String,
+        /// What is wrong.
+        why: String,
+    },
     /// Closing while sessions are still open.
     #[error("the store still has open sessions; drop them before closing")]
     InUse,

@@ -55,7 +55,11 @@
 pub mod error;
 mod format;
 mod layout;
+pub mod metric;
 pub mod store;
 
 pub use error::{KvError, Result};
+pub use metric::{
+    Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowStats,
+};
 pub use store::{Batch, Config, CreateMode, MAX_KEY_LEN, MAX_VALUE_LEN, Order, Session, Store};

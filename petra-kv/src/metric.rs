@@ -1,0 +1,768 @@
+//! The metric store: LDMS-style metric sets kept durably for monitoring daemons.
+//!
+//! A [`Schema`] names a set's metrics, each of a [`Scalar`] type or an array of one, and marks
+//! each as meta (rarely changing: component id, core count) or data. A set instance
+//! ([`SetInfo`], named `<component>/<sampler>`) follows one schema and carries its producer,
+//! component id, job id and sampling interval. A [`Sample`] is one consistent reading of every
+//! metric of a set, with its timestamp, duration, consistent flag and data generation number.
+//!
+//! # Storage
+//! One pool holds four structures after the meta list: the catalog (skiplist, JSON records of
+//! schemas and sets), the latest sample's timestamp per set (hash map of words), and the history
+//! (skiplist keyed by set id and timestamp, each sample a blob of 8-byte words: timestamp,
+//! duration, generation, flags, the previous sample's timestamp, then every metric element).
+//! Storing a sample is **one transaction**: it moves the set's latest timestamp and inserts the
+//! sample into the history, so after a crash the latest sample is always the last one in the
+//! history.
+//!
+//! # Idempotence
+//! A sample whose generation is not newer than the set's latest is not stored again
+//! ([`Stored::Duplicate`]): a daemon that re-pulls a set after a crash cannot duplicate it. A
+//! newer generation whose timestamp is not after the latest one's is refused
+//! ([`KvError::BadSample`]): the history is ordered by time.
+//!
+//! # Concurrency
+//! Readers take no lock. Writers of one set serialise on the set's lock (ingest compares with the
+//! latest sample before it writes); writers of different sets run in parallel. The catalog is
+//! read at open and kept in memory; adding schemas and sets takes a lock.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use petra::mem::{MmapMem, PMem};
+use petra::pool::{Pool, PoolConfig};
+use petra::{Engine, EngineConfig, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KvError, Result};
+use crate::format::{self, Format};
+use crate::store::{Config, CreateMode};
+
+const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_be_bytes(*b"PETRAMS1"), version: 1 };
+const CATALOG: StructId = StructId(1);
+const LATEST: StructId = StructId(2);
+const HISTORY: StructId = StructId(3);
+/// Catalog key prefixes.
+const SCHEMA_TAG: u64 = 1 << 56;
+const SET_TAG: u64 = 2 << 56;
+/// Words of a sample before its values.
+const HEADER_WORDS: usize = 5;
+const FLAG_CONSISTENT: u64 = 1;
+const FLAG_PREVIOUS: u64 = 2;
+/// Removals per transaction when trimming history.
+const TRIM_BATCH: usize = 64;
+
+/// The element type of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scalar {
+    /// Unsigned integers.
+    U8,
+    #[allow(missing_docs)]
+    U16,
+    #[allow(missing_docs)]
+    U32,
+    #[allow(missing_docs)]
+    U64,
+    /// Signed integers.
+    S8,
+    #[allow(missing_docs)]
+    S16,
+    #[allow(missing_docs)]
+    S32,
+    #[allow(missing_docs)]
+    S64,
+    /// Floating point.
+    F32,
+    #[allow(missing_docs)]
+    F64,
+}
+
+impl Scalar {
+    /// Whether `v` is a value of this type.
+    fn admits(self, v: &Value) -> bool {
+        match (self, v) {
+            (Scalar::U8, Value::U(x)) => *x <= u8::MAX as u64,
+            (Scalar::U16, Value::U(x)) => *x <= u16::MAX as u64,
+            (Scalar::U32, Value::U(x)) => *x <= u32::MAX as u64,
+            (Scalar::U64, Value::U(_)) => true,
+            (Scalar::S8, Value::S(x)) => i8::try_from(*x).is_ok(),
+            (Scalar::S16, Value::S(x)) => i16::try_from(*x).is_ok(),
+            (Scalar::S32, Value::S(x)) => i32::try_from(*x).is_ok(),
+            (Scalar::S64, Value::S(_)) => true,
+            (Scalar::F32 | Scalar::F64, Value::F(_)) => true,
+            _ => false,
+        }
+    }
+
+    fn encode(v: &Value) -> u64 {
+        match *v {
+            Value::U(x) => x,
+            Value::S(x) => x as u64,
+            Value::F(x) => x.to_bits(),
+            Value::Array(_) => unreachable!("arrays are encoded element by element"),
+        }
+    }
+
+    fn decode(self, w: u64) -> Value {
+        match self {
+            Scalar::U8 | Scalar::U16 | Scalar::U32 | Scalar::U64 => Value::U(w),
+            Scalar::S8 | Scalar::S16 | Scalar::S32 | Scalar::S64 => Value::S(w as i64),
+            Scalar::F32 | Scalar::F64 => Value::F(f64::from_bits(w)),
+        }
+    }
+}
+
+/// One metric of a schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metric {
+    /// Its name, unique in the schema.
+    pub name: String,
+    /// Its element type.
+    pub scalar: Scalar,
+    /// `Some(n)`: an array of `n` elements; `None`: one value.
+    pub array: Option<u32>,
+    /// A meta metric (changes rarely) rather than data.
+    pub meta: bool,
+}
+
+impl Metric {
+    /// A data metric of one value.
+    pub fn data(name: &str, scalar: Scalar) -> Metric {
+        Metric { name: name.into(), scalar, array: None, meta: false }
+    }
+
+    /// A meta metric of one value.
+    pub fn meta(name: &str, scalar: Scalar) -> Metric {
+        Metric { name: name.into(), scalar, array: None, meta: true }
+    }
+
+    fn words(&self) -> usize {
+        self.array.map_or(1, |n| n as usize)
+    }
+}
+
+/// The metrics of a kind of set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schema {
+    /// Its name (`meminfo`, `vmstat`...).
+    pub name: String,
+    /// Its metrics, in order.
+    pub metrics: Vec<Metric>,
+}
+
+impl Schema {
+    fn words(&self) -> usize {
+        self.metrics.iter().map(Metric::words).sum()
+    }
+
+    /// Whether `values` are one sample's values of this schema; says why not.
+    fn check(&self, values: &[Value]) -> Result<(), String> {
+        if values.len() != self.metrics.len() {
+            return Err(format!(
+                "{} values for the {} metrics of schema {}",
+                values.len(),
+                self.metrics.len(),
+                self.name
+            ));
+        }
+        for (m, v) in self.metrics.iter().zip(values) {
+            let ok = match (m.array, v) {
+                (None, v) => m.scalar.admits(v),
+                (Some(n), Value::Array(items)) => items.len() == n as usize && items.iter().all(|i| m.scalar.admits(i)),
+                (Some(_), _) => false,
+            };
+            if !ok {
+                return Err(format!(
+                    "metric {} of type {:?}{} cannot hold {v:?}",
+                    m.name,
+                    m.scalar,
+                    m.array.map_or(String::new(), |n| format!("[{n}]"))
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A metric's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// Of an unsigned type.
+    U(u64),
+    /// Of a signed type.
+    S(i64),
+    /// Of a floating-point type (an `f32` metric keeps what `f64` holds of it).
+    F(f64),
+    /// Of an array metric.
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// The value as a number, if it is one (not an array).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::U(x) => Some(x as f64),
+            Value::S(x) => Some(x as f64),
+            Value::F(x) => Some(x),
+            Value::Array(_) => None,
+        }
+    }
+}
+
+/// A set's id in its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SetId(pub u32);
+
+/// A set instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetInfo {
+    /// `<component>/<sampler>`, unique in the store.
+    pub instance: String,
+    /// Its schema's name.
+    pub schema: String,
+    /// The daemon that produces it.
+    pub producer: String,
+    /// The component (node) it describes.
+    pub component_id: u64,
+    /// The job running there, 0 if none.
+    pub job_id: u64,
+    /// Its sampling interval in nanoseconds (0: unknown), for stale-producer detection.
+    pub interval_ns: u64,
+}
+
+/// One reading of a set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// When it was taken, nanoseconds since the Unix epoch.
+    pub timestamp: u64,
+    /// How long taking it took, nanoseconds.
+    pub duration: u64,
+    /// The producer's data generation number: increases with every sample.
+    pub generation: u64,
+    /// Whether the producer read every metric in one consistent pass.
+    pub consistent: bool,
+    /// One value per metric of the schema, in order.
+    pub values: Vec<Value>,
+}
+
+/// What storing a sample did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// It is the set's new latest sample.
+    New,
+    /// The set already has this generation or a newer one: nothing changed.
+    Duplicate,
+}
+
+/// Statistics of one data metric over a window of samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowStats {
+    /// The metric.
+    pub metric: String,
+    /// Samples in the window.
+    pub samples: usize,
+    /// Least value.
+    pub min: f64,
+    /// Greatest value.
+    pub max: f64,
+    /// Mean value.
+    pub avg: f64,
+    /// Change per second from the first sample of the window to the last (`None` with fewer than
+    /// two samples or no time between them).
+    pub rate: Option<f64>,
+}
+
+/// What the store keeps in memory of a set: its record, its schema and its latest sample.
+#[derive(Debug)]
+struct SetEntry {
+    id: SetId,
+    info: SetInfo,
+    schema: Arc<Schema>,
+    /// The latest sample's (timestamp, generation); writers of the set hold this lock.
+    latest: Mutex<Option<(u64, u64)>>,
+}
+
+#[derive(Debug, Default)]
+struct Catalog {
+    schemas: BTreeMap<String, Arc<Schema>>,
+    sets: Vec<Arc<SetEntry>>,
+    by_name: BTreeMap<String, SetId>,
+}
+
+/// A metric store. Share it between threads by reference; each thread works through its own
+/// [`MetricSession`].
+#[derive(Debug)]
+pub struct MetricStore<M: PMem + 'static = MmapMem> {
+    engine: Engine<M>,
+    catalog: RwLock<Catalog>,
+    /// Serialises catalog writes (ids are handed out under it).
+    catalog_write: Mutex<()>,
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig { ring_bytes: 4 << 20 }
+}
+
+fn history_key(set: SetId, timestamp: u64) -> u128 {
+    (set.0 as u128) << 64 | timestamp as u128
+}
+
+impl MetricStore<MmapMem> {
+    /// Opens or creates the metric store `config` names (its `order` is not used).
+    pub fn open(config: &Config) -> Result<MetricStore> {
+        let create = match config.create {
+            CreateMode::Open => false,
+            CreateMode::Create => true,
+            CreateMode::OpenOrCreate => !config.path.exists(),
+        };
+        if !create {
+            return MetricStore::open_in(Pool::open(&config.path, &config.mapping)?);
+        }
+        let pool_config = PoolConfig {
+            initial_size: config.size,
+            max_size: config.max_size,
+            mapping: config.mapping.clone(),
+            ..PoolConfig::default()
+        };
+        MetricStore::create_in(Pool::create(&config.path, &pool_config)?).inspect_err(|_| {
+            // The file is ours (created just now) and holds no store: leave nothing behind.
+            let _ = std::fs::remove_file(&config.path);
+        })
+    }
+
+    /// Flushes the file to its storage (`msync`) and closes it.
+    pub fn close(self) -> Result<()> {
+        let pool = self.engine.into_pool().map_err(|_| KvError::InUse)?;
+        Ok(pool.close()?)
+    }
+
+    /// The pool file.
+    pub fn path(&self) -> Option<&Path> {
+        self.engine.pool().path()
+    }
+}
+
+impl<M: PMem + 'static> MetricStore<M> {
+    /// Makes an empty metric store in a new pool.
+    pub fn create_in(pool: Pool<M>) -> Result<MetricStore<M>> {
+        let shapes = [
+            (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),
+            (StructureKind::HashMap { buckets: 1024 }, KeyWidth::U64, Values::Words),
+            (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
+        ];
+        let (engine, _) = format::create(pool, engine_config(), &FORMAT, &shapes)?;
+        Ok(MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) })
+    }
+
+    /// Opens the metric store in `pool`, recovering it, and reads its catalog.
+    pub fn open_in(pool: Pool<M>) -> Result<MetricStore<M>> {
+        let (engine, ()) = format::open(pool, engine_config(), &FORMAT, |shapes| match shapes {
+            [
+                (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),
+                (StructureKind::HashMap { .. }, KeyWidth::U64, Values::Words),
+                (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
+            ] => Ok(()),
+            _ => Err("its structures are not a metric store's"),
+        })?;
+        let store = MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) };
+        store.load_catalog()?;
+        Ok(store)
+    }
+
+    fn load_catalog(&self) -> Result<()> {
+        let mut h = self.engine.handle()?;
+        let records: Vec<(u64, Vec<u8>)> = h.range_with(CATALOG, .., |entries: Vec<(u64, u64)>, blobs| {
+            entries.into_iter().map(|(k, w)| (k, blobs.to_vec(w))).collect()
+        })?;
+        let corrupt = |what: String| KvError::Engine(petra::EngineError::Corrupt(what));
+        let mut catalog = Catalog::default();
+        for (key, bytes) in &records {
+            if key & !0xFFFF_FFFF == SCHEMA_TAG {
+                let schema: Schema =
+                    serde_json::from_slice(bytes).map_err(|e| corrupt(format!("schema record: {e}")))?;
+                catalog.schemas.insert(schema.name.clone(), Arc::new(schema));
+            }
+        }
+        let latest: BTreeMap<u64, u64> = h.range(LATEST, ..)?.into_iter().collect();
+        for (key, bytes) in &records {
+            if key & !0xFFFF_FFFF != SET_TAG {
+                continue;
+            }
+            let info: SetInfo = serde_json::from_slice(bytes).map_err(|e| corrupt(format!("set record: {e}")))?;
+            let id = SetId(*key as u32);
+            let schema = catalog
+                .schemas
+                .get(&info.schema)
+                .cloned()
+                .ok_or_else(|| corrupt(format!("set {} names no schema", info.instance)))?;
+            let latest = match latest.get(&(id.0 as u64)) {
+                Some(&ts) => {
+                    let words = read_sample_words(&mut h, id, ts)?
+                        .ok_or_else(|| corrupt(format!("set {}'s latest sample is missing", info.instance)))?;
+                    Some((ts, words[2]))
+                }
+                None => None,
+            };
+            if catalog.sets.len() != id.0 as usize {
+                return Err(corrupt(format!("set ids are not dense at {}", id.0)));
+            }
+            catalog.by_name.insert(info.instance.clone(), id);
+            catalog.sets.push(Arc::new(SetEntry { id, info, schema, latest: Mutex::new(latest) }));
+        }
+        *self.catalog.write() = catalog;
+        Ok(())
+    }
+
+    /// A session for the calling thread (keep one per thread).
+    pub fn session(&self) -> Result<MetricSession<'_, M>> {
+        Ok(MetricSession { store: self, h: self.engine.handle()?, tx: Transaction::new(), words: Vec::new() })
+    }
+
+    /// Adds `schema`; one of the same name must be identical ([`KvError::SchemaConflict`]).
+    pub fn add_schema(&self, schema: &Schema) -> Result<()> {
+        let _w = self.catalog_write.lock();
+        if let Some(old) = self.catalog.read().schemas.get(&schema.name) {
+            return if **old == *schema { Ok(()) } else { Err(KvError::SchemaConflict(schema.name.clone())) };
+        }
+        let mut names: Vec<&str> = schema.metrics.iter().map(|m| m.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) || schema.metrics.iter().any(|m| m.array == Some(0)) {
+            return Err(KvError::BadSchema(format!(
+                "schema {} repeats a metric name or has an empty array",
+                schema.name
+            )));
+        }
+        let id = self.catalog.read().schemas.len() as u64;
+        let json = serde_json::to_vec(schema).expect("a schema serialises");
+        self.put_record(SCHEMA_TAG | id, &json)?;
+        self.catalog.write().schemas.insert(schema.name.clone(), Arc::new(schema.clone()));
+        Ok(())
+    }
+
+    /// Adds the set `info` (its schema must exist) and returns its id; a set of the same instance
+    /// name is returned as it is if its record is the same ([`KvError::SetConflict`] otherwise),
+    /// so a daemon can declare its sets at every start.
+    pub fn add_set(&self, info: &SetInfo) -> Result<SetId> {
+        let _w = self.catalog_write.lock();
+        let schema = {
+            let catalog = self.catalog.read();
+            if let Some(&id) = catalog.by_name.get(&info.instance) {
+                let old = &catalog.sets[id.0 as usize].info;
+                return if old == info { Ok(id) } else { Err(KvError::SetConflict(info.instance.clone())) };
+            }
+            catalog.schemas.get(&info.schema).cloned().ok_or_else(|| KvError::UnknownSchema(info.schema.clone()))?
+        };
+        let id = SetId(self.catalog.read().sets.len() as u32);
+        let json = serde_json::to_vec(info).expect("a set record serialises");
+        self.put_record(SET_TAG | id.0 as u64, &json)?;
+        let mut catalog = self.catalog.write();
+        catalog.by_name.insert(info.instance.clone(), id);
+        catalog.sets.push(Arc::new(SetEntry { id, info: info.clone(), schema, latest: Mutex::new(None) }));
+        Ok(id)
+    }
+
+    fn put_record(&self, key: u64, bytes: &[u8]) -> Result<()> {
+        let out = self.engine.handle()?.execute(Transaction::new().insert_bytes(CATALOG, key, bytes))?;
+        if !out.is_committed() {
+            return Err(KvError::Engine(petra::EngineError::Corrupt(format!("catalog key {key:#x} taken twice"))));
+        }
+        Ok(())
+    }
+
+    /// The set named `instance`.
+    pub fn set_id(&self, instance: &str) -> Option<SetId> {
+        self.catalog.read().by_name.get(instance).copied()
+    }
+
+    /// Every set, by id.
+    pub fn sets(&self) -> Vec<(SetId, SetInfo)> {
+        self.catalog.read().sets.iter().map(|e| (e.id, e.info.clone())).collect()
+    }
+
+    /// The sets of component `id`.
+    pub fn sets_by_component(&self, id: u64) -> Vec<SetId> {
+        self.catalog.read().sets.iter().filter(|e| e.info.component_id == id).map(|e| e.id).collect()
+    }
+
+    /// The sets of job `id`.
+    pub fn sets_by_job(&self, id: u64) -> Vec<SetId> {
+        self.catalog.read().sets.iter().filter(|e| e.info.job_id == id).map(|e| e.id).collect()
+    }
+
+    /// The schema named `name`.
+    pub fn schema(&self, name: &str) -> Option<Schema> {
+        self.catalog.read().schemas.get(name).map(|s| (**s).clone())
+    }
+
+    /// Sets whose producer stopped: a declared interval, and no sample for more than `missed`
+    /// intervals before `now` (ns since the epoch). A set that never had a sample is not listed.
+    pub fn stale_sets(&self, now: u64, missed: u64) -> Vec<SetId> {
+        let catalog = self.catalog.read();
+        catalog
+            .sets
+            .iter()
+            .filter(|e| {
+                let interval = e.info.interval_ns;
+                interval > 0
+                    && e.latest.lock().is_some_and(|(ts, _)| now.saturating_sub(ts) > interval.saturating_mul(missed))
+            })
+            .map(|e| e.id)
+            .collect()
+    }
+
+    fn entry(&self, set: SetId) -> Result<Arc<SetEntry>> {
+        self.catalog.read().sets.get(set.0 as usize).cloned().ok_or(KvError::UnknownSet(set.0))
+    }
+
+    /// The engine underneath (for tools and tests).
+    pub fn engine(&self) -> &Engine<M> {
+        &self.engine
+    }
+
+    /// Gives the engine back (to close its pool, or in tests to crash it).
+    pub fn into_engine(self) -> Engine<M> {
+        self.engine
+    }
+}
+
+/// Reads the words of set `set`'s sample at `ts`.
+fn read_sample_words<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64) -> Result<Option<Vec<u64>>> {
+    let mut tx = Transaction::new();
+    tx.get(HISTORY, history_key(set, ts));
+    loop {
+        let got = h.execute_with(&tx, |out, blobs| match out {
+            Outcome::Committed { results, .. } => Some(results[0].map(|w| words_of(&blobs.to_vec(w)))),
+            Outcome::Aborted { .. } => None,
+        })?;
+        if let Some(words) = got {
+            return Ok(words);
+        }
+    }
+}
+
+fn words_of(bytes: &[u8]) -> Vec<u64> {
+    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn decode(schema: &Schema, words: &[u64]) -> Sample {
+    let mut at = HEADER_WORDS;
+    let values = schema
+        .metrics
+        .iter()
+        .map(|m| match m.array {
+            None => {
+                at += 1;
+                m.scalar.decode(words[at - 1])
+            }
+            Some(n) => {
+                let items = words[at..at + n as usize].iter().map(|&w| m.scalar.decode(w)).collect();
+                at += n as usize;
+                Value::Array(items)
+            }
+        })
+        .collect();
+    Sample {
+        timestamp: words[0],
+        duration: words[1],
+        generation: words[2],
+        consistent: words[3] & FLAG_CONSISTENT != 0,
+        values,
+    }
+}
+
+/// A thread's access to a [`MetricStore`].
+#[derive(Debug)]
+pub struct MetricSession<'s, M: PMem + 'static = MmapMem> {
+    store: &'s MetricStore<M>,
+    h: Handle<M>,
+    tx: Transaction,
+    words: Vec<u8>,
+}
+
+impl<'s, M: PMem + 'static> MetricSession<'s, M> {
+    /// Stores `sample` as set `set`'s latest, and in its history, in one transaction: durable
+    /// when it returns. A generation the set already has (or an older one) changes nothing
+    /// ([`Stored::Duplicate`]); values that do not fit the schema, and a newer generation that is
+    /// not later in time, are refused ([`KvError::BadSample`]).
+    pub fn store_sample(&mut self, set: SetId, sample: &Sample) -> Result<Stored> {
+        let entry = self.store.entry(set)?;
+        entry
+            .schema
+            .check(&sample.values)
+            .map_err(|why| KvError::BadSample { set: entry.info.instance.clone(), why })?;
+        let mut latest = entry.latest.lock();
+        if let Some((ts, generation)) = *latest {
+            if sample.generation <= generation {
+                return Ok(Stored::Duplicate);
+            }
+            if sample.timestamp <= ts {
+                let why = format!(
+                    "generation {} at {} ns is not later than the latest sample's {ts} ns",
+                    sample.generation, sample.timestamp
+                );
+                return Err(KvError::BadSample { set: entry.info.instance.clone(), why });
+            }
+        }
+        let mut flags = if sample.consistent { FLAG_CONSISTENT } else { 0 };
+        let prev = latest.map_or(0, |(ts, _)| {
+            flags |= FLAG_PREVIOUS;
+            ts
+        });
+        let w = &mut self.words;
+        w.clear();
+        for x in [sample.timestamp, sample.duration, sample.generation, flags, prev] {
+            w.extend_from_slice(&x.to_le_bytes());
+        }
+        for v in &sample.values {
+            match v {
+                Value::Array(items) => items.iter().for_each(|i| w.extend_from_slice(&Scalar::encode(i).to_le_bytes())),
+                v => w.extend_from_slice(&Scalar::encode(v).to_le_bytes()),
+            }
+        }
+        debug_assert_eq!(w.len(), 8 * (HEADER_WORDS + entry.schema.words()));
+        self.tx.clear().put(LATEST, set.0 as u64, sample.timestamp).insert_bytes(
+            HISTORY,
+            history_key(set, sample.timestamp),
+            w,
+        );
+        loop {
+            match self.h.execute(&self.tx)? {
+                Outcome::Committed { .. } => break,
+                // The history key is new (timestamps increase under the set's lock): only a
+                // helping cycle aborts, and a retry goes through.
+                Outcome::Aborted { failed_op: None } => continue,
+                Outcome::Aborted { failed_op: Some(_) } => {
+                    let why = format!("a sample at {} ns is already in the history", sample.timestamp);
+                    return Err(KvError::BadSample { set: entry.info.instance.clone(), why });
+                }
+            }
+        }
+        *latest = Some((sample.timestamp, sample.generation));
+        Ok(Stored::New)
+    }
+
+    /// The set's latest sample.
+    pub fn latest(&mut self, set: SetId) -> Result<Option<Sample>> {
+        let entry = self.store.entry(set)?;
+        let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
+        self.sample_at(&entry, ts)
+    }
+
+    /// The sample before the latest one (if the history still has it).
+    pub fn previous(&mut self, set: SetId) -> Result<Option<Sample>> {
+        let entry = self.store.entry(set)?;
+        let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
+        let Some(words) = read_sample_words(&mut self.h, set, ts)? else { return Ok(None) };
+        if words[3] & FLAG_PREVIOUS == 0 {
+            return Ok(None);
+        }
+        self.sample_at(&entry, words[4])
+    }
+
+    fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
+        Ok(read_sample_words(&mut self.h, entry.id, ts)?.map(|w| decode(&entry.schema, &w)))
+    }
+
+    /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
+    pub fn scan(&mut self, set: SetId, from: u64, to: u64, mut f: impl FnMut(Sample) -> ControlFlow<()>) -> Result<()> {
+        let entry = self.store.entry(set)?;
+        let mut buf = Vec::new();
+        self.h.range_with(
+            HISTORY,
+            history_key(set, from)..=history_key(set, to),
+            |entries: Vec<(u128, u64)>, blobs| {
+                for (_, w) in entries {
+                    blobs.read_into(w, &mut buf);
+                    if f(decode(&entry.schema, &words_of(&buf))).is_break() {
+                        return;
+                    }
+                }
+            },
+        )?;
+        Ok(())
+    }
+
+    /// The set's samples with timestamps in `from..=to`, oldest first.
+    pub fn range(&mut self, set: SetId, from: u64, to: u64) -> Result<Vec<Sample>> {
+        let mut out = Vec::new();
+        self.scan(set, from, to, |s| {
+            out.push(s);
+            ControlFlow::Continue(())
+        })?;
+        Ok(out)
+    }
+
+    /// Minimum, maximum, mean and rate of change of each scalar data metric over the samples in
+    /// `from..=to`; empty if there are none.
+    pub fn window(&mut self, set: SetId, from: u64, to: u64) -> Result<Vec<WindowStats>> {
+        let entry = self.store.entry(set)?;
+        let metrics: Vec<(usize, &Metric)> =
+            entry.schema.metrics.iter().enumerate().filter(|(_, m)| !m.meta && m.array.is_none()).collect();
+        let mut stats: Vec<WindowStats> = metrics
+            .iter()
+            .map(|(_, m)| WindowStats {
+                metric: m.name.clone(),
+                samples: 0,
+                min: f64::INFINITY,
+                max: f64::NEG_INFINITY,
+                avg: 0.0,
+                rate: None,
+            })
+            .collect();
+        // (timestamp, values) of the window's first and last samples.
+        type Point = (u64, Vec<f64>);
+        let (mut first, mut last): (Option<Point>, Option<Point>) = (None, None);
+        self.scan(set, from, to, |s| {
+            let xs: Vec<f64> = metrics.iter().map(|(i, _)| s.values[*i].as_f64().expect("a scalar")).collect();
+            for (st, &x) in stats.iter_mut().zip(&xs) {
+                st.samples += 1;
+                st.min = st.min.min(x);
+                st.max = st.max.max(x);
+                st.avg += x;
+            }
+            if first.is_none() {
+                first = Some((s.timestamp, xs.clone()));
+            }
+            last = Some((s.timestamp, xs));
+            ControlFlow::Continue(())
+        })?;
+        let Some(((t0, x0), (t1, x1))) = first.zip(last) else { return Ok(Vec::new()) };
+        for (i, st) in stats.iter_mut().enumerate() {
+            st.avg /= st.samples as f64;
+            st.rate = (t1 > t0).then(|| (x1[i] - x0[i]) / ((t1 - t0) as f64 / 1e9));
+        }
+        Ok(stats)
+    }
+
+    /// Removes the set's samples older than `before` (ns) and, if `keep` is given, all but the
+    /// newest `keep`; the latest sample always stays. Returns how many were removed.
+    pub fn trim(&mut self, set: SetId, before: u64, keep: Option<usize>) -> Result<usize> {
+        let entry = self.store.entry(set)?;
+        // Hold the set: no sample arrives while the history is cut.
+        let latest = entry.latest.lock();
+        let Some((latest_ts, _)) = *latest else { return Ok(0) };
+        let older: Vec<u128> = self
+            .h
+            .range(HISTORY, history_key(set, 0)..history_key(set, latest_ts))?
+            .into_iter()
+            .map(|(k, _): (u128, u64)| k)
+            .collect();
+        // `older` excludes the latest: keeping `keep` in all keeps `keep - 1` of these.
+        let by_count = keep.map_or(0, |k| older.len().saturating_sub(k.saturating_sub(1)));
+        let by_age = older.iter().take_while(|&&k| (k as u64) < before).count();
+        let doomed = &older[..by_count.max(by_age)];
+        for chunk in doomed.chunks(TRIM_BATCH) {
+            self.tx.clear();
+            for &k in chunk {
+                self.tx.remove(HISTORY, k);
+            }
+            while !self.h.execute(&self.tx)?.is_committed() {}
+        }
+        Ok(doomed.len())
+    }
+}

@@ -1,0 +1,243 @@
+//! The metric store: schemas and sets, ingest with idempotent re-sends, bad samples refused with
+//! nothing changed, queries (latest, previous, range, window), retention, stale producers, the
+//! catalog and latest samples across reopenings, and a kill loop on a real pool file.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use petra::mem::SimMem;
+use petra::pool::{Pool, PoolConfig};
+use petra_kv::{
+    Config, CreateMode, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored,
+    Value,
+};
+use petra_recovery::kill::{KillLoop, ack, child_arg};
+
+const SEC: u64 = 1_000_000_000;
+
+fn schema() -> Schema {
+    Schema {
+        name: "meminfo".into(),
+        metrics: vec![
+            Metric::meta("component_id", Scalar::U64),
+            Metric::data("MemFree", Scalar::U64),
+            Metric::data("Delta", Scalar::S32),
+            Metric::data("Load", Scalar::F64),
+            Metric { name: "PerCpu".into(), scalar: Scalar::U8, array: Some(3), meta: false },
+        ],
+    }
+}
+
+fn set_info(instance: &str, component: u64, job: u64) -> SetInfo {
+    SetInfo {
+        instance: instance.into(),
+        schema: "meminfo".into(),
+        producer: "node1".into(),
+        component_id: component,
+        job_id: job,
+        interval_ns: SEC,
+    }
+}
+
+fn sample(generation: u64, timestamp: u64, free: u64) -> Sample {
+    Sample {
+        timestamp,
+        duration: 1_000,
+        generation,
+        consistent: generation.is_multiple_of(2),
+        values: vec![
+            Value::U(7),
+            Value::U(free),
+            Value::S(-(generation as i64)),
+            Value::F(generation as f64 / 4.0),
+            Value::Array(vec![Value::U(1), Value::U(2), Value::U(generation % 256)]),
+        ],
+    }
+}
+
+fn sim_store() -> (Arc<SimMem>, MetricStore<Arc<SimMem>>) {
+    let mem = Arc::new(SimMem::new(0, 64 << 20));
+    let config =
+        PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+    let store = MetricStore::create_in(Pool::create_in(Arc::clone(&mem), &config).unwrap()).unwrap();
+    (mem, store)
+}
+
+fn history(s: &mut MetricSession<'_, Arc<SimMem>>, set: SetId) -> Vec<Sample> {
+    s.range(set, 0, u64::MAX).unwrap()
+}
+
+#[test]
+fn samples_are_stored_once_queried_and_kept_across_reopening() {
+    let (mem, store) = sim_store();
+    store.add_schema(&schema()).unwrap();
+    store.add_schema(&schema()).unwrap(); // the same again: accepted
+    let mut other = schema();
+    other.metrics.pop();
+    assert!(matches!(store.add_schema(&other), Err(KvError::SchemaConflict(_))));
+    let a = store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap();
+    let b = store.add_set(&set_info("node2/meminfo", 2, 100)).unwrap();
+    assert_eq!(store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap(), a);
+    assert!(matches!(store.add_set(&set_info("node1/meminfo", 1, 101)), Err(KvError::SetConflict(_))));
+    let mut unknown = set_info("node3/vmstat", 3, 0);
+    unknown.schema = "vmstat".into();
+    assert!(matches!(store.add_set(&unknown), Err(KvError::UnknownSchema(_))));
+    assert_eq!(store.sets_by_component(2), [b]);
+    assert_eq!(store.sets_by_job(100), [a, b]);
+
+    let mut s = store.session().unwrap();
+    assert_eq!(s.latest(a).unwrap(), None);
+    for g in 1..=10u64 {
+        assert_eq!(s.store_sample(a, &sample(g, g * SEC, 1000 + 10 * g)).unwrap(), Stored::New);
+        // A re-send of the same generation, or an older one, is a no-op.
+        assert_eq!(s.store_sample(a, &sample(g, g * SEC, 1000 + 10 * g)).unwrap(), Stored::Duplicate);
+        assert_eq!(s.store_sample(a, &sample(g / 2, g * SEC, 0)).unwrap(), Stored::Duplicate);
+    }
+    s.store_sample(b, &sample(1, 5 * SEC, 1)).unwrap();
+    // Bad samples: refused, nothing changed.
+    let before = history(&mut s, a);
+    let mut bad = sample(11, 11 * SEC, 1);
+    bad.values.pop();
+    let mut wrong_type = sample(11, 11 * SEC, 1);
+    wrong_type.values[1] = Value::S(5);
+    let mut out_of_range = sample(11, 11 * SEC, 1);
+    out_of_range.values[2] = Value::S(i64::from(i32::MAX) + 1);
+    let mut short_array = sample(11, 11 * SEC, 1);
+    short_array.values[4] = Value::Array(vec![Value::U(1)]);
+    let not_later = sample(11, 10 * SEC, 1);
+    for bad in [bad, wrong_type, out_of_range, short_array, not_later] {
+        assert!(matches!(s.store_sample(a, &bad), Err(KvError::BadSample { .. })), "{bad:?}");
+    }
+    assert!(matches!(s.store_sample(SetId(9), &sample(1, 1, 1)), Err(KvError::UnknownSet(9))));
+    assert_eq!(history(&mut s, a), before);
+
+    // Queries.
+    assert_eq!(s.latest(a).unwrap(), Some(sample(10, 10 * SEC, 1100)));
+    assert_eq!(s.previous(a).unwrap(), Some(sample(9, 9 * SEC, 1090)));
+    assert_eq!(s.previous(b).unwrap(), None);
+    let mid: Vec<u64> = s.range(a, 3 * SEC, 5 * SEC).unwrap().iter().map(|x| x.generation).collect();
+    assert_eq!(mid, [3, 4, 5]);
+    let w = s.window(a, 2 * SEC, 6 * SEC).unwrap();
+    let names: Vec<&str> = w.iter().map(|x| x.metric.as_str()).collect();
+    assert_eq!(names, ["MemFree", "Delta", "Load"], "meta and array metrics have no window statistics");
+    assert_eq!((w[0].samples, w[0].min, w[0].max, w[0].avg), (5, 1020.0, 1060.0, 1040.0));
+    assert_eq!(w[0].rate, Some(10.0), "10 per second");
+    assert_eq!((w[1].min, w[1].max, w[1].rate), (-6.0, -2.0, Some(-1.0)));
+    assert!(s.window(a, 20 * SEC, 30 * SEC).unwrap().is_empty());
+    // Stale: a is fresh at 11 s; both are stale at 20 s with 3 intervals allowed.
+    assert_eq!(store.stale_sets(11 * SEC, 3), [b]);
+    assert_eq!(store.stale_sets(20 * SEC, 3), [a, b]);
+    drop(s);
+
+    // Reopen as after a crash: catalog, history and the latest samples are all there, and
+    // re-sends are still recognised.
+    drop(store.into_engine().into_pool().unwrap());
+    let store = MetricStore::open_in(Pool::open_in(Arc::clone(&mem)).unwrap()).unwrap();
+    assert_eq!(store.set_id("node2/meminfo"), Some(b));
+    assert_eq!(store.schema("meminfo"), Some(schema()));
+    let mut s = store.session().unwrap();
+    assert_eq!(history(&mut s, a), before);
+    assert_eq!(s.store_sample(a, &sample(10, 10 * SEC, 1100)).unwrap(), Stored::Duplicate);
+    assert_eq!(s.store_sample(a, &sample(11, 11 * SEC, 1110)).unwrap(), Stored::New);
+
+    // Retention: by age, then by count; the latest always stays.
+    assert_eq!(s.trim(a, 4 * SEC, None).unwrap(), 3);
+    assert_eq!(history(&mut s, a).first().map(|x| x.generation), Some(4));
+    assert_eq!(s.trim(a, 0, Some(2)).unwrap(), 6);
+    let left: Vec<u64> = history(&mut s, a).iter().map(|x| x.generation).collect();
+    assert_eq!(left, [10, 11]);
+    assert_eq!(s.trim(a, u64::MAX, Some(0)).unwrap(), 1);
+    assert_eq!(history(&mut s, a).len(), 1);
+    assert_eq!(s.previous(a).unwrap(), None, "the previous sample was trimmed");
+    assert_eq!(s.latest(a).unwrap().map(|x| x.generation), Some(11));
+}
+
+/// Every acknowledged sample is in the history once, the history's generations and timestamps
+/// increase, the latest sample is the last in the history, and at most one sample per set that
+/// was not acknowledged (the one in flight) is there.
+fn check_sets(path: &str, acked: &BTreeMap<String, u64>) -> Result<BTreeMap<String, u64>, String> {
+    let config = Config { create: CreateMode::Open, ..Config::new(path) };
+    let store = MetricStore::open(&config).map_err(|e| format!("reopen: {e}"))?;
+    let mut last = BTreeMap::new();
+    {
+        let mut s = store.session().unwrap();
+        for (id, info) in store.sets() {
+            let h = s.range(id, 0, u64::MAX).unwrap();
+            let gens: Vec<u64> = h.iter().map(|x| x.generation).collect();
+            if gens.windows(2).any(|w| w[0] >= w[1]) || h.windows(2).any(|w| w[0].timestamp >= w[1].timestamp) {
+                return Err(format!("{}: generations {gens:?} do not increase", info.instance));
+            }
+            let top = gens.last().copied().unwrap_or(0);
+            let want = acked.get(&info.instance).copied().unwrap_or(0);
+            // Generations are consecutive from 1: all acknowledged ones present, at most one more.
+            if gens != (1..=top).collect::<Vec<_>>() || top < want || top > want + 1 {
+                return Err(format!("{}: generations 1..={top} expected 1..={want} (+1)", info.instance));
+            }
+            if s.latest(id).unwrap().as_ref() != h.last() {
+                return Err(format!("{}: the latest sample is not the history's last", info.instance));
+            }
+            last.insert(info.instance.clone(), top);
+        }
+    }
+    store.close().map_err(|e| e.to_string())?;
+    Ok(last)
+}
+
+/// The child: open the store, carry on each set from its latest generation, re-sending the
+/// latest first (which must be a duplicate), acknowledging each sample stored ("set gen").
+fn child(path: &str) {
+    let store = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(path) }).unwrap();
+    store.add_schema(&schema()).unwrap();
+    let sets: Vec<SetId> =
+        (0..2).map(|i| store.add_set(&set_info(&format!("node{i}/meminfo"), i, 0)).unwrap()).collect();
+    let mut s = store.session().unwrap();
+    let mut next: Vec<u64> = sets.iter().map(|&id| s.latest(id).unwrap().map_or(1, |x| x.generation + 1)).collect();
+    for (i, &id) in sets.iter().enumerate() {
+        if next[i] > 1 {
+            let again = sample(next[i] - 1, (next[i] - 1) * SEC, 0);
+            assert_eq!(s.store_sample(id, &again).unwrap(), Stored::Duplicate);
+        }
+    }
+    ack("R");
+    loop {
+        for (i, &id) in sets.iter().enumerate() {
+            let g = next[i];
+            assert_eq!(s.store_sample(id, &sample(g, g * SEC, g)).unwrap(), Stored::New);
+            ack(format!("node{i}/meminfo {g}"));
+            next[i] += 1;
+        }
+    }
+}
+
+#[test]
+fn kill_loop_loses_no_acknowledged_sample_and_duplicates_none() {
+    if let Some(arg) = child_arg() {
+        child(&arg);
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("petra-ms-")
+        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })
+        .unwrap();
+    let path = dir.path().join("metrics.pool").to_str().unwrap().to_owned();
+    let config = Config { create: CreateMode::Create, size: 4 << 20, max_size: 1 << 30, ..Config::new(&path) };
+    MetricStore::open(&config).unwrap().close().unwrap();
+    let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    let report = KillLoop::new("kill_loop_loses_no_acknowledged_sample_and_duplicates_none", 12).run(
+        |_| path.clone(),
+        |path, out| {
+            for a in out.acks.iter().filter(|a| *a != "R") {
+                let (set, g) = a.split_once(' ').unwrap();
+                acked.insert(set.to_owned(), g.parse().unwrap());
+            }
+            let last = check_sets(path, &acked)?;
+            // The next child carries on from what is there (an unacknowledged sample that made it
+            // is kept, and acknowledged by being there).
+            acked = last;
+            Ok(())
+        },
+    );
+    eprintln!("{} rounds, {} kills, {} acks", report.rounds, report.kills, report.acks);
+    report.assert_ok(6);
+    assert!(acked.values().all(|&g| g > 10), "too few samples stored: {acked:?}");
+}
