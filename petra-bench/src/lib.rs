@@ -4,12 +4,15 @@
 //!   durable and volatile in one run, with throughput, abort rate and flushes and fences per
 //!   transaction.
 //! - [`workload`]: the generators they draw from.
+//! - [`kv`]: pmemkv_bench's workloads on the key-value store (one thread).
+//! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //!
-//! The key-value workloads (pmemkv_bench style) and TATP are not built yet: they need the
-//! key-value store. The lock-based transactional map baseline is not built yet either; the
+//! TATP is not built yet. The lock-based transactional map baseline is not built yet either; the
 //! volatile mode is the baseline in `micro` today. The criterion benches at the workspace root
 //! measure the persistence primitives (`benches/persist.rs`) and single-key lookups and ranges
 //! against crossbeam-skiplist (`benches/lookup.rs`).
 
+pub mod kv;
+pub mod metrics;
 pub mod micro;
 pub mod workload;

@@ -23,6 +23,72 @@ enum Command {
     /// the share of transactions aborted because a strict op failed (or to break a helping
     /// cycle); flushes/tx and fences/tx are counted over every transaction run.
     Micro(MicroArgs),
+    /// pmemkv_bench's workloads on the key-value store (petra-kv), one thread, run in the order
+    /// given on one store. Prints pmemkv_bench's CSV columns: benchmark, micros/op, ops/sec,
+    /// MB/s (keys and values moved), and with --histogram the 50th, 99th and 99.9th percentile
+    /// latencies in microseconds.
+    Kv(KvArgs),
+    /// The metric store: durable ingest of samples of one set of u64 metrics, then latest-value
+    /// reads and range queries, one thread.
+    Metrics(MetricsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct KvArgs {
+    /// Workloads, comma-separated: fillseq, fillrandom, overwrite, readseq, readrandom,
+    /// readmissing, deleteseq, deleterandom.
+    #[arg(long, value_delimiter = ',', default_values_t = ["fillrandom".to_string(), "readrandom".to_string()])]
+    benchmarks: Vec<String>,
+    /// Keys of the fill workloads, and the key range.
+    #[arg(long, default_value_t = 1_000_000)]
+    num: u64,
+    /// Operations of the read workloads (default: --num).
+    #[arg(long)]
+    reads: Option<u64>,
+    /// Bytes per key (at least 8).
+    #[arg(long = "key_size", default_value_t = 8)]
+    key_size: usize,
+    /// Bytes per value.
+    #[arg(long = "value_size", default_value_t = 100)]
+    value_size: usize,
+    /// The store: sorted (skiplist) or unsorted (hash map with --num buckets).
+    #[arg(long, default_value = "sorted")]
+    engine: String,
+    /// The pool file to create (default: a new file in /dev/shm or the temporary directory,
+    /// removed afterwards). It must not exist.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// The most the pool file may grow to, GiB.
+    #[arg(long = "db_size_in_gb", default_value_t = 8)]
+    db_size_in_gb: u64,
+    /// Record per-operation latencies and print percentiles.
+    #[arg(long)]
+    histogram: bool,
+    /// Skip flushes and fences: what durability costs (nothing is durable in this mode).
+    #[arg(long)]
+    volatile: bool,
+    /// Seed of the random keys and values.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Debug, clap::Args)]
+struct MetricsArgs {
+    /// Metrics in the set (u64 data metrics).
+    #[arg(long, default_value_t = 144)]
+    metrics: usize,
+    /// Samples stored.
+    #[arg(long, default_value_t = 200_000)]
+    samples: u64,
+    /// Latest-value reads timed.
+    #[arg(long, default_value_t = 100_000)]
+    reads: u64,
+    /// Range queries timed.
+    #[arg(long, default_value_t = 1_000)]
+    ranges: u64,
+    /// Samples per range query.
+    #[arg(long, default_value_t = 1_000)]
+    range_len: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,6 +142,8 @@ fn main() {
     let command = cli.command.or_else(|| Cli::parse_from(["petra-bench", "micro"]).command).expect("micro parses");
     let result = match command {
         Command::Micro(args) => micro(args),
+        Command::Kv(args) => kv(args),
+        Command::Metrics(args) => metrics(args),
     };
     if let Err(e) = result {
         eprintln!("petra-bench: {e}");
@@ -185,6 +253,76 @@ fn micro(args: MicroArgs) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+fn kv(args: KvArgs) -> Result<(), String> {
+    let order = match args.engine.as_str() {
+        "sorted" => petra_kv::Order::Sorted,
+        "unsorted" => petra_kv::Order::Unsorted { buckets: args.num.max(1) },
+        other => return Err(format!("unknown engine {other:?}: use sorted or unsorted")),
+    };
+    let case = petra_bench::kv::KvCase {
+        num: args.num,
+        reads: args.reads.unwrap_or(args.num),
+        key_size: args.key_size,
+        value_size: args.value_size,
+        order,
+        seed: args.seed,
+        histogram: args.histogram,
+        volatile: args.volatile,
+    };
+    let tmp = if args.db.is_none() { Some(scratch()?) } else { None };
+    let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join("kv.pool"));
+    println!(
+        "petra-kv {} store{}, {} keys of {} bytes, {}-byte values, one thread, pool {}",
+        args.engine,
+        if args.volatile { " (volatile: flushes and fences off)" } else { "" },
+        args.num,
+        args.key_size,
+        args.value_size,
+        path.display()
+    );
+    let results = petra_bench::kv::run(&case, &args.benchmarks, &path, args.db_size_in_gb << 30)?;
+    println!("benchmark,micros/op,ops/sec,MB/s,found,p50,p99,p99.9");
+    for r in results {
+        let p = |q| r.percentile(q).map_or(String::new(), |x| format!("{x:.2}"));
+        println!(
+            "{},{:.3},{:.0},{:.1},{},{},{},{}",
+            r.name,
+            r.micros_per_op(),
+            r.ops_per_sec(),
+            r.mb_per_sec(),
+            r.found,
+            p(50.0),
+            p(99.0),
+            p(99.9)
+        );
+    }
+    Ok(())
+}
+
+fn metrics(args: MetricsArgs) -> Result<(), String> {
+    let case = petra_bench::metrics::MetricsCase {
+        metrics: args.metrics,
+        samples: args.samples,
+        reads: args.reads,
+        ranges: args.ranges,
+        range_len: args.range_len,
+    };
+    let tmp = scratch()?;
+    let path = tmp.path().join("metrics.pool");
+    println!(
+        "metric store, one set of {} u64 metrics, {} samples, one thread, pool {}",
+        args.metrics,
+        args.samples,
+        path.display()
+    );
+    let r = petra_bench::metrics::run(&case, &path, 64 << 30)?;
+    println!("ingest (durable)      {:>12.0} samples/s", r.ingest_per_sec);
+    println!("latest sample read    {:>12.2} us", r.latest_micros);
+    println!("range of {:>5} samples {:>11.1} us", args.range_len, r.range_micros);
+    println!("pool file             {:>12.1} MiB", r.file_bytes as f64 / (1 << 20) as f64);
     Ok(())
 }
 

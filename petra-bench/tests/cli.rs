@@ -17,6 +17,10 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["micro", "--structure", "tree"], "unknown structure"),
         (&["micro", "--txs", "many"], "invalid value"),
         (&["frobnicate"], "unrecognized subcommand"),
+        (&["kv", "--benchmarks", "fillrandom,fillfast"], "unknown benchmark \"fillfast\""),
+        (&["kv", "--key_size", "4", "--num", "10"], "below 8 bytes"),
+        (&["kv", "--engine", "btree"], "unknown engine"),
+        (&["metrics", "--samples", "10", "--range-len", "20"], "at least that many samples"),
     ] {
         let out = bench(args);
         assert!(!out.status.success(), "{args:?} was accepted");
@@ -89,4 +93,39 @@ fn byte_values_add_their_blob_lines_to_the_flushes() {
     let (flushes, fences) = flushes_and_fences("200");
     assert_eq!(fences, 1.0);
     assert!((5.0..=6.0).contains(&flushes), "{flushes} flushes per 200-byte put");
+}
+
+#[test]
+fn kv_workloads_run_in_order_on_one_store_and_print_csv() {
+    let out = bench(&[
+        "kv",
+        "--num",
+        "2000",
+        "--key_size",
+        "20",
+        "--benchmarks",
+        "fillseq,readseq,readrandom,readmissing,deleteseq,readrandom",
+        "--histogram",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> =
+        text.lines().skip_while(|l| !l.starts_with("benchmark,")).map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows[0], ["benchmark", "micros/op", "ops/sec", "MB/s", "found", "p50", "p99", "p99.9"]);
+    // (name, found): every key read back after fillseq, none missing ones, none after deleteseq.
+    let found: Vec<(&str, &str)> = rows[1..].iter().map(|r| (r[0], r[4])).collect();
+    assert_eq!(
+        found,
+        [
+            ("fillseq", "0"),
+            ("readseq", "2000"),
+            ("readrandom", "2000"),
+            ("readmissing", "0"),
+            ("deleteseq", "2000"),
+            ("readrandom", "0")
+        ]
+    );
+    // Per-operation percentiles with --histogram (readseq is one scan: none).
+    let timed = rows[1..].iter().filter(|r| r[0] != "readseq");
+    assert!(timed.clone().count() == 5 && timed.into_iter().all(|r| !r[5].is_empty() && !r[7].is_empty()), "{text}");
 }

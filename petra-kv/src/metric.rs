@@ -402,9 +402,9 @@ impl<M: PMem + 'static> MetricStore<M> {
                 .ok_or_else(|| corrupt(format!("set {} names no schema", info.instance)))?;
             let latest = match latest.get(&(id.0 as u64)) {
                 Some(&ts) => {
-                    let words = read_sample_words(&mut h, id, ts)?
+                    let bytes = read_sample(&mut h, id, ts)?
                         .ok_or_else(|| corrupt(format!("set {}'s latest sample is missing", info.instance)))?;
-                    Some((ts, words[2]))
+                    Some((ts, word(&bytes, 2)))
                 }
                 None => None,
             };
@@ -530,26 +530,29 @@ impl<M: PMem + 'static> MetricStore<M> {
     }
 }
 
-/// Reads the words of set `set`'s sample at `ts`.
-fn read_sample_words<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64) -> Result<Option<Vec<u64>>> {
+/// Reads the blob of set `set`'s sample at `ts`.
+fn read_sample<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64) -> Result<Option<Vec<u8>>> {
     let mut tx = Transaction::new();
     tx.get(HISTORY, history_key(set, ts));
     loop {
         let got = h.execute_with(&tx, |out, blobs| match out {
-            Outcome::Committed { results, .. } => Some(results[0].map(|w| words_of(&blobs.to_vec(w)))),
+            Outcome::Committed { results, .. } => Some(results[0].map(|w| blobs.to_vec(w))),
             Outcome::Aborted { .. } => None,
         })?;
-        if let Some(words) = got {
-            return Ok(words);
+        if let Some(bytes) = got {
+            return Ok(bytes);
         }
     }
 }
 
-fn words_of(bytes: &[u8]) -> Vec<u64> {
-    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+/// Word `i` of a sample's blob.
+fn word(bytes: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
 }
 
-fn decode(schema: &Schema, words: &[u64]) -> Sample {
+/// Decodes a sample from its blob.
+fn decode(schema: &Schema, bytes: &[u8]) -> Sample {
+    let word = |i: usize| word(bytes, i);
     let mut at = HEADER_WORDS;
     let values = schema
         .metrics
@@ -557,20 +560,20 @@ fn decode(schema: &Schema, words: &[u64]) -> Sample {
         .map(|m| match m.array {
             None => {
                 at += 1;
-                m.scalar.decode(words[at - 1])
+                m.scalar.decode(word(at - 1))
             }
             Some(n) => {
-                let items = words[at..at + n as usize].iter().map(|&w| m.scalar.decode(w)).collect();
+                let items = (at..at + n as usize).map(|i| m.scalar.decode(word(i))).collect();
                 at += n as usize;
                 Value::Array(items)
             }
         })
         .collect();
     Sample {
-        timestamp: words[0],
-        duration: words[1],
-        generation: words[2],
-        consistent: words[3] & FLAG_CONSISTENT != 0,
+        timestamp: word(0),
+        duration: word(1),
+        generation: word(2),
+        consistent: word(3) & FLAG_CONSISTENT != 0,
         values,
     }
 }
@@ -657,15 +660,15 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
     pub fn previous(&mut self, set: SetId) -> Result<Option<Sample>> {
         let entry = self.store.entry(set)?;
         let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
-        let Some(words) = read_sample_words(&mut self.h, set, ts)? else { return Ok(None) };
-        if words[3] & FLAG_PREVIOUS == 0 {
+        let Some(bytes) = read_sample(&mut self.h, set, ts)? else { return Ok(None) };
+        if word(&bytes, 3) & FLAG_PREVIOUS == 0 {
             return Ok(None);
         }
-        self.sample_at(&entry, words[4])
+        self.sample_at(&entry, word(&bytes, 4))
     }
 
     fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
-        Ok(read_sample_words(&mut self.h, entry.id, ts)?.map(|w| decode(&entry.schema, &w)))
+        Ok(read_sample(&mut self.h, entry.id, ts)?.map(|b| decode(&entry.schema, &b)))
     }
 
     /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
@@ -678,7 +681,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
             |entries: Vec<(u128, u64)>, blobs| {
                 for (_, w) in entries {
                     blobs.read_into(w, &mut buf);
-                    if f(decode(&entry.schema, &words_of(&buf))).is_break() {
+                    if f(decode(&entry.schema, &buf)).is_break() {
                         return;
                     }
                 }

@@ -133,6 +133,21 @@ pub trait PMem: Send + Sync {
     /// Copies `buf.len()` bytes from `off` into `buf`. Not atomic as a whole: the caller must know
     /// that no other thread writes the range meanwhile (a blob before it is published, a header).
     fn read_bytes(&self, off: u64, buf: &mut [u8]) {
+        if off.is_multiple_of(WORD) {
+            // Whole words straight into place (the common case: a blob after its length word).
+            let mut chunks = buf.chunks_exact_mut(WORD as usize);
+            let mut at = off;
+            for chunk in &mut chunks {
+                chunk.copy_from_slice(&self.load(at, Ordering::Relaxed).to_le_bytes());
+                at += WORD;
+            }
+            let tail = chunks.into_remainder();
+            if !tail.is_empty() {
+                let n = tail.len();
+                tail.copy_from_slice(&self.load(at, Ordering::Relaxed).to_le_bytes()[..n]);
+            }
+            return;
+        }
         let mut pos = 0usize;
         while pos < buf.len() {
             let at = off + pos as u64;
