@@ -71,8 +71,8 @@ pub enum KvError {
     /// A set names a schema the store does not have.
     #[error("no schema named {0}")]
     UnknownSchema(String),
-    /// A set of this instance name exists with another record.
-    #[error("a set named {0} exists with another schema, producer, component, job or interval")]
+    /// A set of this instance name exists with another schema.
+    #[error("a set named {0} exists with another schema")]
     SetConflict(String),
     /// No set has this id.
     #[error("no set with id {0}")]

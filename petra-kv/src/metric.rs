@@ -284,7 +284,8 @@ struct SetEntry {
     info: SetInfo,
     schema: Arc<Schema>,
     /// The latest sample's (timestamp, generation); writers of the set hold this lock.
-    latest: Mutex<Option<(u64, u64)>>,
+    /// Shared with the entry that replaces this one when the set's record changes.
+    latest: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 #[derive(Debug, Default)]
@@ -412,7 +413,7 @@ impl<M: PMem + 'static> MetricStore<M> {
                 return Err(corrupt(format!("set ids are not dense at {}", id.0)));
             }
             catalog.by_name.insert(info.instance.clone(), id);
-            catalog.sets.push(Arc::new(SetEntry { id, info, schema, latest: Mutex::new(latest) }));
+            catalog.sets.push(Arc::new(SetEntry { id, info, schema, latest: Arc::new(Mutex::new(latest)) }));
         }
         *self.catalog.write() = catalog;
         Ok(())
@@ -439,36 +440,59 @@ impl<M: PMem + 'static> MetricStore<M> {
         }
         let id = self.catalog.read().schemas.len() as u64;
         let json = serde_json::to_vec(schema).expect("a schema serialises");
-        self.put_record(SCHEMA_TAG | id, &json)?;
+        self.write_record(SCHEMA_TAG | id, &json, false)?;
         self.catalog.write().schemas.insert(schema.name.clone(), Arc::new(schema.clone()));
         Ok(())
     }
 
-    /// Adds the set `info` (its schema must exist) and returns its id; a set of the same instance
-    /// name is returned as it is if its record is the same ([`KvError::SetConflict`] otherwise),
-    /// so a daemon can declare its sets at every start.
+    /// Adds the set `info` (its schema must exist) and returns its id. A set of the same
+    /// instance name keeps its id: its record (producer, component, job, interval) is replaced if
+    /// it differs, so a daemon can declare its sets at every start; a different schema is
+    /// refused ([`KvError::SetConflict`]).
     pub fn add_set(&self, info: &SetInfo) -> Result<SetId> {
         let _w = self.catalog_write.lock();
-        let schema = {
+        let (id, old) = {
             let catalog = self.catalog.read();
-            if let Some(&id) = catalog.by_name.get(&info.instance) {
-                let old = &catalog.sets[id.0 as usize].info;
-                return if old == info { Ok(id) } else { Err(KvError::SetConflict(info.instance.clone())) };
+            match catalog.by_name.get(&info.instance) {
+                Some(&id) => (id, Some(Arc::clone(&catalog.sets[id.0 as usize]))),
+                None => (SetId(catalog.sets.len() as u32), None),
             }
-            catalog.schemas.get(&info.schema).cloned().ok_or_else(|| KvError::UnknownSchema(info.schema.clone()))?
         };
-        let id = SetId(self.catalog.read().sets.len() as u32);
+        if let Some(old) = &old {
+            if old.info.schema != info.schema {
+                return Err(KvError::SetConflict(info.instance.clone()));
+            }
+            if old.info == *info {
+                return Ok(id);
+            }
+        }
+        let schema = self.catalog.read().schemas.get(&info.schema).cloned();
+        let schema = schema.ok_or_else(|| KvError::UnknownSchema(info.schema.clone()))?;
         let json = serde_json::to_vec(info).expect("a set record serialises");
-        self.put_record(SET_TAG | id.0 as u64, &json)?;
+        let key = SET_TAG | id.0 as u64;
+        self.write_record(key, &json, old.is_some())?;
+        let latest = old.map_or_else(|| Arc::new(Mutex::new(None)), |o| Arc::clone(&o.latest));
+        let entry = Arc::new(SetEntry { id, info: info.clone(), schema, latest });
         let mut catalog = self.catalog.write();
-        catalog.by_name.insert(info.instance.clone(), id);
-        catalog.sets.push(Arc::new(SetEntry { id, info: info.clone(), schema, latest: Mutex::new(None) }));
+        match catalog.sets.get_mut(id.0 as usize) {
+            Some(slot) => *slot = entry,
+            None => {
+                catalog.by_name.insert(info.instance.clone(), id);
+                catalog.sets.push(entry);
+            }
+        }
         Ok(id)
     }
 
-    fn put_record(&self, key: u64, bytes: &[u8]) -> Result<()> {
-        let out = self.engine.handle()?.execute(Transaction::new().insert_bytes(CATALOG, key, bytes))?;
-        if !out.is_committed() {
+    /// Writes a catalog record: a new one (the key must be free), or a replacement.
+    fn write_record(&self, key: u64, bytes: &[u8], replace: bool) -> Result<()> {
+        let mut tx = Transaction::new();
+        if replace {
+            tx.put_bytes(CATALOG, key, bytes)
+        } else {
+            tx.insert_bytes(CATALOG, key, bytes)
+        };
+        if !self.engine.handle()?.execute(&tx)?.is_committed() {
             return Err(KvError::Engine(petra::EngineError::Corrupt(format!("catalog key {key:#x} taken twice"))));
         }
         Ok(())

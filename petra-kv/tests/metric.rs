@@ -78,7 +78,13 @@ fn samples_are_stored_once_queried_and_kept_across_reopening() {
     let a = store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap();
     let b = store.add_set(&set_info("node2/meminfo", 2, 100)).unwrap();
     assert_eq!(store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap(), a);
-    assert!(matches!(store.add_set(&set_info("node1/meminfo", 1, 101)), Err(KvError::SetConflict(_))));
+    // A new job (or producer, component, interval) replaces the record; a new schema is refused.
+    assert_eq!(store.add_set(&set_info("node1/meminfo", 1, 101)).unwrap(), a);
+    assert_eq!(store.sets_by_job(101), [a]);
+    assert_eq!(store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap(), a);
+    let mut other_schema = set_info("node1/meminfo", 1, 100);
+    other_schema.schema = "vmstat".into();
+    assert!(matches!(store.add_set(&other_schema), Err(KvError::SetConflict(_))));
     let mut unknown = set_info("node3/vmstat", 3, 0);
     unknown.schema = "vmstat".into();
     assert!(matches!(store.add_set(&unknown), Err(KvError::UnknownSchema(_))));
@@ -134,6 +140,7 @@ fn samples_are_stored_once_queried_and_kept_across_reopening() {
     drop(store.into_engine().into_pool().unwrap());
     let store = MetricStore::open_in(Pool::open_in(Arc::clone(&mem)).unwrap()).unwrap();
     assert_eq!(store.set_id("node2/meminfo"), Some(b));
+    assert_eq!(store.sets_by_job(100), [a, b], "the replaced record was kept");
     assert_eq!(store.schema("meminfo"), Some(schema()));
     let mut s = store.session().unwrap();
     assert_eq!(history(&mut s, a), before);
