@@ -222,10 +222,7 @@ fn kill_loop_loses_no_acknowledged_sample_and_duplicates_none() {
         child(&arg);
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("petra-ms-")
-        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })
-        .unwrap();
+    let dir = petra_recovery::scratch_dir();
     let path = dir.path().join("metrics.pool").to_str().unwrap().to_owned();
     let config = Config { create: CreateMode::Create, size: 4 << 20, max_size: 1 << 30, ..Config::new(&path) };
     MetricStore::open(&config).unwrap().close().unwrap();

@@ -7,22 +7,13 @@ use petra::pool::{Pool, PoolConfig};
 use petra::{Engine, EngineConfig};
 use petra_kv::{Config, CreateMode, KvError, Order, Store};
 
-fn scratch() -> tempfile::TempDir {
-    let mut b = tempfile::Builder::new();
-    b.prefix("petra-kv-");
-    match std::path::Path::new("/dev/shm").is_dir() {
-        true => b.tempdir_in("/dev/shm").unwrap(),
-        false => b.tempdir().unwrap(),
-    }
-}
-
 fn config(path: &std::path::Path, create: CreateMode, order: Order) -> Config {
     Config { create, order, size: 1 << 20, max_size: 256 << 20, ..Config::new(path) }
 }
 
 #[test]
 fn create_modes_orders_and_reopening() {
-    let dir = scratch();
+    let dir = petra_recovery::scratch_dir();
     let path = dir.path().join("kv.pool");
     let unsorted = Order::Unsorted { buckets: 64 };
     match Store::open(&config(&path, CreateMode::Open, unsorted)) {
@@ -59,7 +50,7 @@ fn create_modes_orders_and_reopening() {
 
 #[test]
 fn a_pool_that_is_not_a_store_is_refused_untouched() {
-    let dir = scratch();
+    let dir = petra_recovery::scratch_dir();
     let path = dir.path().join("engine.pool");
     // An engine pool with other structures (as a benchmark would make).
     let pool_config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, ..PoolConfig::default() };
@@ -89,7 +80,7 @@ fn a_pool_that_is_not_a_store_is_refused_untouched() {
 
 #[test]
 fn two_threads_writing_long_keys_of_one_bucket_lose_nothing() {
-    let dir = scratch();
+    let dir = petra_recovery::scratch_dir();
     let store = Store::open(&config(&dir.path().join("kv.pool"), CreateMode::Create, Order::Sorted)).unwrap();
     const PER_THREAD: u32 = 300;
     // Every key shares its first 15 bytes: one bucket, written by both threads at once.

@@ -26,12 +26,6 @@ fn fake_proc(dir: &Path) {
     }
 }
 
-fn scratch() -> tempfile::TempDir {
-    let mut b = tempfile::Builder::new();
-    b.prefix("petra-mon-");
-    if Path::new("/dev/shm").is_dir() { b.tempdir_in("/dev/shm").unwrap() } else { b.tempdir().unwrap() }
-}
-
 fn mon(dir: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_petra-mon"));
     c.args(["--store", dir.join("m.pool").to_str().unwrap(), "--proc-root", dir.to_str().unwrap()]);
@@ -47,7 +41,7 @@ fn ls(dir: &Path, extra: &[&str]) -> String {
 
 #[test]
 fn a_counted_run_is_listed_by_petra_ls_as_a_table_and_as_json() {
-    let dir = scratch();
+    let dir = petra_recovery::scratch_dir();
     fake_proc(dir.path());
     let status = mon(dir.path(), &["--count", "3", "--interval-ms", "5"]).status().unwrap();
     assert!(status.success());
@@ -88,7 +82,7 @@ fn a_counted_run_is_listed_by_petra_ls_as_a_table_and_as_json() {
 
 #[test]
 fn sigterm_stops_the_daemon_cleanly_and_it_serves_openmetrics_meanwhile() {
-    let dir = scratch();
+    let dir = petra_recovery::scratch_dir();
     fake_proc(dir.path());
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
@@ -168,7 +162,7 @@ fn killed_and_restarted_the_sampler_loses_and_repeats_nothing() {
             petra_mon::sample_once(&mut s, &mut samplers, |sm, g| ack(format!("node7/{} {g}", sm.name))).unwrap();
         }
     }
-    let dir = scratch();
+    let dir = petra_recovery::scratch_dir();
     fake_proc(dir.path());
     let arg = dir.path().to_str().unwrap().to_owned();
     let mut acked = BTreeMap::new();

@@ -6,6 +6,21 @@
 //!   with what it takes to replay each failure.
 //! - [`kill`]: re-executes the test binary as a child, kills it with SIGKILL at a random moment,
 //!   and lets the parent reopen the pool file and check it against what the child acknowledged.
+//! - [`scratch_dir`]: a fresh directory for the pool files of a test.
 
 pub mod crash;
 pub mod kill;
+
+/// A fresh directory for pool files, removed when dropped: under `/dev/shm` where it exists (the
+/// usual stand-in for persistent memory), else under the system temporary directory.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("petra-");
+    if shm.is_dir()
+        && let Ok(dir) = builder.tempdir_in(shm)
+    {
+        return dir;
+    }
+    builder.tempdir().expect("cannot create a temporary directory")
+}
