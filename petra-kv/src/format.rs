@@ -4,11 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-use petra::mem::PMem;
-use petra::pool::Pool;
-use petra::{Engine, EngineConfig, EngineError, KeyWidth, Shape, StructId, StructureKind, Transaction, Values};
+use petra::mem::{MmapMem, PMem};
+use petra::pool::{Pool, PoolConfig};
+use petra::{
+    Blobs, Engine, EngineConfig, EngineError, Handle, KeyWidth, Outcome, Shape, StructId, StructureKind, Transaction,
+    Values,
+};
 
 use crate::error::{KvError, Result};
+use crate::store::{Config, CreateMode};
 
 /// A kind of pool this crate makes.
 #[derive(Debug)]
@@ -24,24 +28,88 @@ const META_SHAPE: Shape = (StructureKind::List, KeyWidth::U64, Values::Words);
 const MAGIC_KEY: u64 = 0;
 const VERSION_KEY: u64 = 1;
 
+/// Descriptor rings of the stores: small, since a ring that fills up is followed by another.
+fn engine_config() -> EngineConfig {
+    EngineConfig { ring_bytes: 4 << 20 }
+}
+
+/// Opens the pool file `config` names with `open`, or creates it and makes a store in it with
+/// `create`, as `config.create` says. A file created here and left without a store is removed.
+pub(crate) fn open_file<T>(
+    config: &Config,
+    open: impl FnOnce(Pool<MmapMem>) -> Result<T>,
+    create: impl FnOnce(Pool<MmapMem>) -> Result<T>,
+) -> Result<T> {
+    let new = match config.create {
+        CreateMode::Open => false,
+        CreateMode::Create => true,
+        CreateMode::OpenOrCreate => !config.path.exists(),
+    };
+    if !new {
+        return open(Pool::open(&config.path, &config.mapping)?);
+    }
+    let pool_config = PoolConfig {
+        initial_size: config.size,
+        max_size: config.max_size,
+        mapping: config.mapping.clone(),
+        ..PoolConfig::default()
+    };
+    create(Pool::create(&config.path, &pool_config)?).inspect_err(|_| {
+        // The file is ours (created just now) and holds no store: leave nothing behind.
+        let _ = std::fs::remove_file(&config.path);
+    })
+}
+
+/// Flushes the engine's pool file to its storage (`msync`), marks it cleanly closed and closes
+/// it; [`KvError::InUse`] while a session lives.
+pub(crate) fn close(engine: Engine<MmapMem>) -> Result<()> {
+    let pool = engine.into_pool().map_err(|_| KvError::InUse)?;
+    Ok(pool.close()?)
+}
+
+/// Executes `tx` until it is not aborted to break a helping cycle (a retry goes through), then
+/// gives `f`'s answer on its results, called while the byte values they name cannot be freed;
+/// `Err(i)` if strict op `i` failed.
+pub(crate) fn run<M: PMem + 'static, R>(
+    h: &mut Handle<M>,
+    tx: &Transaction,
+    mut f: impl FnMut(&[Option<u64>], &Blobs<'_, M>) -> R,
+) -> Result<Result<R, usize>> {
+    loop {
+        let done = h.execute_with(tx, |out, blobs| match out {
+            Outcome::Committed { results, .. } => Some(Ok(f(results, blobs))),
+            Outcome::Aborted { failed_op: Some(i) } => Some(Err(*i)),
+            Outcome::Aborted { failed_op: None } => None,
+        })?;
+        if let Some(r) = done {
+            return Ok(r);
+        }
+    }
+}
+
+/// [`run`] for a transaction of total ops (Put, Remove, Get), which never fail.
+pub(crate) fn run_total<M: PMem + 'static, R>(
+    h: &mut Handle<M>,
+    tx: &Transaction,
+    f: impl FnMut(&[Option<u64>], &Blobs<'_, M>) -> R,
+) -> Result<R> {
+    Ok(run(h, tx, f)?.unwrap_or_else(|i| unreachable!("total op {i} failed")))
+}
+
 /// Sets up an engine in `pool` with the meta list and structures of `shapes` (ids 1, 2, ...),
 /// then writes the magic.
 pub(crate) fn create<M: PMem + 'static>(
     pool: Pool<M>,
-    config: EngineConfig,
     format: &Format,
     shapes: &[Shape],
 ) -> Result<(Engine<M>, Vec<StructId>)> {
-    let engine = Engine::create(pool, config)?;
+    let engine = Engine::create(pool, engine_config())?;
     let meta = engine.create_structure(META_SHAPE.0, META_SHAPE.1, META_SHAPE.2)?;
     let ids = shapes.iter().map(|&(k, w, v)| engine.create_structure(k, w, v)).collect::<Result<Vec<_>, _>>()?;
     // The magic last: a pool whose creation was interrupted is refused, not half-used.
-    let out = engine.handle()?.execute(Transaction::new().insert(meta, MAGIC_KEY, format.magic).insert(
-        meta,
-        VERSION_KEY,
-        format.version,
-    ))?;
-    if !out.is_committed() {
+    let mut tx = Transaction::new();
+    tx.insert(meta, MAGIC_KEY, format.magic).insert(meta, VERSION_KEY, format.version);
+    if run(&mut engine.handle()?, &tx, |_, _| ())?.is_err() {
         return Err(KvError::Engine(EngineError::Corrupt(format!(
             "a new {}'s meta structure is not empty",
             format.name
@@ -54,7 +122,6 @@ pub(crate) fn create<M: PMem + 'static>(
 /// structures after the meta list (it says why not otherwise).
 pub(crate) fn open<M: PMem + 'static, T>(
     pool: Pool<M>,
-    config: EngineConfig,
     format: &Format,
     accept: impl FnOnce(&[Shape]) -> Result<T, &'static str>,
 ) -> Result<(Engine<M>, T)> {
@@ -78,7 +145,7 @@ pub(crate) fn open<M: PMem + 'static, T>(
             return Err(refuse(why.into()));
         }
     };
-    let engine = match Engine::open(pool, config) {
+    let engine = match Engine::open(pool, engine_config()) {
         Ok((engine, _report)) => engine,
         Err(EngineError::NoEngine) => return Err(refuse("the pool holds no engine".into())),
         Err(e) => return Err(e.into()),

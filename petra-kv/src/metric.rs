@@ -33,13 +33,13 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use petra::mem::{MmapMem, PMem};
-use petra::pool::{Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values};
+use petra::pool::Pool;
+use petra::{Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
-use crate::store::{Config, CreateMode};
+use crate::store::Config;
 
 const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_be_bytes(*b"PETRAMS1"), version: 1 };
 const CATALOG: StructId = StructId(1);
@@ -305,10 +305,6 @@ pub struct MetricStore<M: PMem + 'static = MmapMem> {
     catalog_write: Mutex<()>,
 }
 
-fn engine_config() -> EngineConfig {
-    EngineConfig { ring_bytes: 4 << 20 }
-}
-
 fn history_key(set: SetId, timestamp: u64) -> u128 {
     (set.0 as u128) << 64 | timestamp as u128
 }
@@ -316,30 +312,12 @@ fn history_key(set: SetId, timestamp: u64) -> u128 {
 impl MetricStore<MmapMem> {
     /// Opens or creates the metric store `config` names (its `order` is not used).
     pub fn open(config: &Config) -> Result<MetricStore> {
-        let create = match config.create {
-            CreateMode::Open => false,
-            CreateMode::Create => true,
-            CreateMode::OpenOrCreate => !config.path.exists(),
-        };
-        if !create {
-            return MetricStore::open_in(Pool::open(&config.path, &config.mapping)?);
-        }
-        let pool_config = PoolConfig {
-            initial_size: config.size,
-            max_size: config.max_size,
-            mapping: config.mapping.clone(),
-            ..PoolConfig::default()
-        };
-        MetricStore::create_in(Pool::create(&config.path, &pool_config)?).inspect_err(|_| {
-            // The file is ours (created just now) and holds no store: leave nothing behind.
-            let _ = std::fs::remove_file(&config.path);
-        })
+        format::open_file(config, MetricStore::open_in, MetricStore::create_in)
     }
 
     /// Flushes the file to its storage (`msync`) and closes it.
     pub fn close(self) -> Result<()> {
-        let pool = self.engine.into_pool().map_err(|_| KvError::InUse)?;
-        Ok(pool.close()?)
+        format::close(self.engine)
     }
 
     /// The pool file.
@@ -356,13 +334,13 @@ impl<M: PMem + 'static> MetricStore<M> {
             (StructureKind::HashMap { buckets: 1024 }, KeyWidth::U64, Values::Words),
             (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
         ];
-        let (engine, _) = format::create(pool, engine_config(), &FORMAT, &shapes)?;
+        let (engine, _) = format::create(pool, &FORMAT, &shapes)?;
         Ok(MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) })
     }
 
     /// Opens the metric store in `pool`, recovering it, and reads its catalog.
     pub fn open_in(pool: Pool<M>) -> Result<MetricStore<M>> {
-        let (engine, ()) = format::open(pool, engine_config(), &FORMAT, |shapes| match shapes {
+        let (engine, ()) = format::open(pool, &FORMAT, |shapes| match shapes {
             [
                 (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),
                 (StructureKind::HashMap { .. }, KeyWidth::U64, Values::Words),
@@ -492,7 +470,7 @@ impl<M: PMem + 'static> MetricStore<M> {
         } else {
             tx.insert_bytes(CATALOG, key, bytes)
         };
-        if !self.engine.handle()?.execute(&tx)?.is_committed() {
+        if format::run(&mut self.engine.handle()?, &tx, |_, _| ())?.is_err() {
             return Err(KvError::Engine(petra::EngineError::Corrupt(format!("catalog key {key:#x} taken twice"))));
         }
         Ok(())
@@ -558,15 +536,7 @@ impl<M: PMem + 'static> MetricStore<M> {
 fn read_sample<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64) -> Result<Option<Vec<u8>>> {
     let mut tx = Transaction::new();
     tx.get(HISTORY, history_key(set, ts));
-    loop {
-        let got = h.execute_with(&tx, |out, blobs| match out {
-            Outcome::Committed { results, .. } => Some(results[0].map(|w| blobs.to_vec(w))),
-            Outcome::Aborted { .. } => None,
-        })?;
-        if let Some(bytes) = got {
-            return Ok(bytes);
-        }
-    }
+    format::run_total(h, &tx, |results, blobs| results[0].map(|w| blobs.to_vec(w)))
 }
 
 /// Word `i` of a sample's blob.
@@ -657,17 +627,11 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
             history_key(set, sample.timestamp),
             w,
         );
-        loop {
-            match self.h.execute(&self.tx)? {
-                Outcome::Committed { .. } => break,
-                // The history key is new (timestamps increase under the set's lock): only a
-                // helping cycle aborts, and a retry goes through.
-                Outcome::Aborted { failed_op: None } => continue,
-                Outcome::Aborted { failed_op: Some(_) } => {
-                    let why = format!("a sample at {} ns is already in the history", sample.timestamp);
-                    return Err(KvError::BadSample { set: entry.info.instance.clone(), why });
-                }
-            }
+        // The history key is new (timestamps increase under the set's lock): the Insert fails only
+        // on a history this store did not write.
+        if format::run(&mut self.h, &self.tx, |_, _| ())?.is_err() {
+            let why = format!("a sample at {} ns is already in the history", sample.timestamp);
+            return Err(KvError::BadSample { set: entry.info.instance.clone(), why });
         }
         *latest = Some((sample.timestamp, sample.generation));
         Ok(Stored::New)
@@ -788,7 +752,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
             for &k in chunk {
                 self.tx.remove(HISTORY, k);
             }
-            while !self.h.execute(&self.tx)?.is_committed() {}
+            format::run_total(&mut self.h, &self.tx, |_, _| ())?;
         }
         Ok(doomed.len())
     }

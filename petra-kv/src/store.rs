@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use parking_lot::{Mutex, MutexGuard};
 use petra::mem::{Durability, MmapMem, PMem};
-use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::pool::{Mapping, Pool};
 use petra::tx::descriptor::MAX_OPS;
-use petra::{Engine, EngineConfig, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values};
+use petra::{Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
@@ -95,11 +95,6 @@ impl Config {
     }
 }
 
-/// Descriptor rings of a store: small, since a ring that fills up is followed by another.
-fn engine_config() -> EngineConfig {
-    EngineConfig { ring_bytes: 4 << 20 }
-}
-
 /// A key-value store. Share it between threads by reference; each thread works through its own
 /// [`Session`].
 #[derive(Debug)]
@@ -115,42 +110,17 @@ impl Store<MmapMem> {
     /// Opens or creates the store `config` names. Opening recovers the store after a crash:
     /// every acknowledged write is there, and nothing of any other.
     pub fn open(config: &Config) -> Result<Store> {
-        let exists = config.path.exists();
-        match config.create {
-            CreateMode::Open => Self::open_file(config),
-            CreateMode::Create => Self::create_file(config),
-            CreateMode::OpenOrCreate if exists => Self::open_file(config),
-            CreateMode::OpenOrCreate => Self::create_file(config),
-        }
-    }
-
-    fn open_file(config: &Config) -> Result<Store> {
-        let store = Store::open_in(Pool::open(&config.path, &config.mapping)?)?;
+        let store = format::open_file(config, Store::open_in, |pool| Store::create_in(pool, config.order))?;
         if store.order.name() != config.order.name() {
             return Err(KvError::WrongOrder { found: store.order.name(), asked: config.order.name() });
         }
         Ok(store)
     }
 
-    fn create_file(config: &Config) -> Result<Store> {
-        let pool_config = PoolConfig {
-            initial_size: config.size,
-            max_size: config.max_size,
-            mapping: config.mapping.clone(),
-            ..PoolConfig::default()
-        };
-        let pool = Pool::create(&config.path, &pool_config)?;
-        Store::create_in(pool, config.order).inspect_err(|_| {
-            // The file is ours (created just now) and holds no store: leave nothing behind.
-            let _ = std::fs::remove_file(&config.path);
-        })
-    }
-
     /// Flushes the file to its storage (`msync`) and closes it. A store dropped without closing
     /// loses nothing a crash would not lose.
     pub fn close(self) -> Result<()> {
-        let pool = self.engine.into_pool().map_err(|_| KvError::InUse)?;
-        Ok(pool.close()?)
+        format::close(self.engine)
     }
 }
 
@@ -161,14 +131,14 @@ impl<M: PMem + 'static> Store<M> {
             Order::Sorted => StructureKind::SkipList,
             Order::Unsorted { buckets } => StructureKind::HashMap { buckets },
         };
-        let (engine, ids) = format::create(pool, engine_config(), &FORMAT, &[(kind, KeyWidth::U128, Values::Bytes)])?;
+        let (engine, ids) = format::create(pool, &FORMAT, &[(kind, KeyWidth::U128, Values::Bytes)])?;
         Ok(Store::assemble(engine, ids[0], order))
     }
 
     /// Opens the store in `pool`, recovering it. A pool whose structures are not a store's is
     /// refused before recovery, untouched.
     pub fn open_in(pool: Pool<M>) -> Result<Store<M>> {
-        let (engine, order) = format::open(pool, engine_config(), &FORMAT, |shapes| match *shapes {
+        let (engine, order) = format::open(pool, &FORMAT, |shapes| match *shapes {
             [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Ok(Order::Sorted),
             [(StructureKind::HashMap { buckets }, KeyWidth::U128, Values::Bytes)] => Ok(Order::Unsorted { buckets }),
             _ => Err("its structures are not a store's"),
@@ -341,7 +311,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         match self.store.placement.slot(key) {
             Slot::Own(bits) => {
                 self.tx.clear().get(self.store.data, bits);
-                Ok(self.run_read(|results, _| results[0].is_some()))
+                self.run(|results, _| results[0].is_some())
             }
             Slot::Bucket(_) => Ok(self.get_with(key, |_| ())?.is_some()),
         }
@@ -419,26 +389,17 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         self.count(Bound::Excluded(lo), Bound::Excluded(hi))
     }
 
-    /// Runs the read-only transaction in `self.tx` until it commits (a read aborts only to break
-    /// a helping cycle), then `f` with its results while their blobs cannot be freed.
-    fn run_read<R>(&mut self, mut f: impl FnMut(&[Option<u64>], &petra::Blobs<'_, M>) -> R) -> R {
-        loop {
-            let done = self.h.execute_with(&self.tx, |out, blobs| match out {
-                Outcome::Committed { results, .. } => Some(f(results, blobs)),
-                Outcome::Aborted { .. } => None,
-            });
-            // A read allocates nothing and names only the store's structure: it cannot fail.
-            if let Some(r) = done.expect("a read of the store's own structure") {
-                return r;
-            }
-        }
+    /// Runs the total ops in `self.tx`, then `f` with their results while the byte values they
+    /// name cannot be freed.
+    fn run<R>(&mut self, f: impl FnMut(&[Option<u64>], &petra::Blobs<'_, M>) -> R) -> Result<R> {
+        format::run_total(&mut self.h, &self.tx, f)
     }
 
     /// Runs the single get in `self.tx`; copies the value's blob into `self.buf`. Returns
     /// whether the key's engine entry is present.
     fn read_blob(&mut self) -> Result<bool> {
         let mut buf = std::mem::take(&mut self.buf);
-        let present = self.run_read(|results, blobs| match results[0] {
+        let present = self.run(|results, blobs| match results[0] {
             Some(word) => {
                 blobs.read_into(word, &mut buf);
                 true
@@ -446,7 +407,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             None => false,
         });
         self.buf = buf;
-        Ok(present)
+        present
     }
 
     /// Walks the engine entries that can hold keys within `lo`..`hi`, calling `f` with each key
@@ -523,7 +484,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         stripes.dedup();
         let _locks: Vec<MutexGuard<'_, ()>> = stripes.iter().map(|&s| store.stripes[s].lock()).collect();
         let mut removed = 0;
-        let mut edits = self.read_buckets(&buckets);
+        let mut edits = self.read_buckets(&buckets)?;
         for ((k, v), slot) in changes.iter().zip(&slots) {
             if let Slot::Bucket(b) = slot {
                 let i = buckets.binary_search(b).expect("every bucket was read");
@@ -543,7 +504,6 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             }
             blobs.push(blob);
         }
-        edits.clear();
         self.tx.clear();
         for ((_, v), slot) in changes.iter().zip(&slots) {
             if let Slot::Own(bits) = *slot {
@@ -560,30 +520,25 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
                 self.tx.put_bytes(data, b, blob)
             };
         }
-        let results = loop {
-            match self.h.execute(&self.tx)? {
-                Outcome::Committed { results, .. } => break results,
-                // Total ops fail nothing: only a helping cycle aborts, and a retry goes through.
-                Outcome::Aborted { .. } => continue,
-            }
-        };
-        // Short removes: the engine's result says whether the key was there.
-        let own = changes.iter().zip(&slots).filter(|(_, s)| matches!(s, Slot::Own(_)));
-        removed += own.zip(&results).filter(|(((_, v), _), r)| v.is_none() && r.is_some()).count();
+        // Short removes: the engine's result says whether the key was there (their ops come
+        // first, in the order of `changes`).
+        let own = || changes.iter().zip(&slots).filter(|(_, s)| matches!(s, Slot::Own(_)));
+        removed +=
+            self.run(|results, _| own().zip(results).filter(|(((_, v), _), r)| v.is_none() && r.is_some()).count())?;
         Ok(removed)
     }
 
     /// The current contents of `buckets`, for editing (callers hold their stripe locks).
-    fn read_buckets(&mut self, buckets: &[u128]) -> Vec<BucketEdit> {
+    fn read_buckets(&mut self, buckets: &[u128]) -> Result<Vec<BucketEdit>> {
         if buckets.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         self.tx.clear();
         for &b in buckets {
             self.tx.get(self.store.data, b);
         }
         let mut buf = std::mem::take(&mut self.buf);
-        let edits = self.run_read(|results, blobs| {
+        let edits = self.run(|results, blobs| {
             results
                 .iter()
                 .map(|r| match r {

@@ -132,36 +132,26 @@ pub struct Producer {
 }
 
 /// Errors of the daemon.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum MonError {
     /// An unknown sampler name.
+    #[error("unknown sampler {0:?}: use {list}", list = SAMPLERS.join(", "))]
     UnknownSampler(String),
     /// A file could not be read.
-    Read(PathBuf, std::io::Error),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The store refused.
-    Store(KvError),
-}
-
-impl std::fmt::Display for MonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MonError::UnknownSampler(s) => write!(f, "unknown sampler {s:?}: use {}", SAMPLERS.join(", ")),
-            MonError::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
-            MonError::Store(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for MonError {}
-
-impl From<KvError> for MonError {
-    fn from(e: KvError) -> Self {
-        MonError::Store(e)
-    }
+    #[error(transparent)]
+    Store(#[from] KvError),
 }
 
 fn read(path: &Path) -> Result<String, MonError> {
-    std::fs::read_to_string(path).map_err(|e| MonError::Read(path.to_owned(), e))
+    std::fs::read_to_string(path).map_err(|source| MonError::Read { path: path.to_owned(), source })
 }
 
 /// Declares the schemas and sets of `names` (reading each file once for its metrics) and returns
