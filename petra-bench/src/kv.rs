@@ -1,21 +1,122 @@
-//! `petra-bench kv`: pmemkv_bench's workloads on a [`petra_kv::Store`], one thread.
+//! `petra-bench kv`: pmemkv_bench's workloads on a key-value store behind one trait
+//! ([`KvTarget`]): the petra-kv [`Store`], sorted or unsorted, and redb as a baseline.
 //!
 //! Keys are `key_size` bytes as pmemkv_bench makes them: the key number big-endian in the first 8
 //! bytes (so the key order is the number order), `'0'` padding after; values are slices of one
-//! random buffer. Each workload
-//! runs on the store the previous ones left, as in pmemkv_bench.
+//! random buffer. Each workload runs on the store the previous ones left, as in pmemkv_bench, on
+//! `threads` threads, each with its own session; a workload's operations are shared out between
+//! them (the sequential ones by disjoint key ranges) and its time is the wall time of all.
+//!
+//! - `fillseq`, `fillrandom`, `overwrite`: puts, in key order or at random keys.
+//! - `txfillrandom`: random puts in atomic batches of `tx_size` (one transaction each).
+//! - `readseq`: each thread scans from the first key; `readrandom`, `readmissing` (keys above the
+//!   range): gets.
+//! - `deleteseq`, `deleterandom`: removes.
+//! - `readrandomwriterandom`: every thread gets (`readwritepercent` percent of its operations) or
+//!   puts, at random keys.
+//! - `readwhilewriting`: one thread puts at random keys for as long as the others read at random
+//!   keys; only the reads are counted (with one thread, that thread reads while nothing writes).
 
 use std::ops::{Bound, ControlFlow};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use petra_kv::{Config, CreateMode, Order, Session, Store};
+use petra::pool::Mapping;
+use petra_kv::{Batch, Config, CreateMode, Order, Session, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use redb::{ReadableDatabase, ReadableTable};
 
 /// The workloads, by pmemkv_bench's names.
-pub const WORKLOADS: [&str; 8] =
-    ["fillseq", "fillrandom", "overwrite", "readseq", "readrandom", "readmissing", "deleteseq", "deleterandom"];
+pub const WORKLOADS: [&str; 11] = [
+    "fillseq",
+    "fillrandom",
+    "overwrite",
+    "txfillrandom",
+    "readseq",
+    "readrandom",
+    "readmissing",
+    "deleteseq",
+    "deleterandom",
+    "readrandomwriterandom",
+    "readwhilewriting",
+];
+
+/// A key-value store a benchmark drives: shared by the threads, each through its own session.
+pub trait KvTarget: Sync {
+    /// A thread's access.
+    type Session<'a>: KvSession
+    where
+        Self: 'a;
+
+    /// A session for the calling thread.
+    fn session(&self) -> Result<Self::Session<'_>, String>;
+
+    /// Closes the store, making everything durable its durability promises.
+    fn close(self) -> Result<(), String>;
+}
+
+/// What a scan calls with each entry; it breaks to stop the scan.
+pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
+/// One thread's operations on a [`KvTarget`].
+pub trait KvSession {
+    /// Sets `key` to `value`.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String>;
+    /// Sets every key of `puts` to its value, atomically.
+    fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String>;
+    /// The length of `key`'s value, if present (read through a borrow where the store allows it).
+    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String>;
+    /// Removes `key`; whether it was present.
+    fn remove(&mut self, key: &[u8]) -> Result<bool, String>;
+    /// Calls `f` with the entries in key order (the store's order) from the first, until it breaks.
+    fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String>;
+}
+
+/// The stores `petra-bench kv` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// A petra-kv store of this order.
+    Petra(Order),
+    /// redb, each put or batch one write transaction committed with this durability.
+    Redb(RedbDurability),
+}
+
+/// redb's commit durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedbDurability {
+    /// Commits are not persisted (`Durability::None`).
+    None,
+    /// Commits are persisted when they return (`Durability::Immediate`: fsync).
+    Immediate,
+}
+
+impl Engine {
+    /// Parses an engine name: `sorted`, `unsorted` (a hash map of `buckets` buckets), `redb-none`
+    /// or `redb-immediate`.
+    pub fn parse(name: &str, buckets: u64) -> Result<Engine, String> {
+        Ok(match name {
+            "sorted" => Engine::Petra(Order::Sorted),
+            "unsorted" => Engine::Petra(Order::Unsorted { buckets: buckets.max(1) }),
+            "redb-none" => Engine::Redb(RedbDurability::None),
+            "redb-immediate" => Engine::Redb(RedbDurability::Immediate),
+            other => {
+                return Err(format!("unknown engine {other:?}: use sorted, unsorted, redb-none or redb-immediate"));
+            }
+        })
+    }
+
+    /// The engine's name, as parsed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Petra(Order::Sorted) => "sorted",
+            Engine::Petra(Order::Unsorted { .. }) => "unsorted",
+            Engine::Redb(RedbDurability::None) => "redb-none",
+            Engine::Redb(RedbDurability::Immediate) => "redb-immediate",
+        }
+    }
+}
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -24,17 +125,23 @@ pub struct KvCase {
     pub num: u64,
     /// Operations of the read workloads.
     pub reads: u64,
+    /// Threads running each workload.
+    pub threads: usize,
     /// Bytes per key (at least 8).
     pub key_size: usize,
     /// Bytes per value.
     pub value_size: usize,
-    /// Sorted (skiplist) or unsorted (hash map).
-    pub order: Order,
+    /// Share of reads in `readrandomwriterandom`, percent.
+    pub read_write_percent: u32,
+    /// Puts per batch in `txfillrandom`.
+    pub tx_size: usize,
+    /// The store.
+    pub engine: Engine,
     /// Seed of the random keys and values.
     pub seed: u64,
     /// Record each operation's latency (for percentiles).
     pub histogram: bool,
-    /// Skip flushes and fences (what durability costs; nothing is durable).
+    /// Skip flushes and fences (petra-kv only: what durability costs; nothing is durable).
     pub volatile: bool,
 }
 
@@ -43,20 +150,20 @@ pub struct KvCase {
 pub struct KvResult {
     /// The workload's name.
     pub name: String,
-    /// Operations done.
+    /// Operations done (counted ones: the reads of `readwhilewriting`).
     pub ops: u64,
     /// Seconds taken.
     pub secs: f64,
-    /// Bytes of keys and values moved.
+    /// Bytes of keys and values moved by the counted operations.
     pub bytes: u64,
-    /// Of the reads, how many found their key.
+    /// Of the reads and removes, how many found their key.
     pub found: u64,
     /// Per-operation latencies in microseconds, sorted (empty without `histogram`).
     pub latencies: Vec<f64>,
 }
 
 impl KvResult {
-    /// Microseconds per operation.
+    /// Microseconds per operation (wall time over operations, as pmemkv_bench prints it).
     pub fn micros_per_op(&self) -> f64 {
         self.secs * 1e6 / self.ops.max(1) as f64
     }
@@ -85,78 +192,550 @@ fn key(buf: &mut Vec<u8>, size: usize, n: u64) {
     buf.resize(size, b'0');
 }
 
-/// Runs `workloads` in order on a new store at `path`.
-pub fn run(case: &KvCase, workloads: &[String], path: &Path, max_size: u64) -> Result<Vec<KvResult>, String> {
+/// Checks a case and its workloads before anything is created.
+pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
     if case.key_size < 8 {
         return Err(format!("key size {} is below 8 bytes", case.key_size));
     }
     if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
         return Err(format!("unknown benchmark {w:?}: use {}", WORKLOADS.join(", ")));
     }
-    let config =
-        Config { create: CreateMode::Create, order: case.order, size: 64 << 20, max_size, ..Config::new(path) };
-    let store = Store::open(&config).map_err(|e| e.to_string())?;
+    if case.threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    if case.read_write_percent > 100 {
+        return Err(format!("--readwritepercent {} is above 100", case.read_write_percent));
+    }
+    if case.tx_size == 0 || case.tx_size > 64 {
+        return Err(format!("--tx_size {} is outside 1 to 64 (a batch's engine entries)", case.tx_size));
+    }
+    if case.volatile && matches!(case.engine, Engine::Redb(_)) {
+        return Err("--volatile is petra-kv's mode: for redb, use redb-none".into());
+    }
+    Ok(())
+}
+
+/// Runs `workloads` in order on a new store at `path` (which must not exist).
+pub fn run(case: &KvCase, workloads: &[String], path: &Path, max_size: u64) -> Result<Vec<KvResult>, String> {
+    check(case, workloads)?;
+    match case.engine {
+        Engine::Petra(order) => {
+            let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
+            let config =
+                Config { create: CreateMode::Create, order, size: 64 << 20, max_size, mapping, ..Config::new(path) };
+            run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads)
+        }
+        Engine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads),
+    }
+}
+
+/// Runs `workloads` in order on `target`, then closes it.
+pub fn run_on<T: KvTarget>(target: T, case: &KvCase, workloads: &[String]) -> Result<Vec<KvResult>, String> {
     let mut rng = StdRng::seed_from_u64(case.seed);
     let values: Vec<u8> = (0..case.value_size + 4096).map(|_| rng.random()).collect();
     let mut results = Vec::new();
-    {
-        let mut s = store.session().map_err(|e| e.to_string())?;
-        for w in workloads {
-            results.push(one(&mut s, case, w, &values, &mut rng)?);
-        }
+    for (i, w) in workloads.iter().enumerate() {
+        results.push(workload(&target, case, w, &values, case.seed.wrapping_add(1 + i as u64 * 1000))?);
     }
-    store.close().map_err(|e| e.to_string())?;
+    target.close()?;
     Ok(results)
 }
 
-fn one(s: &mut Session<'_>, case: &KvCase, name: &str, values: &[u8], rng: &mut StdRng) -> Result<KvResult, String> {
-    let (num, ks, vs) = (case.num, case.key_size, case.value_size);
-    let mut k = Vec::with_capacity(ks);
-    let mut latencies = Vec::new();
-    let mut found = 0u64;
-    let err = |e: petra_kv::KvError| format!("{name}: {e}");
-    let ops = match name {
-        "readseq" | "readrandom" | "readmissing" => case.reads,
-        _ => num,
-    };
+/// What one thread did.
+#[derive(Default)]
+struct Tally {
+    ops: u64,
+    found: u64,
+    bytes: u64,
+    latencies: Vec<f64>,
+}
+
+/// Runs workload `name` on `threads` threads and merges what they did.
+fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], seed: u64) -> Result<KvResult, String> {
+    let threads = case.threads;
+    // readwhilewriting on more than one thread: thread 0 writes while the others read.
+    let writer = name == "readwhilewriting" && threads > 1;
+    let readers_left = AtomicUsize::new(threads - writer as usize);
     let start = Instant::now();
-    if name == "readseq" {
-        let mut n = 0;
-        s.scan(Bound::Unbounded, Bound::Unbounded, |_, v| {
-            n += 1;
-            found += (v.len() == vs) as u64;
-            if n >= ops { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-        })
-        .map_err(err)?;
-        let secs = start.elapsed().as_secs_f64();
-        return Ok(KvResult { name: name.into(), ops: n, secs, bytes: n * (ks + vs) as u64, found, latencies });
-    }
-    for i in 0..ops {
-        let t = case.histogram.then(Instant::now);
-        match name {
-            "fillseq" | "deleteseq" => key(&mut k, ks, i),
-            // Missing keys: above the key range.
-            "readmissing" => key(&mut k, ks, num + rng.random_range(0..num.max(1))),
-            _ => key(&mut k, ks, rng.random_range(0..num.max(1))),
-        }
-        match name {
-            "fillseq" | "fillrandom" | "overwrite" => {
-                let at = rng.random_range(0..4096);
-                s.put(&k, &values[at..at + vs]).map_err(err)?;
-            }
-            "readrandom" | "readmissing" => found += s.get_with(&k, |v| v.len()).map_err(err)?.is_some() as u64,
-            _ => found += s.remove(&k).map_err(err)? as u64,
-        }
-        if let Some(t) = t {
-            latencies.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-    }
+    let tallies: Vec<Result<Tally, String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let readers_left = &readers_left;
+                scope.spawn(move || {
+                    let (part, parts) = if writer { (t.wrapping_sub(1), threads - 1) } else { (t, threads) };
+                    let mut w = Worker { case, values, rng: StdRng::seed_from_u64(seed + t as u64), part, parts };
+                    let s = target.session();
+                    if writer && t == 0 {
+                        return s.and_then(|mut s| w.write_while(&mut s, readers_left)).map(|()| Tally::default());
+                    }
+                    let out = s.and_then(|mut s| w.run(&mut s, name));
+                    // Relaxed: a count to stop by, publishing nothing.
+                    readers_left.fetch_sub(1, Ordering::Relaxed);
+                    out
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(format!("{name}: a thread panicked")))).collect()
+    });
     let secs = start.elapsed().as_secs_f64();
-    latencies.sort_by(f64::total_cmp);
-    let bytes = match name {
-        "fillseq" | "fillrandom" | "overwrite" => ops * (ks + vs) as u64,
-        "readrandom" | "readmissing" => ops * ks as u64 + found * vs as u64,
-        _ => ops * ks as u64,
-    };
-    Ok(KvResult { name: name.into(), ops, secs, bytes, found, latencies })
+    let mut all = Tally::default();
+    for t in tallies {
+        let t = t.map_err(|e| format!("{name}: {e}"))?;
+        all.ops += t.ops;
+        all.found += t.found;
+        all.bytes += t.bytes;
+        all.latencies.extend(t.latencies);
+    }
+    all.latencies.sort_by(f64::total_cmp);
+    Ok(KvResult { name: name.into(), ops: all.ops, secs, bytes: all.bytes, found: all.found, latencies: all.latencies })
+}
+
+/// One thread of a workload.
+struct Worker<'a> {
+    case: &'a KvCase,
+    values: &'a [u8],
+    rng: StdRng,
+    /// This thread's part of the operations, of `parts`.
+    part: usize,
+    parts: usize,
+}
+
+impl Worker<'_> {
+    /// This thread's share of `total` operations: `[from, to)`.
+    fn share(&self, total: u64) -> (u64, u64) {
+        let (part, parts) = (self.part as u64, self.parts as u64);
+        (total * part / parts, total * (part + 1) / parts)
+    }
+
+    fn value(&mut self) -> &[u8] {
+        let at = self.rng.random_range(0..4096);
+        &self.values[at..at + self.case.value_size]
+    }
+
+    fn random_key(&mut self, k: &mut Vec<u8>) {
+        let n = self.rng.random_range(0..self.case.num.max(1));
+        key(k, self.case.key_size, n);
+    }
+
+    fn run<S: KvSession>(&mut self, s: &mut S, name: &str) -> Result<Tally, String> {
+        let (ks, vs) = (self.case.key_size as u64, self.case.value_size as u64);
+        let mut tally = Tally::default();
+        if name == "readseq" {
+            let (from, to) = self.share(self.case.reads);
+            let mut n = 0;
+            let want = to - from;
+            if want > 0 {
+                s.scan(&mut |k, v| {
+                    n += 1;
+                    tally.found += 1;
+                    tally.bytes += (k.len() + v.len()) as u64;
+                    if n >= want { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+                })?;
+            }
+            tally.ops = n;
+            return Ok(tally);
+        }
+        let total = match name {
+            "readrandom" | "readmissing" | "readwhilewriting" => self.case.reads,
+            _ => self.case.num,
+        };
+        let (from, to) = self.share(total);
+        let mut k = Vec::with_capacity(self.case.key_size);
+        let mut batch: Vec<(Vec<u8>, &[u8])> = Vec::with_capacity(self.case.tx_size);
+        let mut i = from;
+        while i < to {
+            let t = self.case.histogram.then(Instant::now);
+            let mut done = 1;
+            match name {
+                "fillseq" => {
+                    key(&mut k, self.case.key_size, i);
+                    s.put(&k, self.value())?;
+                    tally.bytes += ks + vs;
+                }
+                "fillrandom" | "overwrite" => {
+                    self.random_key(&mut k);
+                    s.put(&k, self.value())?;
+                    tally.bytes += ks + vs;
+                }
+                "txfillrandom" => {
+                    done = (to - i).min(self.case.tx_size as u64);
+                    batch.clear();
+                    for _ in 0..done {
+                        self.random_key(&mut k);
+                        let at = self.rng.random_range(0..4096);
+                        batch.push((k.clone(), &self.values[at..at + self.case.value_size]));
+                    }
+                    s.put_all(&batch)?;
+                    tally.bytes += done * (ks + vs);
+                }
+                "readrandom" | "readwhilewriting" => {
+                    self.random_key(&mut k);
+                    self.read(s, &k, &mut tally)?;
+                }
+                "readmissing" => {
+                    let n = self.case.num + self.rng.random_range(0..self.case.num.max(1));
+                    key(&mut k, self.case.key_size, n);
+                    self.read(s, &k, &mut tally)?;
+                }
+                "deleteseq" => {
+                    key(&mut k, self.case.key_size, i);
+                    tally.found += s.remove(&k)? as u64;
+                    tally.bytes += ks;
+                }
+                "deleterandom" => {
+                    self.random_key(&mut k);
+                    tally.found += s.remove(&k)? as u64;
+                    tally.bytes += ks;
+                }
+                "readrandomwriterandom" => {
+                    self.random_key(&mut k);
+                    if self.rng.random_range(0..100) < self.case.read_write_percent {
+                        self.read(s, &k, &mut tally)?;
+                    } else {
+                        s.put(&k, self.value())?;
+                        tally.bytes += ks + vs;
+                    }
+                }
+                other => return Err(format!("unknown benchmark {other:?}")),
+            }
+            if let Some(t) = t {
+                tally.latencies.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            tally.ops += done;
+            i += done;
+        }
+        Ok(tally)
+    }
+
+    fn read<S: KvSession>(&mut self, s: &mut S, k: &[u8], tally: &mut Tally) -> Result<(), String> {
+        tally.bytes += k.len() as u64;
+        if let Some(len) = s.get_len(k)? {
+            tally.found += 1;
+            tally.bytes += len as u64;
+        }
+        Ok(())
+    }
+
+    /// `readwhilewriting`'s writer: random puts until the readers are done.
+    fn write_while<S: KvSession>(&mut self, s: &mut S, readers_left: &AtomicUsize) -> Result<(), String> {
+        let mut k = Vec::with_capacity(self.case.key_size);
+        // Relaxed: a count to stop by, guarding no data.
+        while readers_left.load(Ordering::Relaxed) > 0 {
+            self.random_key(&mut k);
+            s.put(&k, self.value())?;
+        }
+        Ok(())
+    }
+}
+
+impl KvTarget for Store {
+    type Session<'a> = Session<'a>;
+
+    fn session(&self) -> Result<Session<'_>, String> {
+        Store::session(self).map_err(|e| e.to_string())
+    }
+
+    fn close(self) -> Result<(), String> {
+        Store::close(self).map_err(|e| e.to_string())
+    }
+}
+
+impl KvSession for Session<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        Session::put(self, key, value).map_err(|e| e.to_string())
+    }
+
+    fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String> {
+        let mut batch = Batch::new();
+        for (k, v) in puts {
+            batch.put(k, v);
+        }
+        self.write(&batch).map_err(|e| e.to_string())
+    }
+
+    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+        self.get_with(key, |v| v.len()).map_err(|e| e.to_string())
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Result<bool, String> {
+        Session::remove(self, key).map_err(|e| e.to_string())
+    }
+
+    fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String> {
+        Session::scan(self, Bound::Unbounded, Bound::Unbounded, f).map_err(|e| e.to_string())
+    }
+}
+
+/// redb's table of the benchmark.
+const TABLE: redb::TableDefinition<'static, &[u8], &[u8]> = redb::TableDefinition::new("kv");
+
+/// redb as a [`KvTarget`]: each put, remove or batch one write transaction (redb runs one at a
+/// time), each get and scan one read transaction.
+#[derive(Debug)]
+pub struct Redb {
+    db: redb::Database,
+    durability: redb::Durability,
+}
+
+impl Redb {
+    /// Creates a database at `path` with its table.
+    pub fn create(path: &Path, durability: RedbDurability) -> Result<Redb, String> {
+        let db = redb::Database::create(path).map_err(|e| format!("redb: {e}"))?;
+        let durability = match durability {
+            RedbDurability::None => redb::Durability::None,
+            RedbDurability::Immediate => redb::Durability::Immediate,
+        };
+        let redb = Redb { db, durability };
+        redb.write(|t| t.open_table(TABLE).map(drop).map_err(|e| e.to_string()))?;
+        Ok(redb)
+    }
+
+    fn write<R>(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<R, String>) -> Result<R, String> {
+        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
+        let mut tx = self.db.begin_write().map_err(|x| e(&x))?;
+        tx.set_durability(self.durability).map_err(|x| e(&x))?;
+        let r = f(&tx)?;
+        tx.commit().map_err(|x| e(&x))?;
+        Ok(r)
+    }
+
+    fn read<R>(
+        &self,
+        f: impl FnOnce(redb::ReadOnlyTable<&'static [u8], &'static [u8]>) -> Result<R, String>,
+    ) -> Result<R, String> {
+        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
+        let tx = self.db.begin_read().map_err(|x| e(&x))?;
+        f(tx.open_table(TABLE).map_err(|x| e(&x))?)
+    }
+}
+
+impl KvTarget for Redb {
+    type Session<'a> = &'a Redb;
+
+    fn session(&self) -> Result<&Redb, String> {
+        Ok(self)
+    }
+
+    fn close(self) -> Result<(), String> {
+        // A last durable commit: what `None` commits left in memory reaches the file.
+        Redb { db: self.db, durability: redb::Durability::Immediate }.write(|_| Ok(()))
+    }
+}
+
+impl KvSession for &Redb {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        self.write(|tx| {
+            let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+            t.insert(key, value).map(drop).map_err(|e| e.to_string())
+        })
+    }
+
+    fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String> {
+        self.write(|tx| {
+            let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+            for (k, v) in puts {
+                t.insert(k.as_slice(), *v).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })
+    }
+
+    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+        self.read(|t| Ok(t.get(key).map_err(|e| e.to_string())?.map(|v| v.value().len())))
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Result<bool, String> {
+        self.write(|tx| {
+            let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+            Ok(t.remove(key).map_err(|e| e.to_string())?.is_some())
+        })
+    }
+
+    fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String> {
+        self.read(|t| {
+            for entry in t.iter().map_err(|e| e.to_string())? {
+                let (k, v) = entry.map_err(|e| e.to_string())?;
+                if f(k.value(), v.value()).is_break() {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A store in a `BTreeMap` that counts what the workloads ask of it.
+    #[derive(Default)]
+    struct Model {
+        map: Mutex<BTreeMap<Vec<u8>, usize>>,
+        /// Key number -> puts of it.
+        puts: Mutex<BTreeMap<u64, u64>>,
+        /// Sizes of the batches.
+        batches: Mutex<Vec<usize>>,
+        /// Key numbers read.
+        gets: Mutex<Vec<u64>>,
+        removes: Mutex<u64>,
+    }
+
+    fn number(key: &[u8]) -> u64 {
+        u64::from_be_bytes(key[..8].try_into().unwrap())
+    }
+
+    impl KvTarget for Model {
+        type Session<'a> = &'a Model;
+
+        fn session(&self) -> Result<&Model, String> {
+            Ok(self)
+        }
+
+        fn close(self) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    impl KvSession for &Model {
+        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+            self.map.lock().unwrap().insert(key.to_vec(), value.len());
+            *self.puts.lock().unwrap().entry(number(key)).or_default() += 1;
+            Ok(())
+        }
+
+        fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String> {
+            self.batches.lock().unwrap().push(puts.len());
+            for (k, v) in puts {
+                self.put(k, v)?;
+            }
+            Ok(())
+        }
+
+        fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+            self.gets.lock().unwrap().push(number(key));
+            Ok(self.map.lock().unwrap().get(key).copied())
+        }
+
+        fn remove(&mut self, key: &[u8]) -> Result<bool, String> {
+            *self.removes.lock().unwrap() += 1;
+            Ok(self.map.lock().unwrap().remove(key).is_some())
+        }
+
+        fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String> {
+            let value = [0u8; 128];
+            for (k, &len) in self.map.lock().unwrap().iter() {
+                if f(k, &value[..len]).is_break() {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn case(num: u64, threads: usize) -> KvCase {
+        KvCase {
+            num,
+            reads: num,
+            threads,
+            key_size: 16,
+            value_size: 100,
+            read_write_percent: 70,
+            tx_size: 8,
+            engine: Engine::Petra(Order::Sorted),
+            seed: 7,
+            histogram: true,
+            volatile: false,
+        }
+    }
+
+    fn run_model(case: &KvCase, workloads: &[&str]) -> (Model, Vec<KvResult>) {
+        let model = Model::default();
+        let workloads: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
+        check(case, &workloads).unwrap();
+        let values: Vec<u8> = vec![1; case.value_size + 4096];
+        let results = workloads.iter().map(|w| workload(&model, case, w, &values, case.seed).unwrap()).collect();
+        (model, results)
+    }
+
+    #[test]
+    fn fillseq_puts_every_key_once_over_the_threads_and_reads_find_them_all() {
+        let c = case(10_000, 3);
+        let (model, r) = run_model(&c, &["fillseq", "readseq", "readrandom", "readmissing"]);
+        let puts = model.puts.lock().unwrap();
+        assert_eq!(puts.len(), 10_000);
+        assert!(puts.iter().all(|(&k, &n)| k < 10_000 && n == 1));
+        let counted: Vec<(&str, u64, u64)> = r.iter().map(|r| (r.name.as_str(), r.ops, r.found)).collect();
+        assert_eq!(
+            counted,
+            [
+                ("fillseq", 10_000, 0),
+                ("readseq", 10_000, 10_000),
+                ("readrandom", 10_000, 10_000),
+                ("readmissing", 10_000, 0)
+            ]
+        );
+        // Missing keys are above the range; per-op latencies were kept for every timed op.
+        let gets = model.gets.lock().unwrap();
+        assert!(gets[..10_000].iter().all(|&k| k < 10_000) && gets[10_000..].iter().all(|&k| k >= 10_000));
+        assert_eq!(r[2].latencies.len(), 10_000);
+    }
+
+    #[test]
+    fn random_keys_are_uniform_over_the_range() {
+        let c = case(100_000, 2);
+        let (model, _) = run_model(&c, &["fillrandom"]);
+        let mut deciles = [0u64; 10];
+        for (&k, &n) in model.puts.lock().unwrap().iter() {
+            assert!(k < 100_000);
+            deciles[(k / 10_000) as usize] += n;
+        }
+        assert_eq!(deciles.iter().sum::<u64>(), 100_000);
+        assert!(deciles.iter().all(|&d| (9_500..=10_500).contains(&d)), "{deciles:?}");
+    }
+
+    #[test]
+    fn readrandomwriterandom_reads_its_share() {
+        let c = case(20_000, 2);
+        let (model, r) = run_model(&c, &["readrandomwriterandom"]);
+        let gets = model.gets.lock().unwrap().len() as f64;
+        let puts = model.puts.lock().unwrap().values().sum::<u64>() as f64;
+        assert_eq!(gets + puts, 20_000.0);
+        assert!((gets / 20_000.0 - 0.70).abs() < 0.02, "{gets} reads of 20 000");
+        assert_eq!(r[0].ops, 20_000);
+    }
+
+    #[test]
+    fn txfillrandom_writes_batches_of_tx_size() {
+        let c = case(1_000, 2);
+        let (model, r) = run_model(&c, &["txfillrandom"]);
+        let batches = model.batches.lock().unwrap();
+        // Each thread's 500 puts: 62 batches of 8 and one of 4.
+        assert_eq!(batches.iter().sum::<usize>(), 1_000);
+        assert_eq!(batches.iter().filter(|&&b| b == 8).count(), 124);
+        assert_eq!(batches.iter().filter(|&&b| b == 4).count(), 2);
+        assert_eq!((r[0].ops, r[0].latencies.len()), (1_000, 126));
+    }
+
+    #[test]
+    fn readwhilewriting_counts_the_readers_reads_only() {
+        let c = case(5_000, 3);
+        let (model, r) = run_model(&c, &["fillseq", "readwhilewriting"]);
+        assert_eq!(r[1].ops, 5_000);
+        assert_eq!(model.gets.lock().unwrap().len(), 5_000);
+        // The writer overwrote keys of the range only.
+        assert!(model.puts.lock().unwrap().keys().all(|&k| k < 5_000));
+    }
+
+    #[test]
+    fn deletes_remove_what_the_fill_put() {
+        let c = case(2_000, 2);
+        let (model, r) = run_model(&c, &["fillseq", "deleteseq", "deleterandom"]);
+        assert_eq!((r[1].found, r[2].found), (2_000, 0));
+        assert_eq!(*model.removes.lock().unwrap(), 4_000);
+        assert!(model.map.lock().unwrap().is_empty());
+    }
 }

@@ -15,4 +15,5 @@
 pub mod kv;
 pub mod metrics;
 pub mod micro;
+pub mod tatp;
 pub mod workload;

@@ -23,20 +23,47 @@ enum Command {
     /// the share of transactions aborted because a strict op failed (or to break a helping
     /// cycle); flushes/tx and fences/tx are counted over every transaction run.
     Micro(MicroArgs),
-    /// pmemkv_bench's workloads on the key-value store (petra-kv), one thread, run in the order
-    /// given on one store. Prints pmemkv_bench's CSV columns: benchmark, micros/op, ops/sec,
-    /// MB/s (keys and values moved), and with --histogram the 50th, 99th and 99.9th percentile
-    /// latencies in microseconds.
+    /// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
+    /// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and
+    /// thread count: benchmark, micros/op (wall time over operations), ops/sec, MB/s (keys and
+    /// values moved), found (reads and removes that found their key), and with --histogram the
+    /// 50th, 99th and 99.9th percentile latencies in microseconds.
     Kv(KvArgs),
     /// The metric store: durable ingest of samples of one set of u64 metrics, then latest-value
     /// reads and range queries, one thread.
     Metrics(MetricsArgs),
+    /// TATP (the Telecom Application Transaction Processing benchmark) on PETRA's hash maps:
+    /// populates the four tables, runs the seven-transaction mix (or UPDATE_LOCATION alone) and
+    /// prints throughput and each type's success rate beside the specification's.
+    Tatp(TatpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct TatpArgs {
+    /// Subscribers (the specification's scale; at least 100 000 for a conforming run).
+    #[arg(long, default_value_t = 100_000)]
+    subscribers: u64,
+    /// Thread counts to run, comma-separated (each run on a fresh population).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    threads: Vec<usize>,
+    /// Transactions per thread.
+    #[arg(long, default_value_t = 200_000)]
+    txs: u64,
+    /// full (the seven types) or update-location.
+    #[arg(long, default_value = "full")]
+    mix: String,
+    /// Modes to run: durable, volatile.
+    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string()])]
+    modes: Vec<String>,
+    /// Seed of the population and the transactions.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Debug, clap::Args)]
 struct KvArgs {
-    /// Workloads, comma-separated: fillseq, fillrandom, overwrite, readseq, readrandom,
-    /// readmissing, deleteseq, deleterandom.
+    /// Workloads, comma-separated: fillseq, fillrandom, overwrite, txfillrandom, readseq,
+    /// readrandom, readmissing, deleteseq, deleterandom, readrandomwriterandom, readwhilewriting.
     #[arg(long, value_delimiter = ',', default_values_t = ["fillrandom".to_string(), "readrandom".to_string()])]
     benchmarks: Vec<String>,
     /// Keys of the fill workloads, and the key range.
@@ -45,26 +72,37 @@ struct KvArgs {
     /// Operations of the read workloads (default: --num).
     #[arg(long)]
     reads: Option<u64>,
+    /// Threads running each workload, each with its own session; the operations are shared out.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Bytes per key (at least 8).
     #[arg(long = "key_size", default_value_t = 8)]
     key_size: usize,
     /// Bytes per value.
     #[arg(long = "value_size", default_value_t = 100)]
     value_size: usize,
-    /// The store: sorted (skiplist) or unsorted (hash map with --num buckets).
-    #[arg(long, default_value = "sorted")]
-    engine: String,
-    /// The pool file to create (default: a new file in /dev/shm or the temporary directory,
-    /// removed afterwards). It must not exist.
+    /// Share of reads in readrandomwriterandom, percent.
+    #[arg(long = "readwritepercent", default_value_t = 90)]
+    readwritepercent: u32,
+    /// Puts per atomic batch in txfillrandom (1 to 64).
+    #[arg(long = "tx_size", default_value_t = 8)]
+    tx_size: usize,
+    /// Stores, comma-separated, each run on its own file: sorted (petra-kv on the skiplist),
+    /// unsorted (petra-kv on a hash map of --num buckets), redb-none and redb-immediate (redb
+    /// with its commit durability none and immediate: the baseline).
+    #[arg(long, value_delimiter = ',', default_values_t = ["sorted".to_string()])]
+    engine: Vec<String>,
+    /// The file to create, for one engine (default: a new file in /dev/shm or the temporary
+    /// directory, removed afterwards). It must not exist.
     #[arg(long)]
     db: Option<PathBuf>,
-    /// The most the pool file may grow to, GiB.
+    /// The most a petra-kv pool file may grow to, GiB.
     #[arg(long = "db_size_in_gb", default_value_t = 8)]
     db_size_in_gb: u64,
     /// Record per-operation latencies and print percentiles.
     #[arg(long)]
     histogram: bool,
-    /// Skip flushes and fences: what durability costs (nothing is durable in this mode).
+    /// petra-kv without flushes and fences: what durability costs (nothing is durable).
     #[arg(long)]
     volatile: bool,
     /// Seed of the random keys and values.
@@ -144,6 +182,7 @@ fn main() {
         Command::Micro(args) => micro(args),
         Command::Kv(args) => kv(args),
         Command::Metrics(args) => metrics(args),
+        Command::Tatp(args) => tatp(args),
     };
     if let Err(e) = result {
         eprintln!("petra-bench: {e}");
@@ -257,47 +296,122 @@ fn micro(args: MicroArgs) -> Result<(), String> {
 }
 
 fn kv(args: KvArgs) -> Result<(), String> {
-    let order = match args.engine.as_str() {
-        "sorted" => petra_kv::Order::Sorted,
-        "unsorted" => petra_kv::Order::Unsorted { buckets: args.num.max(1) },
-        other => return Err(format!("unknown engine {other:?}: use sorted or unsorted")),
-    };
-    let case = petra_bench::kv::KvCase {
-        num: args.num,
-        reads: args.reads.unwrap_or(args.num),
-        key_size: args.key_size,
-        value_size: args.value_size,
-        order,
-        seed: args.seed,
-        histogram: args.histogram,
-        volatile: args.volatile,
-    };
+    use petra_bench::kv::{Engine, KvCase};
+    let engines: Vec<Engine> = args.engine.iter().map(|e| Engine::parse(e, args.num)).collect::<Result<_, _>>()?;
+    if args.db.is_some() && engines.len() > 1 {
+        return Err("--db names one file: give one engine".into());
+    }
+    let cases: Vec<KvCase> = engines
+        .iter()
+        .map(|&engine| KvCase {
+            num: args.num,
+            reads: args.reads.unwrap_or(args.num),
+            threads: args.threads,
+            key_size: args.key_size,
+            value_size: args.value_size,
+            read_write_percent: args.readwritepercent,
+            tx_size: args.tx_size,
+            engine,
+            seed: args.seed,
+            histogram: args.histogram,
+            volatile: args.volatile,
+        })
+        .collect();
+    for case in &cases {
+        petra_bench::kv::check(case, &args.benchmarks)?;
+    }
     let tmp = if args.db.is_none() { Some(scratch()?) } else { None };
-    let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join("kv.pool"));
     println!(
-        "petra-kv {} store{}, {} keys of {} bytes, {}-byte values, one thread, pool {}",
-        args.engine,
-        if args.volatile { " (volatile: flushes and fences off)" } else { "" },
+        "{} keys of {} bytes, {}-byte values, {} thread{}{}, files in {}",
         args.num,
         args.key_size,
         args.value_size,
-        path.display()
+        args.threads,
+        if args.threads == 1 { "" } else { "s" },
+        if args.volatile { ", petra-kv volatile (flushes and fences off)" } else { "" },
+        args.db.as_ref().and_then(|p| p.parent()).or(tmp.as_ref().map(|t| t.path())).unwrap_or(".".as_ref()).display()
     );
-    let results = petra_bench::kv::run(&case, &args.benchmarks, &path, args.db_size_in_gb << 30)?;
-    println!("benchmark,micros/op,ops/sec,MB/s,found,p50,p99,p99.9");
-    for r in results {
-        let p = |q| r.percentile(q).map_or(String::new(), |x| format!("{x:.2}"));
-        println!(
-            "{},{:.3},{:.0},{:.1},{},{},{},{}",
-            r.name,
-            r.micros_per_op(),
-            r.ops_per_sec(),
-            r.mb_per_sec(),
-            r.found,
-            p(50.0),
-            p(99.0),
-            p(99.9)
-        );
+    println!("engine,threads,benchmark,micros/op,ops/sec,MB/s,found,p50,p99,p99.9");
+    for case in &cases {
+        let name = case.engine.name();
+        let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name));
+        for r in petra_bench::kv::run(case, &args.benchmarks, &path, args.db_size_in_gb << 30)? {
+            let p = |q| r.percentile(q).map_or(String::new(), |x| format!("{x:.2}"));
+            println!(
+                "{name},{},{},{:.3},{:.0},{:.1},{},{},{},{}",
+                args.threads,
+                r.name,
+                r.micros_per_op(),
+                r.ops_per_sec(),
+                r.mb_per_sec(),
+                r.found,
+                p(50.0),
+                p(99.0),
+                p(99.9)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn tatp(args: TatpArgs) -> Result<(), String> {
+    use petra_bench::tatp::{Mix, TYPES, TatpCase, run_case};
+    let mix = Mix::parse(&args.mix)?;
+    let modes: Vec<bool> = args
+        .modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "durable" => Ok(false),
+            "volatile" => Ok(true),
+            other => Err(format!("unknown mode {other:?}: use durable or volatile")),
+        })
+        .collect::<Result<_, _>>()?;
+    if args.subscribers == 0 || args.threads.contains(&0) {
+        return Err("--subscribers and --threads must be at least 1".into());
+    }
+    let tmp = scratch()?;
+    println!(
+        "TATP, {} subscribers, {} mix, {} transactions per thread, pool files in {}",
+        args.subscribers,
+        args.mix,
+        args.txs,
+        tmp.path().display()
+    );
+    for &threads in &args.threads {
+        for &volatile in &modes {
+            let case = TatpCase {
+                subscribers: args.subscribers,
+                threads,
+                txs_per_thread: args.txs,
+                mix,
+                seed: args.seed,
+                volatile,
+            };
+            let mode = if volatile { "volatile" } else { "durable" };
+            let path = tmp.path().join(format!("tatp-{threads}-{mode}.pool"));
+            let r = run_case(&case, &path)?;
+            let _ = std::fs::remove_file(&path);
+            println!(
+                "\n{mode}, {threads} thread{}: {:.0} tx/s; populated in {:.2} s (rows: subscriber {}, access_info {}, special_facility {}, call_forwarding {})",
+                if threads == 1 { "" } else { "s" },
+                r.tx_per_sec,
+                r.populate_secs,
+                r.rows[0],
+                r.rows[1],
+                r.rows[2],
+                r.rows[3]
+            );
+            println!(
+                "{:<24} {:>10} {:>10} {:>12} {:>12}",
+                "transaction", "run", "success %", "specified %", "implied %"
+            );
+            for ((run, ok), &(name, _, spec, implied)) in r.per_type.iter().zip(&TYPES) {
+                if *run > 0 {
+                    let pct = *ok as f64 * 100.0 / *run as f64;
+                    println!("{name:<24} {run:>10} {pct:>10.2} {spec:>12.2} {implied:>12.2}");
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -20,7 +20,15 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["kv", "--benchmarks", "fillrandom,fillfast"], "unknown benchmark \"fillfast\""),
         (&["kv", "--key_size", "4", "--num", "10"], "below 8 bytes"),
         (&["kv", "--engine", "btree"], "unknown engine"),
+        (&["kv", "--threads", "0", "--num", "10"], "at least 1"),
+        (&["kv", "--readwritepercent", "101", "--num", "10"], "above 100"),
+        (&["kv", "--tx_size", "65", "--num", "10"], "outside 1 to 64"),
+        (&["kv", "--engine", "redb-none", "--volatile", "--num", "10"], "petra-kv's mode"),
+        (&["kv", "--engine", "sorted,unsorted", "--db", "/tmp/x", "--num", "10"], "give one engine"),
         (&["metrics", "--samples", "10", "--range-len", "20"], "at least that many samples"),
+        (&["tatp", "--mix", "payment"], "unknown mix"),
+        (&["tatp", "--threads", "0"], "at least 1"),
+        (&["tatp", "--modes", "fast"], "unknown mode"),
     ] {
         let out = bench(args);
         assert!(!out.status.success(), "{args:?} was accepted");
@@ -96,36 +104,62 @@ fn byte_values_add_their_blob_lines_to_the_flushes() {
 }
 
 #[test]
-fn kv_workloads_run_in_order_on_one_store_and_print_csv() {
+fn kv_workloads_run_in_order_on_one_store_per_engine_and_print_csv() {
     let out = bench(&[
         "kv",
         "--num",
         "2000",
         "--key_size",
         "20",
+        "--threads",
+        "2",
+        "--engine",
+        "sorted,unsorted,redb-none",
         "--benchmarks",
-        "fillseq,readseq,readrandom,readmissing,deleteseq,readrandom",
+        "fillseq,readseq,readrandom,readmissing,txfillrandom,readrandomwriterandom,readwhilewriting,deleteseq,readrandom",
         "--histogram",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<Vec<&str>> =
-        text.lines().skip_while(|l| !l.starts_with("benchmark,")).map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows[0], ["benchmark", "micros/op", "ops/sec", "MB/s", "found", "p50", "p99", "p99.9"]);
-    // (name, found): every key read back after fillseq, none missing ones, none after deleteseq.
-    let found: Vec<(&str, &str)> = rows[1..].iter().map(|r| (r[0], r[4])).collect();
+        text.lines().skip_while(|l| !l.starts_with("engine,")).map(|l| l.split(',').collect()).collect();
     assert_eq!(
-        found,
-        [
-            ("fillseq", "0"),
-            ("readseq", "2000"),
-            ("readrandom", "2000"),
-            ("readmissing", "0"),
-            ("deleteseq", "2000"),
-            ("readrandom", "0")
-        ]
+        rows[0],
+        ["engine", "threads", "benchmark", "micros/op", "ops/sec", "MB/s", "found", "p50", "p99", "p99.9"]
     );
+    assert_eq!(rows.len(), 1 + 3 * 9, "{text}");
+    for engine in ["sorted", "unsorted", "redb-none"] {
+        // (name, found): every key read back after fillseq, none of the missing ones, none after
+        // deleteseq; the mixed workloads find what they find.
+        let found: Vec<(&str, &str)> =
+            rows[1..].iter().filter(|r| r[0] == engine && r[1] == "2").map(|r| (r[2], r[6])).collect();
+        let fixed: Vec<(&str, &str)> = found
+            .iter()
+            .copied()
+            .filter(|(n, _)| !matches!(*n, "readrandomwriterandom" | "readwhilewriting"))
+            .collect();
+        assert_eq!(
+            fixed,
+            [
+                ("fillseq", "0"),
+                ("readseq", "2000"),
+                ("readrandom", "2000"),
+                ("readmissing", "0"),
+                ("txfillrandom", "0"),
+                ("deleteseq", "2000"),
+                ("readrandom", "0")
+            ],
+            "{engine}"
+        );
+        // Every key is present before the mixed workloads run: every read finds its key.
+        let reads: Vec<u64> = rows[1..]
+            .iter()
+            .filter(|r| r[0] == engine && r[2] == "readwhilewriting")
+            .map(|r| r[6].parse().unwrap())
+            .collect();
+        assert_eq!(reads, [2000], "{engine}");
+    }
     // Per-operation percentiles with --histogram (readseq is one scan: none).
-    let timed = rows[1..].iter().filter(|r| r[0] != "readseq");
-    assert!(timed.clone().count() == 5 && timed.into_iter().all(|r| !r[5].is_empty() && !r[7].is_empty()), "{text}");
+    let timed = rows[1..].iter().filter(|r| r[2] != "readseq");
+    assert!(timed.clone().count() == 24 && timed.into_iter().all(|r| !r[7].is_empty() && !r[9].is_empty()), "{text}");
 }
