@@ -2,16 +2,18 @@
 //!
 //! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map, the skiplist and the MDList,
 //!   durable and volatile in one run, with throughput, abort rate and flushes and fences per
-//!   transaction.
+//!   transaction, beside the [`baseline`]s: abstract locking with an undo log, and
+//!   crossbeam-skiplist without transactions.
 //! - [`workload`]: the generators they draw from.
-//! - [`kv`]: pmemkv_bench's workloads on the key-value store (one thread).
+//! - [`kv`]: pmemkv_bench's workloads on the key-value store and on redb, one or more threads.
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
+//! - [`tatp`]: TATP on PETRA's hash maps.
 //!
-//! TATP is not built yet. The lock-based transactional map baseline is not built yet either; the
-//! volatile mode is the baseline in `micro` today. The criterion benches at the workspace root
-//! measure the persistence primitives (`benches/persist.rs`) and single-key lookups and ranges
-//! against crossbeam-skiplist (`benches/lookup.rs`).
+//! The criterion benches at the workspace root measure the persistence primitives
+//! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
+//! (`benches/lookup.rs`).
 
+pub mod baseline;
 pub mod kv;
 pub mod metrics;
 pub mod micro;

@@ -36,6 +36,35 @@ enum Command {
     /// populates the four tables, runs the seven-transaction mix (or UPDATE_LOCATION alone) and
     /// prints throughput and each type's success rate beside the specification's.
     Tatp(TatpArgs),
+    /// The C++ LFTT/PETRA harness's argument form, for results side by side with it:
+    /// `lftt SET_TYPE THREADS TEST_SIZE TX_SIZE KEY_RANGE INSERT% DELETE% [UPDATE%]`. SET_TYPE 0
+    /// runs PETRA (durable), 2 the abstract-locking baseline (the harness's boosting); 1 (its
+    /// STM) is not built. TEST_SIZE is transactions per thread; keys are uniform in the range;
+    /// nothing is prefilled, as in the harness. Prints the `micro` row.
+    Lftt(LfttArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct LfttArgs {
+    /// 0: PETRA, 2: locks.
+    set_type: u32,
+    /// Threads.
+    threads: usize,
+    /// Transactions per thread.
+    test_size: u64,
+    /// Operations per transaction (1 to 16).
+    tx_size: usize,
+    /// Keys are uniform in [0, KEY_RANGE).
+    key_range: u64,
+    /// Inserts, percent.
+    insert: u32,
+    /// Deletes, percent.
+    delete: u32,
+    /// Updates, percent (maps); finds take the rest.
+    update: Option<u32>,
+    /// The structure (the harness's sets are lists).
+    #[arg(long, default_value = "list")]
+    structure: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -155,8 +184,12 @@ struct MicroArgs {
     /// Share of the key range inserted before timing.
     #[arg(long, default_value_t = 0.5)]
     prefill: f64,
-    /// Modes to run: durable, volatile.
-    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string()])]
+    /// What to run on, comma-separated: durable and volatile (PETRA with and without flushes
+    /// and fences), locks (a volatile map under 1 024 striped locks taken in order, with an undo
+    /// log: the dissertation's abstract-locking baseline) and skipmap (crossbeam-skiplist, each op
+    /// on its own with no transaction: an upper bound, neither atomic nor isolated). The
+    /// baselines are the same whatever the structure, with word values and one-word keys.
+    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string(), "locks".to_string(), "skipmap".to_string()])]
     modes: Vec<String>,
     /// Directory for the pool files (default: /dev/shm if it exists, else the temporary directory).
     #[arg(long)]
@@ -183,6 +216,7 @@ fn main() {
         Command::Kv(args) => kv(args),
         Command::Metrics(args) => metrics(args),
         Command::Tatp(args) => tatp(args),
+        Command::Lftt(args) => lftt(args),
     };
     if let Err(e) = result {
         eprintln!("petra-bench: {e}");
@@ -191,15 +225,11 @@ fn main() {
 }
 
 fn micro(args: MicroArgs) -> Result<(), String> {
-    let modes: Vec<Mode> = args
-        .modes
-        .iter()
-        .map(|m| match m.as_str() {
-            "durable" => Ok(Mode::Durable),
-            "volatile" => Ok(Mode::Volatile),
-            other => Err(format!("unknown mode {other:?}: use durable or volatile")),
-        })
-        .collect::<Result<_, _>>()?;
+    let mut modes: Vec<Mode> = args.modes.iter().map(|m| Mode::parse(m)).collect::<Result<_, _>>()?;
+    if args.value_size > 0 || args.key_bytes != 8 {
+        // The baselines hold word values under one-word keys only.
+        modes.retain(|m| matches!(m, Mode::Durable | Mode::Volatile));
+    }
     let structure = StructureKind::parse(&args.structure)?;
     let (default_range, default_mixes): (u64, &[&str]) = match structure {
         StructureKind::List => (10_000, &["40/40/20", "10/10/80"]),
@@ -272,8 +302,8 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                 }
                 for r in rows {
                     let ratio = match (r.case.mode, volatile_tps) {
-                        (Mode::Durable, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
-                        _ => String::from("-"),
+                        (Mode::Volatile, _) | (_, None) => String::from("-"),
+                        (_, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
                     };
                     println!(
                         "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
@@ -352,6 +382,31 @@ fn kv(args: KvArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn lftt(args: LfttArgs) -> Result<(), String> {
+    let mode = match args.set_type {
+        0 => "durable",
+        2 => "locks",
+        1 => return Err("set type 1 (an STM list) is not built: use 0 (PETRA) or 2 (locks)".into()),
+        n => return Err(format!("set type {n}: use 0 (PETRA) or 2 (locks)")),
+    };
+    let mix = format!("{}/{}/{}", args.insert, args.delete, args.update.unwrap_or(0));
+    let mix = Mix::new(args.insert, args.delete, args.update.unwrap_or(0)).map_err(|e| format!("{mix}: {e}"))?;
+    micro(MicroArgs {
+        structure: args.structure,
+        threads: vec![args.threads],
+        tx_sizes: vec![args.tx_size],
+        key_range: Some(args.key_range),
+        mix: vec![mix.to_string()],
+        txs: args.test_size,
+        prefill: 0.0,
+        modes: vec![mode.to_string()],
+        dir: None,
+        seed: 1,
+        value_size: 0,
+        key_bytes: 8,
+    })
 }
 
 fn tatp(args: TatpArgs) -> Result<(), String> {

@@ -19,24 +19,39 @@ use petra::{Engine, EngineConfig, KeyWidth, OpKind, Outcome, Transaction, Values
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use crate::baseline::{LockMap, SkipMapBound, TxMap};
 use crate::workload::{GenOp, Workload};
 
-/// Durability of a run.
+/// What a run runs on: PETRA durable or volatile, or a baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Flushes and fences as the pool's durability requires.
+    /// PETRA, flushes and fences as the pool's durability requires.
     Durable,
-    /// Flushes and fences off: the cost of durability is the difference.
+    /// PETRA with flushes and fences off: the cost of durability is the difference.
     Volatile,
+    /// The abstract-locking baseline ([`crate::baseline::LockMap`]), volatile.
+    Locks,
+    /// crossbeam-skiplist without transactions ([`crate::baseline::SkipMapBound`]).
+    SkipMap,
 }
 
 impl Mode {
-    /// Its name in reports.
+    /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Durable => "durable",
             Mode::Volatile => "volatile",
+            Mode::Locks => "locks",
+            Mode::SkipMap => "skipmap",
         }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Result<Mode, String> {
+        [Mode::Durable, Mode::Volatile, Mode::Locks, Mode::SkipMap]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown mode {s:?}: use durable, volatile, locks or skipmap"))
     }
 }
 
@@ -139,8 +154,58 @@ impl MicroResult {
     }
 }
 
-/// Runs one configuration on a fresh structure in a pool file under `dir`.
+/// Runs one configuration on a fresh structure in a pool file under `dir`, or on a fresh
+/// baseline map.
 pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
+    match case.mode {
+        Mode::Durable | Mode::Volatile => run_petra(case, dir),
+        Mode::Locks => run_baseline(case, &LockMap::default()),
+        Mode::SkipMap => run_baseline(case, &SkipMapBound::default()),
+    }
+}
+
+/// Runs one configuration on a baseline map: the same prefill keys and the same transactions as
+/// on PETRA (the same seeds), nothing flushed.
+fn run_baseline(case: MicroCase, map: &impl TxMap) -> Result<MicroResult, String> {
+    use rand::Rng;
+    let w = case.workload;
+    let mut rng = StdRng::seed_from_u64(case.seed ^ 0xF111);
+    let mut inserted = 0;
+    while inserted < (w.key_range as f64 * case.prefill) as u64 {
+        inserted += map.put(rng.random_range(0..w.key_range), 0) as u64;
+    }
+    let barrier = Barrier::new(case.threads + 1);
+    let (elapsed, per_thread) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..case.threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(case.seed.wrapping_mul(1000) + t as u64);
+                    let mut ops: Vec<GenOp> = Vec::with_capacity(w.tx_size);
+                    let (mut committed, mut aborted) = (0u64, 0u64);
+                    barrier.wait();
+                    for _ in 0..case.txs_per_thread {
+                        w.next_tx(&mut rng, &mut ops);
+                        if map.run(&ops) {
+                            committed += 1;
+                        } else {
+                            aborted += 1;
+                        }
+                    }
+                    (committed, aborted)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<_> = workers.into_iter().map(|h| h.join().expect("worker panicked")).collect();
+        (start.elapsed(), results)
+    });
+    let (committed, aborted) = per_thread.iter().fold((0, 0), |(c, a), &(tc, ta)| (c + tc, a + ta));
+    Ok(MicroResult { case, committed, aborted, secs: elapsed.as_secs_f64(), flushes: 0, fences: 0 })
+}
+
+fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
     let w = case.workload;
     // Descriptors are not recycled yet: a ring must hold every descriptor of a run, and one of
     // the workers reuses the prefill's ring after it.

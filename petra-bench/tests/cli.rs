@@ -27,6 +27,9 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["kv", "--engine", "sorted,unsorted", "--db", "/tmp/x", "--num", "10"], "give one engine"),
         (&["metrics", "--samples", "10", "--range-len", "20"], "at least that many samples"),
         (&["tatp", "--mix", "payment"], "unknown mix"),
+        (&["lftt", "1", "1", "10", "1", "64", "40", "40"], "not built"),
+        (&["lftt", "0", "1", "10", "1", "64", "60", "50"], "exceeds 100%"),
+        (&["micro", "--modes", "stm"], "unknown mode"),
         (&["tatp", "--threads", "0"], "at least 1"),
         (&["tatp", "--modes", "fast"], "unknown mode"),
     ] {
@@ -57,7 +60,27 @@ fn a_tiny_run_prints_both_modes() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().any(|l| l.contains("durable")) && text.lines().any(|l| l.contains("volatile")), "{text}");
+    // PETRA durable and volatile and the two baselines, each on a row of its own, each running
+    // the same transactions: the same abort rate for the transactional ones on one thread.
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    let abort = |mode: &str| -> f64 {
+        let row = rows.iter().find(|r| r.get(1) == Some(&mode)).unwrap_or_else(|| panic!("no {mode} row: {text}"));
+        row[6].parse().unwrap()
+    };
+    let (durable, volatile, locks) = (abort("durable"), abort("volatile"), abort("locks"));
+    assert!(durable == volatile && volatile == locks, "{text}");
+    abort("skipmap");
+}
+
+#[test]
+fn the_cpp_harness_argument_form_runs_petra_and_the_locks() {
+    for set_type in ["0", "2"] {
+        let out = bench(&["lftt", set_type, "1", "300", "2", "64", "40", "40"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mode = if set_type == "0" { "durable" } else { "locks" };
+        assert!(text.lines().any(|l| l.starts_with("40/40/20") && l.split_whitespace().nth(1) == Some(mode)), "{text}");
+    }
 }
 
 #[test]
