@@ -17,5 +17,6 @@ pub mod baseline;
 pub mod kv;
 pub mod metrics;
 pub mod micro;
+pub mod report;
 pub mod tatp;
 pub mod workload;

@@ -205,6 +205,11 @@ struct MicroArgs {
     /// written as k in both words). Not for the mdlist, whose keys are one word.
     #[arg(long, default_value_t = 8)]
     key_bytes: usize,
+    /// Also write the results to this directory: micro.csv, micro.json, and SVG plots of tx/s
+    /// against threads (micro-threads.svg) and against transaction size (micro-txsize.svg)
+    /// when more than one of each was run.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 fn main() {
@@ -277,6 +282,13 @@ fn micro(args: MicroArgs) -> Result<(), String> {
         "{:<12} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
         "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
     );
+    let runs = mixes.len() * args.tx_sizes.len() * args.threads.len() * modes.len();
+    // On stderr, and drawn only when it is a terminal.
+    let progress = indicatif::ProgressBar::new(runs as u64).with_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed} ({eta} left)")
+            .expect("a valid template"),
+    );
+    let mut all = Vec::new();
     for mix in &mixes {
         for &tx_size in &args.tx_sizes {
             for &threads in &args.threads {
@@ -295,6 +307,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                         wide_keys,
                     };
                     let r = run(case, &dir)?;
+                    progress.inc(1);
                     if mode == Mode::Volatile {
                         volatile_tps = Some(r.tx_per_sec());
                     }
@@ -305,21 +318,30 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                         (Mode::Volatile, _) | (_, None) => String::from("-"),
                         (_, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
                     };
-                    println!(
-                        "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
-                        mix.to_string(),
-                        r.case.mode.name(),
-                        threads,
-                        tx_size,
-                        r.tx_per_sec(),
-                        r.ops_per_sec(),
-                        r.abort_pct(),
-                        r.flushes_per_tx(),
-                        r.fences_per_tx(),
-                        ratio
-                    );
+                    progress.suspend(|| {
+                        println!(
+                            "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
+                            mix.to_string(),
+                            r.case.mode.name(),
+                            threads,
+                            tx_size,
+                            r.tx_per_sec(),
+                            r.ops_per_sec(),
+                            r.abort_pct(),
+                            r.flushes_per_tx(),
+                            r.fences_per_tx(),
+                            ratio
+                        )
+                    });
+                    all.push(petra_bench::report::MicroRow::from(&r));
                 }
             }
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        for file in petra_bench::report::write_all(out, &all)? {
+            println!("wrote {}", file.display());
         }
     }
     Ok(())
@@ -406,6 +428,7 @@ fn lftt(args: LfttArgs) -> Result<(), String> {
         seed: 1,
         value_size: 0,
         key_bytes: 8,
+        out: None,
     })
 }
 

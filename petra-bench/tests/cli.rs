@@ -186,3 +186,55 @@ fn kv_workloads_run_in_order_on_one_store_per_engine_and_print_csv() {
     let timed = rows[1..].iter().filter(|r| r[2] != "readseq");
     assert!(timed.clone().count() == 24 && timed.into_iter().all(|r| !r[7].is_empty() && !r[9].is_empty()), "{text}");
 }
+
+#[test]
+fn micro_writes_csv_json_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let out_s = out.to_str().unwrap();
+    let args = [
+        "micro",
+        "--threads",
+        "1,2",
+        "--tx-size",
+        "1,2",
+        "--key-range",
+        "64",
+        "--txs",
+        "300",
+        "--mix",
+        "40/40/20",
+        "--modes",
+        "durable,locks",
+        "--dir",
+    ];
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend([dir.path().to_str().unwrap(), "--out", out_s]);
+    let run = bench(&args);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    // 2 thread counts x 2 sizes x 2 modes.
+    let csv = std::fs::read_to_string(out.join("micro.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], petra_bench::report::CSV_HEADER);
+    assert_eq!(lines.len(), 9, "{csv}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("micro.json")).unwrap()).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    // The files agree: each CSV row's tx/s is its JSON row's.
+    for (line, row) in lines[1..].iter().zip(rows) {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f[2], row["mode"].as_str().unwrap());
+        let (a, b) = (f[5].parse::<f64>().unwrap(), row["tx_per_sec"].as_f64().unwrap());
+        assert!((a - b).abs() < 0.1, "{a} {b}");
+    }
+    // One line per series in each plot, named in its legend.
+    let threads = std::fs::read_to_string(out.join("micro-threads.svg")).unwrap();
+    let sizes = std::fs::read_to_string(out.join("micro-txsize.svg")).unwrap();
+    for name in ["40/40/20 size 1 durable", "40/40/20 size 2 locks"] {
+        assert!(threads.contains(name), "{name} missing from the threads plot");
+    }
+    for name in ["40/40/20 1 thr durable", "40/40/20 2 thr locks"] {
+        assert!(sizes.contains(name), "{name} missing from the size plot");
+    }
+}

@@ -1,0 +1,186 @@
+//! Result files of `petra-bench micro --out DIR`: the rows as CSV and JSON, and SVG plots of
+//! throughput against threads and against transaction size (the dissertation's figures 5.5 to
+//! 5.8 plot these).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::micro::MicroResult;
+
+/// One row of a micro run, as written to the files.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MicroRow {
+    /// The structure.
+    pub structure: String,
+    /// The mix, insert/delete[/update]/find.
+    pub mix: String,
+    /// durable, volatile, locks or skipmap.
+    pub mode: String,
+    /// Threads.
+    pub threads: usize,
+    /// Ops per transaction.
+    pub tx_size: usize,
+    /// Committed transactions per second.
+    pub tx_per_sec: f64,
+    /// Operations of committed transactions per second.
+    pub ops_per_sec: f64,
+    /// Aborted share of the transactions run, percent.
+    pub abort_pct: f64,
+    /// Flushes per transaction run.
+    pub flushes_per_tx: f64,
+    /// Fences per transaction run.
+    pub fences_per_tx: f64,
+}
+
+impl From<&MicroResult> for MicroRow {
+    fn from(r: &MicroResult) -> MicroRow {
+        MicroRow {
+            structure: r.case.structure.name().into(),
+            mix: r.case.workload.mix.to_string(),
+            mode: r.case.mode.name().into(),
+            threads: r.case.threads,
+            tx_size: r.case.workload.tx_size,
+            tx_per_sec: r.tx_per_sec(),
+            ops_per_sec: r.ops_per_sec(),
+            abort_pct: r.abort_pct(),
+            flushes_per_tx: r.flushes_per_tx(),
+            fences_per_tx: r.fences_per_tx(),
+        }
+    }
+}
+
+/// The CSV header of [`write_csv`].
+pub const CSV_HEADER: &str =
+    "structure,mix,mode,threads,tx_size,tx_per_sec,ops_per_sec,abort_pct,flushes_per_tx,fences_per_tx";
+
+/// Writes `rows` as CSV (no field holds a comma or a quote).
+pub fn write_csv(path: &Path, rows: &[MicroRow]) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    writeln!(f, "{CSV_HEADER}").map_err(io)?;
+    for r in rows {
+        writeln!(
+            f,
+            "{},{},{},{},{},{:.1},{:.1},{:.2},{:.3},{:.3}",
+            r.structure,
+            r.mix,
+            r.mode,
+            r.threads,
+            r.tx_size,
+            r.tx_per_sec,
+            r.ops_per_sec,
+            r.abort_pct,
+            r.flushes_per_tx,
+            r.fences_per_tx
+        )
+        .map_err(io)?;
+    }
+    f.flush().map_err(io)
+}
+
+/// Writes `rows` as a JSON array.
+pub fn write_json(path: &Path, rows: &[MicroRow]) -> Result<(), String> {
+    let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// What a plot's x axis is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    /// Threads, one line per (mix, transaction size, mode).
+    Threads,
+    /// Transaction size, one line per (mix, threads, mode).
+    TxSize,
+}
+
+/// Plots committed transactions per second against `axis` as an SVG at `path`, one line per
+/// series; returns the number of lines drawn.
+pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<usize, String> {
+    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    // Series name -> points (x, tx/s), x ascending.
+    let mut series: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    for r in rows {
+        let (x, name) = match axis {
+            Axis::Threads => (r.threads, format!("{} size {} {}", r.mix, r.tx_size, r.mode)),
+            Axis::TxSize => (r.tx_size, format!("{} {} thr {}", r.mix, r.threads, r.mode)),
+        };
+        series.entry(name).or_default().push((x as u32, r.tx_per_sec));
+    }
+    for points in series.values_mut() {
+        points.sort_by_key(|p| p.0);
+    }
+    let x_max =
+        rows.iter().map(|r| if axis == Axis::Threads { r.threads } else { r.tx_size }).max().unwrap_or(1) as u32;
+    // A log scale: the baselines run an order of magnitude apart from PETRA.
+    let y_max = rows.iter().map(|r| r.tx_per_sec).fold(1.0, f64::max) * 2.0;
+    let y_min =
+        (rows.iter().map(|r| r.tx_per_sec).filter(|&t| t > 0.0).fold(f64::MAX, f64::min) / 2.0).clamp(1.0, y_max / 4.0);
+    let structure = rows.first().map_or("", |r| r.structure.as_str());
+    let (caption, x_desc) = match axis {
+        Axis::Threads => (format!("{structure}: committed tx/s against threads"), "threads"),
+        Axis::TxSize => (format!("{structure}: committed tx/s against transaction size"), "ops per transaction"),
+    };
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(1u32..x_max.max(2), (y_min..y_max).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("committed tx/s (log scale)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)).point_size(3))
+            .map_err(|x| e(&x))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(series.len())
+}
+
+/// Writes `micro.csv`, `micro.json`, and the plots that have more than one point per line
+/// (`micro-threads.svg`, `micro-txsize.svg`) into `dir`; returns the files written.
+pub fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<std::path::PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut written = vec![dir.join("micro.csv"), dir.join("micro.json")];
+    write_csv(&written[0], rows)?;
+    write_json(&written[1], rows)?;
+    let distinct = |f: fn(&MicroRow) -> usize| {
+        let mut v: Vec<usize> = rows.iter().map(f).collect();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    };
+    if distinct(|r| r.threads) > 1 {
+        let p = dir.join("micro-threads.svg");
+        plot(&p, rows, Axis::Threads)?;
+        written.push(p);
+    }
+    if distinct(|r| r.tx_size) > 1 {
+        let p = dir.join("micro-txsize.svg");
+        plot(&p, rows, Axis::TxSize)?;
+        written.push(p);
+    }
+    Ok(written)
+}
