@@ -256,6 +256,17 @@ fn byte_values_round_trip_and_a_value_of_the_wrong_kind_is_refused() {
         })
         .unwrap();
     assert_eq!(old, b"two");
+    // execute_decided: a strict op that fails names itself and changes nothing; a commit hands
+    // its results and their byte values over.
+    assert_eq!(
+        h.execute_decided(Transaction::new().put(words, 8u64, 80).insert_bytes(bytes, 2u64, b"2"), |_, _| ()).unwrap(),
+        Err(1)
+    );
+    assert_eq!(engine.entries::<u64>(words).unwrap(), vec![(9, 90)]);
+    let got = h.execute_decided(Transaction::new().get(bytes, 2u64).get(words, 9u64), |r, blobs| {
+        (blobs.to_vec(r[0].unwrap()), r[1])
+    });
+    assert_eq!(got.unwrap(), Ok((b"deux".to_vec(), Some(90))));
     // Across an unclean reopen (recovery from the rings).
     drop(h);
     drop(engine.into_pool().unwrap());

@@ -34,8 +34,9 @@ use std::time::Instant;
 
 use petra::mem::MmapMem;
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Handle, KeyWidth, Outcome, StructId, StructureKind, Transaction, Values};
+use petra::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 /// The transaction types: name, share of the full mix (percent), the success rate the
@@ -118,9 +119,7 @@ fn letters(rng: &mut impl Rng, k: u32) -> u64 {
 /// `k` distinct values of `1..=4`, `k` drawn from `1..=4`, in random order.
 fn distinct_types(rng: &mut impl Rng) -> Vec<u8> {
     let mut types = vec![1, 2, 3, 4];
-    for i in (1..4).rev() {
-        types.swap(i, rng.random_range(0..=i));
-    }
+    types.shuffle(rng);
     types.truncate(rng.random_range(1..=4));
     types
 }
@@ -224,9 +223,7 @@ pub fn population_rows(rng: &mut impl Rng, s_id: u64) -> Rows {
     let mut call_forwarding = Vec::new();
     for sf in &special_facility {
         let mut starts = [0u8, 8, 16];
-        for i in (1..3).rev() {
-            starts.swap(i, rng.random_range(0..=i));
-        }
+        starts.shuffle(rng);
         for &start_time in &starts[..rng.random_range(0..=3)] {
             call_forwarding.push(CallForwarding {
                 sf_type: sf.sf_type,
@@ -347,21 +344,12 @@ impl Schema {
         match kind {
             GET_SUBSCRIBER_DATA => {
                 tx.clear().find(self.subscriber, s_id).find(self.bit_1, s_id).find(self.vlr, s_id);
-                loop {
-                    let read = h
-                        .execute_with(tx, |out, blobs| match out {
-                            Outcome::Committed { results, .. } => {
-                                blobs.read_into(results[0].expect("a Find that committed found its key"), buf);
-                                Some(true)
-                            }
-                            Outcome::Aborted { failed_op: Some(_) } => Some(false),
-                            Outcome::Aborted { failed_op: None } => None,
-                        })
-                        .map_err(|e| e.to_string())?;
-                    if let Some(ok) = read {
-                        return Ok(ok && buf.len() == 24);
-                    }
-                }
+                let read = h
+                    .execute_decided(tx, |results, blobs| {
+                        blobs.read_into(results[0].expect("a Find that committed found its key"), buf)
+                    })
+                    .map_err(|e| e.to_string())?;
+                Ok(read.is_ok() && buf.len() == 24)
             }
             GET_NEW_DESTINATION => {
                 let sf_type = rng.random_range(1..=4u8);
@@ -434,16 +422,10 @@ impl Schema {
     }
 }
 
-/// Executes `tx`, again while it is aborted to break a helping cycle: its results if it
+/// Executes `tx` until it is decided ([`Handle::execute_decided`]): its results if it
 /// committed, `None` if a strict op failed.
 fn run(h: &mut Handle<MmapMem>, tx: &Transaction) -> Result<Option<Vec<Option<u64>>>, String> {
-    loop {
-        match h.execute(tx).map_err(|e| e.to_string())? {
-            Outcome::Committed { results, .. } => return Ok(Some(results)),
-            Outcome::Aborted { failed_op: Some(_) } => return Ok(None),
-            Outcome::Aborted { failed_op: None } => continue,
-        }
-    }
+    Ok(h.execute_decided(tx, |results, _| results.to_vec()).map_err(|e| e.to_string())?.ok())
 }
 
 /// One run's settings.

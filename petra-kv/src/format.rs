@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
-    Blobs, Engine, EngineConfig, EngineError, Handle, KeyWidth, Outcome, Shape, StructId, StructureKind, Transaction,
-    Values,
+    Blobs, Engine, EngineConfig, EngineError, Handle, KeyWidth, Shape, StructId, StructureKind, Transaction, Values,
 };
 
 use crate::error::{KvError, Result};
@@ -67,33 +66,14 @@ pub(crate) fn close(engine: Engine<MmapMem>) -> Result<()> {
     Ok(pool.close()?)
 }
 
-/// Executes `tx` until it is not aborted to break a helping cycle (a retry goes through), then
-/// gives `f`'s answer on its results, called while the byte values they name cannot be freed;
-/// `Err(i)` if strict op `i` failed.
-pub(crate) fn run<M: PMem + 'static, R>(
-    h: &mut Handle<M>,
-    tx: &Transaction,
-    mut f: impl FnMut(&[Option<u64>], &Blobs<'_, M>) -> R,
-) -> Result<Result<R, usize>> {
-    loop {
-        let done = h.execute_with(tx, |out, blobs| match out {
-            Outcome::Committed { results, .. } => Some(Ok(f(results, blobs))),
-            Outcome::Aborted { failed_op: Some(i) } => Some(Err(*i)),
-            Outcome::Aborted { failed_op: None } => None,
-        })?;
-        if let Some(r) = done {
-            return Ok(r);
-        }
-    }
-}
-
-/// [`run`] for a transaction of total ops (Put, Remove, Get), which never fail.
+/// [`Handle::execute_decided`] for a transaction of total ops (Put, Remove, Get), which never
+/// fail.
 pub(crate) fn run_total<M: PMem + 'static, R>(
     h: &mut Handle<M>,
     tx: &Transaction,
     f: impl FnMut(&[Option<u64>], &Blobs<'_, M>) -> R,
 ) -> Result<R> {
-    Ok(run(h, tx, f)?.unwrap_or_else(|i| unreachable!("total op {i} failed")))
+    Ok(h.execute_decided(tx, f)?.unwrap_or_else(|i| unreachable!("total op {i} failed")))
 }
 
 /// Sets up an engine in `pool` with the meta list and structures of `shapes` (ids 1, 2, ...),
@@ -109,7 +89,7 @@ pub(crate) fn create<M: PMem + 'static>(
     // The magic last: a pool whose creation was interrupted is refused, not half-used.
     let mut tx = Transaction::new();
     tx.insert(meta, MAGIC_KEY, format.magic).insert(meta, VERSION_KEY, format.version);
-    if run(&mut engine.handle()?, &tx, |_, _| ())?.is_err() {
+    if engine.handle()?.execute_decided(&tx, |_, _| ())?.is_err() {
         return Err(KvError::Engine(EngineError::Corrupt(format!(
             "a new {}'s meta structure is not empty",
             format.name

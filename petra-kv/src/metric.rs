@@ -470,7 +470,7 @@ impl<M: PMem + 'static> MetricStore<M> {
         } else {
             tx.insert_bytes(CATALOG, key, bytes)
         };
-        if format::run(&mut self.engine.handle()?, &tx, |_, _| ())?.is_err() {
+        if self.engine.handle()?.execute_decided(&tx, |_, _| ())?.is_err() {
             return Err(KvError::Engine(petra::EngineError::Corrupt(format!("catalog key {key:#x} taken twice"))));
         }
         Ok(())
@@ -629,7 +629,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         );
         // The history key is new (timestamps increase under the set's lock): the Insert fails only
         // on a history this store did not write.
-        if format::run(&mut self.h, &self.tx, |_, _| ())?.is_err() {
+        if self.h.execute_decided(&self.tx, |_, _| ())?.is_err() {
             let why = format!("a sample at {} ns is already in the history", sample.timestamp);
             return Err(KvError::BadSample { set: entry.info.instance.clone(), why });
         }

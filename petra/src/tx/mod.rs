@@ -858,6 +858,26 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(f(&out, &Blobs { pool: &self.inner.pool, _guard: &guard }))
     }
 
+    /// Executes `tx` until it is decided: again each time it is aborted to break a helping cycle
+    /// (which says nothing about its ops), then `f` with its results and a reader of the byte
+    /// values they name, while those cannot be freed. `Ok(Err(i))` if its strict op `i` failed.
+    pub fn execute_decided<R>(
+        &mut self,
+        tx: &Transaction,
+        mut f: impl FnMut(&[Option<u64>], &Blobs<'_, M>) -> R,
+    ) -> Result<Result<R, usize>, EngineError> {
+        loop {
+            let decided = self.execute_with(tx, |out, blobs| match out {
+                Outcome::Committed { results, .. } => Some(Ok(f(results, blobs))),
+                Outcome::Aborted { failed_op: Some(i) } => Some(Err(*i)),
+                Outcome::Aborted { failed_op: None } => None,
+            })?;
+            if let Some(d) = decided {
+                return Ok(d);
+            }
+        }
+    }
+
     /// Refuses, before anything changes, a transaction the engine cannot run: too many ops, an
     /// unknown structure, a key or value of the wrong kind for its structure, or a byte value
     /// longer than a blob can be. Returns whether an op is on a structure of byte values.
