@@ -16,14 +16,28 @@ use petra::OpKind;
 
 use crate::workload::GenOp;
 
-/// A map that runs the micro-benchmark's transactions.
+/// What the micro-benchmark runs its transactions on: PETRA's structures
+/// ([`crate::micro`]) and the baselines here, shared by the threads.
 pub trait TxMap: Sync {
+    /// A thread's access.
+    type Worker<'a>: TxWorker
+    where
+        Self: 'a;
+
+    /// A worker for the calling thread, ready to run: whatever it sets up happens here, before
+    /// timing starts.
+    fn worker(&self) -> Result<Self::Worker<'_>, String>;
+}
+
+/// One thread's transactions on a [`TxMap`].
+pub trait TxWorker {
+    /// Sets every key of `keys` (a prefill batch, at most 16), atomically where the map has
+    /// transactions; how many were absent.
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String>;
+
     /// Runs `ops` with strict semantics (a failed Insert, Delete, Update or Find fails the
     /// transaction); whether it committed.
-    fn run(&self, ops: &[GenOp]) -> bool;
-
-    /// Sets `key` (a prefill): whether it was absent.
-    fn put(&self, key: u64, value: u64) -> bool;
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String>;
 }
 
 /// Stripes of [`LockMap`].
@@ -45,8 +59,9 @@ fn stripe_of(key: u64) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % STRIPES
 }
 
-impl TxMap for LockMap {
-    fn run(&self, ops: &[GenOp]) -> bool {
+impl LockMap {
+    /// Runs `ops` with strict semantics under their keys' locks; whether it committed.
+    pub fn run(&self, ops: &[GenOp]) -> bool {
         let mut stripes: Vec<usize> = ops.iter().map(|op| stripe_of(op.key)).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -92,8 +107,27 @@ impl TxMap for LockMap {
         committed
     }
 
-    fn put(&self, key: u64, value: u64) -> bool {
+    /// Sets `key`; whether it was absent.
+    pub fn put(&self, key: u64, value: u64) -> bool {
         self.stripes[stripe_of(key)].lock().insert(key, value).is_none()
+    }
+}
+
+impl TxMap for LockMap {
+    type Worker<'a> = &'a LockMap;
+
+    fn worker(&self) -> Result<&LockMap, String> {
+        Ok(self)
+    }
+}
+
+impl TxWorker for &LockMap {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+        Ok(keys.iter().filter(|&&k| self.put(k, 0)).count() as u64)
+    }
+
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+        Ok(LockMap::run(self, ops))
     }
 }
 
@@ -104,8 +138,27 @@ pub struct SkipMapBound {
 }
 
 impl TxMap for SkipMapBound {
-    fn run(&self, ops: &[GenOp]) -> bool {
-        ops.iter().all(|op| match op.kind {
+    type Worker<'a> = &'a SkipMapBound;
+
+    fn worker(&self) -> Result<&SkipMapBound, String> {
+        Ok(self)
+    }
+}
+
+impl TxWorker for &SkipMapBound {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+        Ok(keys
+            .iter()
+            .filter(|&&k| {
+                let absent = !self.map.contains_key(&k);
+                self.map.insert(k, 0);
+                absent
+            })
+            .count() as u64)
+    }
+
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+        Ok(ops.iter().all(|op| match op.kind {
             OpKind::Insert => {
                 !self.map.contains_key(&op.key) && {
                     self.map.insert(op.key, op.value);
@@ -121,13 +174,7 @@ impl TxMap for SkipMapBound {
             }
             OpKind::Find => self.map.get(&op.key).is_some(),
             other => unreachable!("the micro-benchmark draws no {other:?}"),
-        })
-    }
-
-    fn put(&self, key: u64, value: u64) -> bool {
-        let absent = !self.map.contains_key(&key);
-        self.map.insert(key, value);
-        absent
+        }))
     }
 }
 

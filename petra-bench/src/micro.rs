@@ -13,13 +13,13 @@
 use std::sync::Barrier;
 use std::time::Instant;
 
-use petra::mem::{Counting, MemCounts};
+use petra::mem::{Counting, MemCounts, MmapMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, KeyWidth, OpKind, Outcome, Transaction, Values};
+use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, Transaction, Values};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::baseline::{LockMap, SkipMapBound, TxMap};
+use crate::baseline::{LockMap, SkipMapBound, TxMap, TxWorker};
 use crate::workload::{GenOp, Workload};
 
 /// What a run runs on: PETRA durable or volatile, or a baseline.
@@ -159,40 +159,53 @@ impl MicroResult {
 pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
     match case.mode {
         Mode::Durable | Mode::Volatile => run_petra(case, dir),
-        Mode::Locks => run_baseline(case, &LockMap::default()),
-        Mode::SkipMap => run_baseline(case, &SkipMapBound::default()),
+        Mode::Locks => measure(case, &LockMap::default()),
+        Mode::SkipMap => measure(case, &SkipMapBound::default()),
     }
 }
 
-/// Runs one configuration on a baseline map: the same prefill keys and the same transactions as
-/// on PETRA (the same seeds), nothing flushed.
-fn run_baseline(case: MicroCase, map: &impl TxMap) -> Result<MicroResult, String> {
+/// Prefills `map` with `case.prefill` of the key range (16 keys per transaction), then runs every
+/// thread's share of transactions on it and times them. Every map draws the same keys and the
+/// same transactions (the same seeds); flushes and fences are counted on PETRA's counting seam
+/// (none elsewhere).
+fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult, String> {
     use rand::Rng;
     let w = case.workload;
-    let mut rng = StdRng::seed_from_u64(case.seed ^ 0xF111);
-    let mut inserted = 0;
-    while inserted < (w.key_range as f64 * case.prefill) as u64 {
-        inserted += map.put(rng.random_range(0..w.key_range), 0) as u64;
+    {
+        let mut worker = map.worker()?;
+        let mut rng = StdRng::seed_from_u64(case.seed ^ 0xF111);
+        let target = (w.key_range as f64 * case.prefill) as u64;
+        let (mut inserted, mut keys) = (0, Vec::with_capacity(16));
+        while inserted < target {
+            keys.clear();
+            keys.extend((0..16.min(target - inserted)).map(|_| rng.random_range(0..w.key_range)));
+            inserted += worker.put_all(&keys)?;
+        }
     }
     let barrier = Barrier::new(case.threads + 1);
     let (elapsed, per_thread) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..case.threads)
             .map(|t| {
                 let barrier = &barrier;
-                s.spawn(move || {
+                s.spawn(move || -> Result<(u64, u64, MemCounts), String> {
+                    let worker = map.worker();
+                    // Every thread reaches the barrier, even one whose worker failed: the timer
+                    // waits for them all.
+                    barrier.wait();
+                    let mut worker = worker?;
                     let mut rng = StdRng::seed_from_u64(case.seed.wrapping_mul(1000) + t as u64);
                     let mut ops: Vec<GenOp> = Vec::with_capacity(w.tx_size);
-                    let (mut committed, mut aborted) = (0u64, 0u64);
-                    barrier.wait();
+                    let (mut committed, mut aborted) = (0, 0);
+                    let before = MemCounts::current();
                     for _ in 0..case.txs_per_thread {
                         w.next_tx(&mut rng, &mut ops);
-                        if map.run(&ops) {
+                        if worker.run(&ops)? {
                             committed += 1;
                         } else {
                             aborted += 1;
                         }
                     }
-                    (committed, aborted)
+                    Ok((committed, aborted, MemCounts::current() - before))
                 })
             })
             .collect();
@@ -201,10 +214,73 @@ fn run_baseline(case: MicroCase, map: &impl TxMap) -> Result<MicroResult, String
         let results: Vec<_> = workers.into_iter().map(|h| h.join().expect("worker panicked")).collect();
         (start.elapsed(), results)
     });
-    let (committed, aborted) = per_thread.iter().fold((0, 0), |(c, a), &(tc, ta)| (c + tc, a + ta));
-    Ok(MicroResult { case, committed, aborted, secs: elapsed.as_secs_f64(), flushes: 0, fences: 0 })
+    let mut r = MicroResult { case, committed: 0, aborted: 0, secs: elapsed.as_secs_f64(), flushes: 0, fences: 0 };
+    for p in per_thread {
+        let (c, a, counts) = p?;
+        r.committed += c;
+        r.aborted += a;
+        r.flushes += counts.flushes;
+        r.fences += counts.fences;
+    }
+    Ok(r)
 }
 
+/// PETRA's structure `list` in `engine`, as a [`TxMap`].
+struct PetraMap<'e> {
+    engine: &'e Engine<Counting<MmapMem>>,
+    list: StructId,
+    encoding: Encoding<'e>,
+}
+
+/// A thread's handle on a [`PetraMap`], with its transaction kept for reuse.
+struct PetraWorker<'e> {
+    map: &'e PetraMap<'e>,
+    h: Handle<Counting<MmapMem>>,
+    tx: Transaction,
+}
+
+impl<'e> TxMap for PetraMap<'e> {
+    type Worker<'a>
+        = PetraWorker<'a>
+    where
+        Self: 'a;
+
+    fn worker(&self) -> Result<PetraWorker<'_>, String> {
+        let mut h = self.engine.handle().map_err(|e| e.to_string())?;
+        // Take the descriptor ring (a region, zeroed and persisted once) before timing.
+        let mut warm = Transaction::new();
+        self.encoding.push(&mut warm, self.list, OpKind::Get, 0, 0);
+        self.encoding.push(&mut warm, self.list, OpKind::Get, 1, 0);
+        h.execute(&warm).map_err(|e| e.to_string())?;
+        Ok(PetraWorker { map: self, h, tx: Transaction::new() })
+    }
+}
+
+impl PetraWorker<'_> {
+    fn execute(&mut self, ops: impl Iterator<Item = (OpKind, u64, u64)>) -> Result<Outcome, String> {
+        self.tx.clear();
+        for (kind, key, value) in ops {
+            self.map.encoding.push(&mut self.tx, self.map.list, kind, key, value);
+        }
+        self.h.execute(&self.tx).map_err(|e| e.to_string())
+    }
+}
+
+impl TxWorker for PetraWorker<'_> {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+        Ok(match self.execute(keys.iter().map(|&k| (OpKind::Put, k, 0)))? {
+            Outcome::Committed { results, .. } => results.iter().filter(|r| r.is_none()).count() as u64,
+            // Puts fail nothing: a cycle abort, and the caller's next batch goes on.
+            Outcome::Aborted { .. } => 0,
+        })
+    }
+
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+        Ok(self.execute(ops.iter().map(|op| (op.kind, op.key, op.value)))?.is_committed())
+    }
+}
+
+/// Runs one configuration on a fresh PETRA structure in a pool file under `dir`.
 fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
     let w = case.workload;
     // Descriptors are not recycled yet: a ring must hold every descriptor of a run, and one of
@@ -231,56 +307,10 @@ fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, Stri
     let list = engine.create_structure(kind, keys, values).map_err(|e| e.to_string())?;
     let bytes = vec![0x5Au8; case.value_size];
     let encoding = Encoding { bytes: (case.value_size > 0).then_some(&bytes[..]), wide_keys: case.wide_keys };
-    prefill(&engine, list, w.key_range, case.prefill, case.seed, encoding)?;
-    let barrier = Barrier::new(case.threads + 1);
-    let (start, per_thread) = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..case.threads)
-            .map(|t| {
-                let (engine, barrier) = (&engine, &barrier);
-                s.spawn(move || -> Result<(u64, u64, MemCounts), String> {
-                    let mut h = engine.handle().map_err(|e| e.to_string())?;
-                    let mut rng = StdRng::seed_from_u64(case.seed.wrapping_mul(1000) + t as u64);
-                    let mut ops: Vec<GenOp> = Vec::with_capacity(w.tx_size);
-                    let mut tx = Transaction::new();
-                    let (mut committed, mut aborted) = (0, 0);
-                    // Take the descriptor ring (a region, zeroed and persisted once) before timing.
-                    let mut warm = Transaction::new();
-                    encoding.push(&mut warm, list, OpKind::Get, 0, 0);
-                    encoding.push(&mut warm, list, OpKind::Get, 1, 0);
-                    h.execute(&warm).map_err(|e| e.to_string())?;
-                    barrier.wait();
-                    let before = MemCounts::current();
-                    for _ in 0..case.txs_per_thread {
-                        w.next_tx(&mut rng, &mut ops);
-                        tx.clear();
-                        for op in &ops {
-                            encoding.push(&mut tx, list, op.kind, op.key, op.value);
-                        }
-                        match h.execute(&tx).map_err(|e| e.to_string())? {
-                            Outcome::Committed { .. } => committed += 1,
-                            Outcome::Aborted { .. } => aborted += 1,
-                        }
-                    }
-                    Ok((committed, aborted, MemCounts::current() - before))
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let results: Vec<_> = workers.into_iter().map(|h| h.join().expect("worker panicked")).collect();
-        (start.elapsed(), results)
-    });
-    let mut r = MicroResult { case, committed: 0, aborted: 0, secs: start.as_secs_f64(), flushes: 0, fences: 0 };
-    for p in per_thread {
-        let (c, a, counts) = p?;
-        r.committed += c;
-        r.aborted += a;
-        r.flushes += counts.flushes;
-        r.fences += counts.fences;
-    }
+    let r = measure(case, &PetraMap { engine: &engine, list, encoding });
     drop(engine);
     let _ = std::fs::remove_file(&path);
-    Ok(r)
+    r
 }
 
 /// The keys and values a run writes: the op's key as one word or as two, and the op's word or
@@ -304,30 +334,4 @@ impl Encoding<'_> {
             _ => tx.op(op),
         };
     }
-}
-
-/// Inserts `share` of the key range, 16 keys per transaction.
-fn prefill<M: petra::mem::PMem + 'static>(
-    engine: &Engine<M>,
-    list: petra::StructId,
-    key_range: u64,
-    share: f64,
-    seed: u64,
-    encoding: Encoding<'_>,
-) -> Result<(), String> {
-    use rand::Rng;
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xF111);
-    let target = (key_range as f64 * share) as u64;
-    let mut inserted = 0;
-    while inserted < target {
-        let mut tx = Transaction::new();
-        for _ in 0..16.min(target - inserted) {
-            encoding.push(&mut tx, list, OpKind::Put, rng.random_range(0..key_range), 0);
-        }
-        if let Outcome::Committed { results, .. } = h.execute(&tx).map_err(|e| e.to_string())? {
-            inserted += results.iter().filter(|r| r.is_none()).count() as u64;
-        }
-    }
-    Ok(())
 }
