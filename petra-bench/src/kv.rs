@@ -64,8 +64,9 @@ pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 pub trait KvSession {
     /// Sets `key` to `value`.
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String>;
-    /// Sets every key of `puts` to its value, atomically.
-    fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String>;
+    /// Sets key `i` to `values[i]` for every `i`, atomically.
+    /// The keys are `keys` cut into `values.len()` slices of equal length.
+    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String>;
     /// The length of `key`'s value, if present (read through a borrow where the store allows it).
     fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String>;
     /// Removes `key`; whether it was present.
@@ -262,12 +263,15 @@ fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], s
             .map(|t| {
                 let readers_left = &readers_left;
                 scope.spawn(move || {
-                    let (part, parts) = if writer { (t.wrapping_sub(1), threads - 1) } else { (t, threads) };
-                    let mut w = Worker { case, values, rng: StdRng::seed_from_u64(seed + t as u64), part, parts };
+                    let rng = StdRng::seed_from_u64(seed + t as u64);
                     let s = target.session();
                     if writer && t == 0 {
+                        let mut w = Worker { case, values, rng, part: 0, parts: 1 };
                         return s.and_then(|mut s| w.write_while(&mut s, readers_left)).map(|()| Tally::default());
                     }
+                    // The readers share the operations out: thread 0 is the writer, if any.
+                    let (part, parts) = (t - writer as usize, threads - writer as usize);
+                    let mut w = Worker { case, values, rng, part, parts };
                     let out = s.and_then(|mut s| w.run(&mut s, name));
                     // Relaxed: a count to stop by, publishing nothing.
                     readers_left.fetch_sub(1, Ordering::Relaxed);
@@ -341,7 +345,8 @@ impl Worker<'_> {
         };
         let (from, to) = self.share(total);
         let mut k = Vec::with_capacity(self.case.key_size);
-        let mut batch: Vec<(Vec<u8>, &[u8])> = Vec::with_capacity(self.case.tx_size);
+        // A batch's keys back to back, and its values: kept for reuse.
+        let (mut batch_keys, mut batch_values) = (Vec::new(), Vec::with_capacity(self.case.tx_size));
         let mut i = from;
         while i < to {
             let t = self.case.histogram.then(Instant::now);
@@ -359,13 +364,15 @@ impl Worker<'_> {
                 }
                 "txfillrandom" => {
                     done = (to - i).min(self.case.tx_size as u64);
-                    batch.clear();
+                    batch_keys.clear();
+                    batch_values.clear();
                     for _ in 0..done {
                         self.random_key(&mut k);
+                        batch_keys.extend_from_slice(&k);
                         let at = self.rng.random_range(0..4096);
-                        batch.push((k.clone(), &self.values[at..at + self.case.value_size]));
+                        batch_values.push(&self.values[at..at + self.case.value_size]);
                     }
-                    s.put_all(&batch)?;
+                    s.put_all(&batch_keys, &batch_values)?;
                     tally.bytes += done * (ks + vs);
                 }
                 "readrandom" | "readwhilewriting" => {
@@ -445,9 +452,9 @@ impl KvSession for Session<'_> {
         Session::put(self, key, value).map_err(|e| e.to_string())
     }
 
-    fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String> {
+    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String> {
         let mut batch = Batch::new();
-        for (k, v) in puts {
+        for (k, v) in keys.chunks(keys.len() / values.len().max(1)).zip(values) {
             batch.put(k, v);
         }
         self.write(&batch).map_err(|e| e.to_string())
@@ -530,11 +537,11 @@ impl KvSession for &Redb {
         })
     }
 
-    fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String> {
+    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String> {
         self.write(|tx| {
             let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
-            for (k, v) in puts {
-                t.insert(k.as_slice(), *v).map_err(|e| e.to_string())?;
+            for (k, v) in keys.chunks(keys.len() / values.len().max(1)).zip(values) {
+                t.insert(k, *v).map_err(|e| e.to_string())?;
             }
             Ok(())
         })
@@ -607,9 +614,9 @@ mod tests {
             Ok(())
         }
 
-        fn put_all(&mut self, puts: &[(Vec<u8>, &[u8])]) -> Result<(), String> {
-            self.batches.lock().unwrap().push(puts.len());
-            for (k, v) in puts {
+        fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String> {
+            self.batches.lock().unwrap().push(values.len());
+            for (k, v) in keys.chunks(keys.len() / values.len()).zip(values) {
                 self.put(k, v)?;
             }
             Ok(())

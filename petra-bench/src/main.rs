@@ -413,8 +413,7 @@ fn lftt(args: LfttArgs) -> Result<(), String> {
         1 => return Err("set type 1 (an STM list) is not built: use 0 (PETRA) or 2 (locks)".into()),
         n => return Err(format!("set type {n}: use 0 (PETRA) or 2 (locks)")),
     };
-    let mix = format!("{}/{}/{}", args.insert, args.delete, args.update.unwrap_or(0));
-    let mix = Mix::new(args.insert, args.delete, args.update.unwrap_or(0)).map_err(|e| format!("{mix}: {e}"))?;
+    let mix = Mix::new(args.insert, args.delete, args.update.unwrap_or(0))?;
     micro(MicroArgs {
         structure: args.structure,
         threads: vec![args.threads],
@@ -520,9 +519,5 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
 
 /// A scratch directory under /dev/shm where it exists, else the temporary directory.
 fn scratch() -> Result<tempfile::TempDir, String> {
-    let mut b = tempfile::Builder::new();
-    b.prefix("petra-bench-");
-    let shm = std::path::Path::new("/dev/shm");
-    let made = if shm.is_dir() { b.tempdir_in(shm) } else { b.tempdir() };
-    made.map_err(|e| format!("cannot make a scratch directory: {e}"))
+    petra_recovery::try_scratch_dir().map_err(|e| format!("cannot make a scratch directory: {e}"))
 }

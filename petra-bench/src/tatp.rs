@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn a_seeded_run_meets_the_specified_success_rates() {
-        let dir = petra_scratch();
+        let dir = petra_recovery::scratch_dir();
         let case = TatpCase {
             subscribers: 5_000,
             threads: 2,
@@ -644,10 +644,5 @@ mod tests {
             let slack = if *run > 10_000 { 1.5 } else { 4.5 };
             assert!((pct - implied).abs() < slack, "{name}: {pct:.1}% of {run} succeeded, {implied}% implied");
         }
-    }
-
-    fn petra_scratch() -> tempfile::TempDir {
-        let shm = std::path::Path::new("/dev/shm");
-        if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.unwrap()
     }
 }

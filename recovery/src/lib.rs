@@ -6,21 +6,26 @@
 //!   with what it takes to replay each failure.
 //! - [`kill`]: re-executes the test binary as a child, kills it with SIGKILL at a random moment,
 //!   and lets the parent reopen the pool file and check it against what the child acknowledged.
-//! - [`scratch_dir`]: a fresh directory for the pool files of a test.
+//! - [`scratch_dir`], [`try_scratch_dir`]: a fresh directory for pool files.
 
 pub mod crash;
 pub mod kill;
 
 /// A fresh directory for pool files, removed when dropped: under `/dev/shm` where it exists (the
 /// usual stand-in for persistent memory), else under the system temporary directory.
-pub fn scratch_dir() -> tempfile::TempDir {
+pub fn try_scratch_dir() -> std::io::Result<tempfile::TempDir> {
     let shm = std::path::Path::new("/dev/shm");
     let mut builder = tempfile::Builder::new();
     builder.prefix("petra-");
     if shm.is_dir()
         && let Ok(dir) = builder.tempdir_in(shm)
     {
-        return dir;
+        return Ok(dir);
     }
-    builder.tempdir().expect("cannot create a temporary directory")
+    builder.tempdir()
+}
+
+/// [`try_scratch_dir`], for tests: panics if no directory can be made.
+pub fn scratch_dir() -> tempfile::TempDir {
+    try_scratch_dir().expect("cannot create a temporary directory")
 }
