@@ -98,8 +98,8 @@ pub enum Axis {
 }
 
 /// Plots committed transactions per second against `axis` as an SVG at `path`, one line per
-/// series; returns the number of lines drawn.
-pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<usize, String> {
+/// series.
+pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     // Series name -> points (x, tx/s), x ascending.
     let mut series: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
@@ -113,8 +113,7 @@ pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<usize, String>
     for points in series.values_mut() {
         points.sort_by_key(|p| p.0);
     }
-    let x_max =
-        rows.iter().map(|r| if axis == Axis::Threads { r.threads } else { r.tx_size }).max().unwrap_or(1) as u32;
+    let x_max = series.values().flatten().map(|p| p.0).max().unwrap_or(1);
     // A log scale: the baselines run an order of magnitude apart from PETRA.
     let y_max = rows.iter().map(|r| r.tx_per_sec).fold(1.0, f64::max) * 2.0;
     let y_min =
@@ -155,8 +154,7 @@ pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<usize, String>
         .border_style(BLACK)
         .draw()
         .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(series.len())
+    root.present().map_err(|x| e(&x))
 }
 
 /// Writes `micro.csv`, `micro.json`, and the plots that have more than one point per line
