@@ -216,27 +216,42 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `workloads` in order on a new store at `path` (which must not exist).
-pub fn run(case: &KvCase, workloads: &[String], path: &Path, max_size: u64) -> Result<Vec<KvResult>, String> {
+/// Runs `workloads` in order on a new store at `path` (which must not exist), handing each result
+/// to `done` as it finishes.
+pub fn run(
+    case: &KvCase,
+    workloads: &[String],
+    path: &Path,
+    max_size: u64,
+    done: impl FnMut(&KvResult),
+) -> Result<Vec<KvResult>, String> {
     check(case, workloads)?;
     match case.engine {
         Engine::Petra(order) => {
             let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
             let config =
                 Config { create: CreateMode::Create, order, size: 64 << 20, max_size, mapping, ..Config::new(path) };
-            run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads)
+            run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads, done)
         }
-        Engine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads),
+        Engine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),
     }
 }
 
-/// Runs `workloads` in order on `target`, then closes it.
-pub fn run_on<T: KvTarget>(target: T, case: &KvCase, workloads: &[String]) -> Result<Vec<KvResult>, String> {
+/// Runs `workloads` in order on `target`, handing each result to `done` as it finishes, then
+/// closes it.
+pub fn run_on<T: KvTarget>(
+    target: T,
+    case: &KvCase,
+    workloads: &[String],
+    mut done: impl FnMut(&KvResult),
+) -> Result<Vec<KvResult>, String> {
     let mut rng = StdRng::seed_from_u64(case.seed);
     let values: Vec<u8> = (0..case.value_size + 4096).map(|_| rng.random()).collect();
     let mut results = Vec::new();
     for (i, w) in workloads.iter().enumerate() {
-        results.push(workload(&target, case, w, &values, case.seed.wrapping_add(1 + i as u64 * 1000))?);
+        let r = workload(&target, case, w, &values, case.seed.wrapping_add(1 + i as u64 * 1000))?;
+        done(&r);
+        results.push(r);
     }
     target.close()?;
     Ok(results)

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use petra_bench::micro::{MicroCase, Mode, StructureKind, run};
+use petra_bench::report::{KvRow, TatpRow};
 use petra_bench::workload::{Mix, Workload};
 
 /// Benchmarks of PETRA, the persistent transactional lock-free structures.
@@ -87,6 +88,10 @@ struct TatpArgs {
     /// Seed of the population and the transactions.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also write the results to this directory: tatp.csv and tatp.json, a row per transaction
+    /// type of each run.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -137,6 +142,9 @@ struct KvArgs {
     /// Seed of the random keys and values.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also write the results to this directory: kv.csv and kv.json, a row per workload run.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -283,11 +291,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
         "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
     );
     let runs = mixes.len() * args.tx_sizes.len() * args.threads.len() * modes.len();
-    // On stderr, and drawn only when it is a terminal.
-    let progress = indicatif::ProgressBar::new(runs as u64).with_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed} ({eta} left)")
-            .expect("a valid template"),
-    );
+    let progress = progress_bar(runs, "runs");
     let mut all = Vec::new();
     for mix in &mixes {
         for &tx_size in &args.tx_sizes {
@@ -341,7 +345,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
     progress.finish_and_clear();
     if let Some(out) = &args.out {
         for file in petra_bench::report::write_all(out, &all)? {
-            println!("wrote {}", file.display());
+            eprintln!("wrote {}", file.display());
         }
     }
     Ok(())
@@ -384,23 +388,22 @@ fn kv(args: KvArgs) -> Result<(), String> {
         args.db.as_ref().and_then(|p| p.parent()).or(tmp.as_ref().map(|t| t.path())).unwrap_or(".".as_ref()).display()
     );
     println!("engine,threads,benchmark,micros/op,ops/sec,MB/s,found,p50,p99,p99.9");
+    let progress = progress_bar(cases.len() * args.benchmarks.len(), "workloads");
+    let mut rows = Vec::new();
     for case in &cases {
         let name = case.engine.name();
         let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name));
-        for r in petra_bench::kv::run(case, &args.benchmarks, &path, args.db_size_in_gb << 30)? {
-            let p = |q| r.percentile(q).map_or(String::new(), |x| format!("{x:.2}"));
-            println!(
-                "{name},{},{},{:.3},{:.0},{:.1},{},{},{},{}",
-                args.threads,
-                r.name,
-                r.micros_per_op(),
-                r.ops_per_sec(),
-                r.mb_per_sec(),
-                r.found,
-                p(50.0),
-                p(99.0),
-                p(99.9)
-            );
+        petra_bench::kv::run(case, &args.benchmarks, &path, args.db_size_in_gb << 30, |r| {
+            let row = KvRow::new(name, args.threads, r);
+            progress.suspend(|| println!("{}", row.line()));
+            progress.inc(1);
+            rows.push(row);
+        })?;
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        for file in petra_bench::report::write_rows(out, "kv", &rows)? {
+            eprintln!("wrote {}", file.display());
         }
     }
     Ok(())
@@ -432,7 +435,7 @@ fn lftt(args: LfttArgs) -> Result<(), String> {
 }
 
 fn tatp(args: TatpArgs) -> Result<(), String> {
-    use petra_bench::tatp::{Mix, TYPES, TatpCase, run_case};
+    use petra_bench::tatp::{Mix, TatpCase, run_case};
     let mix = Mix::parse(&args.mix)?;
     let modes: Vec<bool> = args
         .modes
@@ -454,6 +457,8 @@ fn tatp(args: TatpArgs) -> Result<(), String> {
         args.txs,
         tmp.path().display()
     );
+    let progress = progress_bar(args.threads.len() * modes.len(), "runs");
+    let mut rows = Vec::new();
     for &threads in &args.threads {
         for &volatile in &modes {
             let case = TatpCase {
@@ -468,26 +473,37 @@ fn tatp(args: TatpArgs) -> Result<(), String> {
             let path = tmp.path().join(format!("tatp-{threads}-{mode}.pool"));
             let r = run_case(&case, &path)?;
             let _ = std::fs::remove_file(&path);
-            println!(
-                "\n{mode}, {threads} thread{}: {:.0} tx/s; populated in {:.2} s (rows: subscriber {}, access_info {}, special_facility {}, call_forwarding {})",
-                if threads == 1 { "" } else { "s" },
-                r.tx_per_sec,
-                r.populate_secs,
-                r.rows[0],
-                r.rows[1],
-                r.rows[2],
-                r.rows[3]
-            );
-            println!(
-                "{:<24} {:>10} {:>10} {:>12} {:>12}",
-                "transaction", "run", "success %", "specified %", "implied %"
-            );
-            for ((run, ok), &(name, _, spec, implied)) in r.per_type.iter().zip(&TYPES) {
-                if *run > 0 {
-                    let pct = *ok as f64 * 100.0 / *run as f64;
-                    println!("{name:<24} {run:>10} {pct:>10.2} {spec:>12.2} {implied:>12.2}");
+            progress.inc(1);
+            let run_rows = TatpRow::of(&case, &r);
+            progress.suspend(|| {
+                println!(
+                    "\n{mode}, {threads} thread{}: {:.0} tx/s; populated in {:.2} s (rows: subscriber {}, access_info {}, special_facility {}, call_forwarding {})",
+                    if threads == 1 { "" } else { "s" },
+                    r.tx_per_sec,
+                    r.populate_secs,
+                    r.rows[0],
+                    r.rows[1],
+                    r.rows[2],
+                    r.rows[3]
+                );
+                println!(
+                    "{:<24} {:>10} {:>10} {:>12} {:>12}",
+                    "transaction", "run", "success %", "specified %", "implied %"
+                );
+                for t in &run_rows {
+                    println!(
+                        "{:<24} {:>10} {:>10.2} {:>12.2} {:>12.2}",
+                        t.transaction, t.run, t.success_pct, t.specified_pct, t.implied_pct
+                    );
                 }
-            }
+            });
+            rows.extend(run_rows);
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        for file in petra_bench::report::write_rows(out, "tatp", &rows)? {
+            eprintln!("wrote {}", file.display());
         }
     }
     Ok(())
@@ -515,6 +531,13 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
     println!("range of {:>5} samples {:>11.1} us", args.range_len, r.range_micros);
     println!("pool file             {:>12.1} MiB", r.file_bytes as f64 / (1 << 20) as f64);
     Ok(())
+}
+
+/// A progress bar of `len` steps on stderr, drawn only when stderr is a terminal.
+fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
+    let template = format!("{{bar:40}} {{pos}}/{{len}} {unit}, {{elapsed}} ({{eta}} left)");
+    indicatif::ProgressBar::new(len as u64)
+        .with_style(indicatif::ProgressStyle::with_template(&template).expect("a valid template"))
 }
 
 /// A scratch directory under /dev/shm where it exists, else the temporary directory.

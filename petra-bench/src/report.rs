@@ -1,15 +1,16 @@
-//! Result files of `petra-bench micro --out DIR`: the rows as CSV and JSON, and SVG plots of
-//! throughput against threads and against transaction size (the dissertation's figures 5.5 to
-//! 5.8 plot these).
+//! Result files of `petra-bench micro|kv|tatp --out DIR`: the rows as CSV and JSON, and for
+//! `micro` SVG plots of throughput against threads and against transaction size (the
+//! dissertation's figures 5.5 to 5.8 plot these).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::kv::KvResult;
 use crate::micro::MicroResult;
+use crate::tatp::{TYPES, TatpCase, TatpResult};
 
 /// One row of a micro run, as written to the files.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -53,39 +54,138 @@ impl From<&MicroResult> for MicroRow {
     }
 }
 
-/// The CSV header of [`write_csv`].
-pub const CSV_HEADER: &str =
-    "structure,mix,mode,threads,tx_size,tx_per_sec,ops_per_sec,abort_pct,flushes_per_tx,fences_per_tx";
-
-/// Writes `rows` as CSV (no field holds a comma or a quote).
-pub fn write_csv(path: &Path, rows: &[MicroRow]) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
-    writeln!(f, "{CSV_HEADER}").map_err(io)?;
-    for r in rows {
-        writeln!(
-            f,
-            "{},{},{},{},{},{:.1},{:.1},{:.2},{:.3},{:.3}",
-            r.structure,
-            r.mix,
-            r.mode,
-            r.threads,
-            r.tx_size,
-            r.tx_per_sec,
-            r.ops_per_sec,
-            r.abort_pct,
-            r.flushes_per_tx,
-            r.fences_per_tx
-        )
-        .map_err(io)?;
-    }
-    f.flush().map_err(io)
+/// One workload of `petra-bench kv`, as printed and written to the files (pmemkv_bench's
+/// columns).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvRow {
+    /// sorted, unsorted, redb-none or redb-immediate.
+    pub engine: String,
+    /// Threads.
+    pub threads: usize,
+    /// The workload.
+    pub benchmark: String,
+    /// Wall-clock microseconds per operation.
+    #[serde(rename = "micros/op")]
+    pub micros_per_op: f64,
+    /// Operations per second.
+    #[serde(rename = "ops/sec")]
+    pub ops_per_sec: f64,
+    /// MB/s of keys and values.
+    #[serde(rename = "MB/s")]
+    pub mb_per_sec: f64,
+    /// Reads and removes that found their key.
+    pub found: u64,
+    /// Latency percentiles in microseconds (with `--histogram` only).
+    pub p50: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// 99.9th percentile.
+    #[serde(rename = "p99.9")]
+    pub p99_9: Option<f64>,
 }
 
-/// Writes `rows` as a JSON array.
-pub fn write_json(path: &Path, rows: &[MicroRow]) -> Result<(), String> {
-    let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows).map_err(|e| format!("{}: {e}", path.display()))
+impl KvRow {
+    /// The row of result `r` of `engine` on `threads` threads.
+    pub fn new(engine: &str, threads: usize, r: &KvResult) -> KvRow {
+        KvRow {
+            engine: engine.into(),
+            threads,
+            benchmark: r.name.clone(),
+            micros_per_op: r.micros_per_op(),
+            ops_per_sec: r.ops_per_sec(),
+            mb_per_sec: r.mb_per_sec(),
+            found: r.found,
+            p50: r.percentile(50.0),
+            p99: r.percentile(99.0),
+            p99_9: r.percentile(99.9),
+        }
+    }
+
+    /// The row as pmemkv_bench prints it: three decimals of micros/op, whole ops/sec.
+    pub fn line(&self) -> String {
+        let p = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.2}"));
+        format!(
+            "{},{},{},{:.3},{:.0},{:.1},{},{},{},{}",
+            self.engine,
+            self.threads,
+            self.benchmark,
+            self.micros_per_op,
+            self.ops_per_sec,
+            self.mb_per_sec,
+            self.found,
+            p(self.p50),
+            p(self.p99),
+            p(self.p99_9)
+        )
+    }
+}
+
+/// One transaction type of one `petra-bench tatp` run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TatpRow {
+    /// durable or volatile.
+    pub mode: String,
+    /// Threads.
+    pub threads: usize,
+    /// full or update-location.
+    pub mix: String,
+    /// Subscribers populated.
+    pub subscribers: u64,
+    /// Transactions of every type run per second, over all threads.
+    pub tx_per_sec: f64,
+    /// Seconds the population took.
+    pub populate_secs: f64,
+    /// The transaction type.
+    pub transaction: String,
+    /// Transactions of this type run.
+    pub run: u64,
+    /// Of those, the share that succeeded, percent.
+    pub success_pct: f64,
+    /// The specification's quoted success rate, percent.
+    pub specified_pct: f64,
+    /// The success rate the population rules imply, percent.
+    pub implied_pct: f64,
+}
+
+impl TatpRow {
+    /// The rows of run `r` of `case`: one per transaction type that ran.
+    pub fn of(case: &TatpCase, r: &TatpResult) -> Vec<TatpRow> {
+        r.per_type
+            .iter()
+            .zip(&TYPES)
+            .filter(|((run, _), _)| *run > 0)
+            .map(|(&(run, ok), &(name, _, spec, implied))| TatpRow {
+                mode: if case.volatile { "volatile" } else { "durable" }.into(),
+                threads: case.threads,
+                mix: case.mix.name().into(),
+                subscribers: case.subscribers,
+                tx_per_sec: r.tx_per_sec,
+                populate_secs: r.populate_secs,
+                transaction: name.into(),
+                run,
+                success_pct: ok as f64 * 100.0 / run as f64,
+                specified_pct: spec,
+                implied_pct: implied,
+            })
+            .collect()
+    }
+}
+
+/// Writes `rows` as `{stem}.csv` (a header of the field names, then a line per row) and
+/// `{stem}.json` (an array of objects) in `dir`, which is created if missing; returns the two
+/// paths.
+pub fn write_rows<R: Serialize>(dir: &Path, stem: &str, rows: &[R]) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (csv_path, json_path) = (dir.join(format!("{stem}.csv")), dir.join(format!("{stem}.json")));
+    let e = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
+    let mut w = csv::Writer::from_path(&csv_path).map_err(|x| e(&csv_path, &x))?;
+    for r in rows {
+        w.serialize(r).map_err(|x| e(&csv_path, &x))?;
+    }
+    w.flush().map_err(|x| e(&csv_path, &x))?;
+    let f = std::fs::File::create(&json_path).map_err(|x| e(&json_path, &x))?;
+    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows).map_err(|x| e(&json_path, &x))?;
+    Ok(vec![csv_path, json_path])
 }
 
 /// What a plot's x axis is.
@@ -159,11 +259,8 @@ pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<(), String> {
 
 /// Writes `micro.csv`, `micro.json`, and the plots that have more than one point per line
 /// (`micro-threads.svg`, `micro-txsize.svg`) into `dir`; returns the files written.
-pub fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<std::path::PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut written = vec![dir.join("micro.csv"), dir.join("micro.json")];
-    write_csv(&written[0], rows)?;
-    write_json(&written[1], rows)?;
+pub fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<PathBuf>, String> {
+    let mut written = write_rows(dir, "micro", rows)?;
     let distinct = |f: fn(&MicroRow) -> usize| {
         let mut v: Vec<usize> = rows.iter().map(f).collect();
         v.sort_unstable();

@@ -84,6 +84,14 @@ impl Mix {
         }
     }
 
+    /// The name [`Mix::parse`] takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mix::Full => "full",
+            Mix::UpdateLocation => "update-location",
+        }
+    }
+
     /// Draws a transaction type.
     pub fn draw(self, rng: &mut impl Rng) -> usize {
         if self == Mix::UpdateLocation {

@@ -128,8 +128,11 @@ fn byte_values_add_their_blob_lines_to_the_flushes() {
 
 #[test]
 fn kv_workloads_run_in_order_on_one_store_per_engine_and_print_csv() {
+    let files = tempfile::tempdir().unwrap();
     let out = bench(&[
         "kv",
+        "--out",
+        files.path().to_str().unwrap(),
         "--num",
         "2000",
         "--key_size",
@@ -185,6 +188,70 @@ fn kv_workloads_run_in_order_on_one_store_per_engine_and_print_csv() {
     // Per-operation percentiles with --histogram (readseq is one scan: none).
     let timed = rows[1..].iter().filter(|r| r[2] != "readseq");
     assert!(timed.clone().count() == 24 && timed.into_iter().all(|r| !r[7].is_empty() && !r[9].is_empty()), "{text}");
+    // The files hold the printed rows: the same header, and per row the same engine, workload
+    // and count found (the numbers unrounded).
+    let csv = std::fs::read_to_string(files.path().join("kv.csv")).unwrap();
+    let file_rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(file_rows[0], rows[0]);
+    assert_eq!(file_rows.len(), rows.len());
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(files.path().join("kv.json")).unwrap()).unwrap();
+    let json = json.as_array().unwrap();
+    assert_eq!(json.len(), rows.len() - 1);
+    for ((printed, filed), obj) in rows[1..].iter().zip(&file_rows[1..]).zip(json) {
+        assert_eq!((printed[0], printed[2], printed[6]), (filed[0], filed[2], filed[6]));
+        assert_eq!(obj["benchmark"].as_str().unwrap(), printed[2]);
+        assert_eq!(obj["found"].as_u64().unwrap().to_string(), printed[6]);
+        let (a, b) = (printed[4].parse::<f64>().unwrap(), obj["ops/sec"].as_f64().unwrap());
+        assert!((a - b).abs() <= 0.5, "{a} {b}");
+    }
+}
+
+#[test]
+fn tatp_writes_a_row_per_transaction_type_of_each_run() {
+    let files = tempfile::tempdir().unwrap();
+    let run = bench(&[
+        "tatp",
+        "--subscribers",
+        "300",
+        "--threads",
+        "1,2",
+        "--txs",
+        "3000",
+        "--modes",
+        "durable",
+        "--out",
+        files.path().to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(files.path().join("tatp.json")).unwrap()).unwrap();
+    let rows = json.as_array().unwrap();
+    // Two runs (1 and 2 threads), each drawing all seven types over 3 000 transactions a thread.
+    assert_eq!(rows.len(), 14, "{rows:?}");
+    for threads in [1, 2] {
+        let run: Vec<_> = rows.iter().filter(|r| r["threads"].as_u64() == Some(threads)).collect();
+        let total: u64 = run.iter().map(|r| r["run"].as_u64().unwrap()).sum();
+        assert_eq!(total, 3000 * threads);
+        assert!(run.iter().all(|r| r["mode"] == "durable" && r["mix"] == "full" && r["subscribers"] == 300));
+        let pct = |name: &str| run.iter().find(|r| r["transaction"] == name).unwrap()["success_pct"].as_f64().unwrap();
+        // Reads of a subscriber that always exists always succeed; the others fall between.
+        assert_eq!(pct("GET_SUBSCRIBER_DATA"), 100.0);
+        assert!(run.iter().all(|r| (0.0..=100.0).contains(&r["success_pct"].as_f64().unwrap())));
+    }
+    let csv = std::fs::read_to_string(files.path().join("tatp.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "mode,threads,mix,subscribers,tx_per_sec,populate_secs,transaction,run,success_pct,specified_pct,implied_pct"
+    );
+    assert_eq!(lines.len(), 15);
+    // The printed table shows the same per-type counts.
+    let text = String::from_utf8_lossy(&run.stdout);
+    for r in rows {
+        let line = format!("{:<24} {:>10}", r["transaction"].as_str().unwrap(), r["run"].as_u64().unwrap());
+        assert!(text.contains(&line), "{line} not printed:\n{text}");
+    }
 }
 
 #[test]
@@ -215,7 +282,10 @@ fn micro_writes_csv_json_and_plots() {
     // 2 thread counts x 2 sizes x 2 modes.
     let csv = std::fs::read_to_string(out.join("micro.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], petra_bench::report::CSV_HEADER);
+    assert_eq!(
+        lines[0],
+        "structure,mix,mode,threads,tx_size,tx_per_sec,ops_per_sec,abort_pct,flushes_per_tx,fences_per_tx"
+    );
     assert_eq!(lines.len(), 9, "{csv}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("micro.json")).unwrap()).unwrap();
