@@ -82,10 +82,12 @@ fn random_tx(rng: &mut StdRng) -> Vec<Op> {
 }
 
 /// Opens (recovering) and runs `per_thread` random transactions on each of `threads` threads.
-fn workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64) -> Vec<Acked> {
+/// Runs `per_thread` random transactions on each of `threads` threads; then, if `close`, closes
+/// the engine ([`Engine::close`]), else leaves it as a crash would.
+fn workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64, close: bool) -> Vec<Acked> {
     let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
     let (engine, _) = Engine::open(pool, engine_config()).unwrap();
-    std::thread::scope(|s| {
+    let acked = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 let (engine, mem) = (&engine, &mem);
@@ -113,7 +115,11 @@ fn workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64) -> V
             })
             .collect();
         hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    })
+    });
+    if close {
+        engine.close().unwrap();
+    }
+    acked
 }
 
 /// The state after replaying `set` in txid order, if every acknowledged result in it is
@@ -165,7 +171,7 @@ fn crash_run(seed: u64, threads: usize, per_thread: usize) -> Report {
     let test = CrashTest { plan: CrashPlan::all(0.02, seed), exhaustive_bound: 32, samples: 6, ..CrashTest::new(seed) };
     test.run(
         setup,
-        |mem| workload(mem, threads, per_thread, seed),
+        |mem| workload(mem, threads, per_thread, seed, false),
         |acked, image, mem| check(acked, image.point.event, mem),
     )
 }
@@ -186,7 +192,7 @@ fn a_crash_during_recovery_is_recovered() {
     // Before: a history run and left without close (every acknowledged transaction persisted).
     let (before, acked) = {
         let mem = Arc::new(setup());
-        let acked = workload(Arc::clone(&mem), 1, 15, 7);
+        let acked = workload(Arc::clone(&mem), 1, 15, 7, false);
         let mem = Arc::into_inner(mem).unwrap();
         (mem.working_bytes(), acked)
     };
@@ -203,6 +209,30 @@ fn a_crash_during_recovery_is_recovered() {
     eprintln!("{} crash points in recovery, {} images", report.points, report.images);
     report.assert_ok();
     assert!(report.points > 20);
+}
+
+#[test]
+fn a_crash_during_a_clean_close_is_recovered_and_a_finished_one_skips_recovery() {
+    // Transactions, then `Engine::close` (their descriptors folded into nodes, the clean marks):
+    // crash images all through, each recovered and checked like any other.
+    let test = CrashTest { plan: CrashPlan::all(0.05, 11), exhaustive_bound: 32, samples: 6, ..CrashTest::new(11) };
+    let report =
+        test.run(setup, |mem| workload(mem, 1, 12, 11, true), |acked, image, mem| check(acked, image.point.event, mem));
+    eprintln!("{} crash points, {} images", report.points, report.images);
+    report.assert_ok();
+    assert!(report.points > 20);
+    // Without a crash: the next open reads no descriptor, and a crash after it (transactions
+    // and no close) recovers from the nodes the close left plus the new descriptors.
+    let mem = Arc::new(setup());
+    let first = workload(Arc::clone(&mem), 1, 12, 11, true);
+    let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
+    let (engine, report) = Engine::open(pool, engine_config()).unwrap();
+    assert!(report.clean && report.descriptors == 0, "{report:?}");
+    drop(engine.into_pool().unwrap());
+    let second = workload(Arc::clone(&mem), 1, 12, 12, false);
+    let mut all = first;
+    all.extend(second);
+    check(&all, u64::MAX, Arc::into_inner(mem).unwrap()).unwrap();
 }
 
 #[test]

@@ -23,19 +23,30 @@ fn op_strategy(structures: u8) -> impl Strategy<Value = Op> {
         .prop_map(|(k, s, key, value)| Op::new(OpKind::from_code(k), StructId(s), key, value))
 }
 
-/// A step of a history: a transaction, a range scan, or a clean or unclean reopen.
+/// How a history closes its pool before opening it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Close {
+    /// Dropped, as a crash leaves it: the next open recovers.
+    Crash,
+    /// The pool closed cleanly but not the engine: the next open still recovers.
+    Pool,
+    /// [`Engine::close`]: the next open skips recovery.
+    Engine,
+}
+
+/// A step of a history: a transaction, a range scan, or a reopen.
 #[derive(Debug, Clone)]
 enum Step {
     Tx(Vec<Op>, bool),
     Range(StructId, u64, u64),
-    Reopen { clean: bool },
+    Reopen(Close),
 }
 
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
         12 => (prop::collection::vec(op_strategy(5), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
         3 => (0u8..5, 0u64..14, 0u64..14).prop_map(|(s, lo, hi)| Step::Range(StructId(s), lo, hi)),
-        1 => any::<bool>().prop_map(|clean| Step::Reopen { clean }),
+        1 => prop_oneof![Just(Close::Crash), Just(Close::Pool), Just(Close::Engine)].prop_map(Step::Reopen),
     ]
 }
 
@@ -91,14 +102,22 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
                 let half_open: Vec<(u64, u64)> = want.into_iter().filter(|(k, _)| k < hi).collect();
                 prop_assert_eq!(petra_suite::kinds::range(&mut h, *s, *lo..*hi).unwrap(), half_open);
             }
-            Step::Reopen { clean } => {
+            Step::Reopen(close) => {
                 drop(h);
-                let pool = engine.into_pool().expect("no other handle");
-                if *clean {
-                    pool.close().unwrap();
+                match close {
+                    Close::Crash => drop(engine.into_pool().expect("no other handle")),
+                    Close::Pool => engine.into_pool().expect("no other handle").close().unwrap(),
+                    Close::Engine => engine.close().unwrap(),
                 }
                 let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
-                let (e, _) = Engine::open(pool, engine_config()).unwrap();
+                let (e, report) = Engine::open(pool, engine_config()).unwrap();
+                // Only an engine closed by `Engine::close` skips recovery, and then reads no
+                // descriptor.
+                prop_assert_eq!(report.clean, *close == Close::Engine);
+                prop_assert!(!report.clean || report.descriptors == 0);
+                // Either way the allocator holds exactly the present keys' nodes (and blobs) and
+                // the heads: nothing live is handed out again, nothing dead is kept.
+                prop_assert_eq!(report.allocator.live_blocks, petra_suite::kinds::live_blocks(&e, report.present_keys));
                 engine = e;
                 h = engine.handle().unwrap();
             }

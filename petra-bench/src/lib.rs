@@ -8,6 +8,7 @@
 //! - [`kv`]: pmemkv_bench's workloads on the key-value store and on redb, one or more threads.
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //! - [`tatp`]: TATP on PETRA's hash maps.
+//! - [`reopen`]: what a clean close, and an open after it or after a crash, cost.
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
 //! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
@@ -17,6 +18,7 @@ pub mod baseline;
 pub mod kv;
 pub mod metrics;
 pub mod micro;
+pub mod reopen;
 pub mod report;
 pub mod tatp;
 pub mod workload;

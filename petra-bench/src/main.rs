@@ -37,6 +37,10 @@ enum Command {
     /// populates the four tables, runs the seven-transaction mix (or UPDATE_LOCATION alone) and
     /// prints throughput and each type's success rate beside the specification's.
     Tatp(TatpArgs),
+    /// What closing and opening cost: fills a pool, opens it after a crash (full recovery),
+    /// overwrites some keys, closes it cleanly (their descriptors folded into the nodes) and
+    /// opens it again (recovery skipped).
+    Reopen(ReopenArgs),
     /// The C++ LFTT/PETRA harness's argument form, for results side by side with it:
     /// `lftt SET_TYPE THREADS TEST_SIZE TX_SIZE KEY_RANGE INSERT% DELETE% [UPDATE%]`. SET_TYPE 0
     /// runs PETRA (durable), 2 the abstract-locking baseline (the harness's boosting); 1 (its
@@ -92,6 +96,19 @@ struct TatpArgs {
     /// type of each run.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReopenArgs {
+    /// Keys in the pool.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Keys overwritten between the two opens (what the clean close folds into the nodes).
+    #[arg(long, default_value_t = 100_000)]
+    updates: u64,
+    /// hashmap (of --keys buckets) or skiplist.
+    #[arg(long, value_delimiter = ',', default_values_t = ["hashmap".to_string(), "skiplist".to_string()])]
+    structure: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -229,6 +246,7 @@ fn main() {
         Command::Kv(args) => kv(args),
         Command::Metrics(args) => metrics(args),
         Command::Tatp(args) => tatp(args),
+        Command::Reopen(args) => reopen(args),
         Command::Lftt(args) => lftt(args),
     };
     if let Err(e) = result {
@@ -505,6 +523,48 @@ fn tatp(args: TatpArgs) -> Result<(), String> {
         for file in petra_bench::report::write_rows(out, "tatp", &rows)? {
             eprintln!("wrote {}", file.display());
         }
+    }
+    Ok(())
+}
+
+fn reopen(args: ReopenArgs) -> Result<(), String> {
+    use petra_bench::reopen::{ReopenCase, run};
+    let cases: Vec<ReopenCase> = args
+        .structure
+        .iter()
+        .map(|s| {
+            let structure = match s.as_str() {
+                "hashmap" => petra::StructureKind::HashMap { buckets: args.keys.max(1) },
+                "skiplist" => petra::StructureKind::SkipList,
+                other => return Err(format!("unknown structure {other:?}: use hashmap or skiplist")),
+            };
+            Ok(ReopenCase { structure, keys: args.keys, updates: args.updates })
+        })
+        .collect::<Result<_, _>>()?;
+    let tmp = scratch()?;
+    println!(
+        "{} keys, {} overwritten before the clean close, pool files in {}",
+        args.keys,
+        args.updates,
+        tmp.path().display()
+    );
+    println!(
+        "{:<10} {:>9} {:>15} {:>12} {:>12} {:>15} {:>10}",
+        "structure", "fill s", "open, crash s", "descriptors", "close s", "open, clean s", "file MiB"
+    );
+    for (case, name) in cases.iter().zip(&args.structure) {
+        let path = tmp.path().join(format!("{name}.pool"));
+        let r = run(case, &path)?;
+        let _ = std::fs::remove_file(&path);
+        let descriptors = r.after_crash.report.as_ref().map_or(0, |r| r.descriptors);
+        println!(
+            "{name:<10} {:>9.2} {:>15.3} {descriptors:>12} {:>12.3} {:>15.3} {:>10.1}",
+            r.fill_secs,
+            r.after_crash.secs,
+            r.close.secs,
+            r.after_close.secs,
+            r.file_bytes as f64 / (1 << 20) as f64
+        );
     }
     Ok(())
 }

@@ -32,6 +32,8 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["micro", "--modes", "stm"], "unknown mode"),
         (&["tatp", "--threads", "0"], "at least 1"),
         (&["tatp", "--modes", "fast"], "unknown mode"),
+        (&["reopen", "--structure", "list"], "unknown structure"),
+        (&["reopen", "--keys", "10", "--updates", "11"], "11 updates of 10 keys"),
     ] {
         let out = bench(args);
         assert!(!out.status.success(), "{args:?} was accepted");
@@ -306,5 +308,20 @@ fn micro_writes_csv_json_and_plots() {
     }
     for name in ["40/40/20 1 thr durable", "40/40/20 2 thr locks"] {
         assert!(sizes.contains(name), "{name} missing from the size plot");
+    }
+}
+
+#[test]
+fn reopen_times_a_crash_open_a_clean_close_and_a_clean_open() {
+    let run = bench(&["reopen", "--keys", "3000", "--updates", "500"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let text = String::from_utf8_lossy(&run.stdout);
+    // A row per structure: the open after the crash read the fill's 188 descriptors (16 puts
+    // each); the run itself checks that both opens found every key.
+    for name in ["hashmap", "skiplist"] {
+        let row: Vec<&str> = text.lines().find(|l| l.starts_with(name)).expect(name).split_whitespace().collect();
+        assert_eq!(row.len(), 7, "{text}");
+        assert_eq!(row[3], "188", "{text}");
+        assert!(row[1..].iter().all(|f| f.parse::<f64>().is_ok()), "{text}");
     }
 }

@@ -106,6 +106,7 @@ impl From<EngineError> for KvError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Alloc(a @ AllocError::PoolFull { .. }) => KvError::Full(a),
+            EngineError::InUse => KvError::InUse,
             e => KvError::Engine(e),
         }
     }

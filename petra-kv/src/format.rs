@@ -59,11 +59,10 @@ pub(crate) fn open_file<T>(
     })
 }
 
-/// Flushes the engine's pool file to its storage (`msync`), marks it cleanly closed and closes
-/// it; [`KvError::InUse`] while a session lives.
+/// Closes the engine cleanly ([`Engine::close`]: the next open skips recovery);
+/// [`KvError::InUse`] while a session lives.
 pub(crate) fn close(engine: Engine<MmapMem>) -> Result<()> {
-    let pool = engine.into_pool().map_err(|_| KvError::InUse)?;
-    Ok(pool.close()?)
+    Ok(engine.close()?)
 }
 
 /// [`Handle::execute_decided`] for a transaction of total ops (Put, Remove, Get), which never

@@ -193,6 +193,9 @@ pub enum EngineError {
     /// The pool's engine metadata is damaged.
     #[error("corrupt engine state: {0}")]
     Corrupt(String),
+    /// The engine cannot be closed while a clone or a handle of it lives.
+    #[error("the engine is still in use: a clone or a handle of it lives")]
+    InUse,
     /// Making recovery durable failed.
     #[error("recovery failed: {0}")]
     Io(#[from] io::Error),

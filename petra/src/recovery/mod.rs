@@ -1,8 +1,10 @@
 //! Recovery: rebuild every structure from the persisted descriptors and the last normalised
 //! nodes, as DESIGN section 6 lays out, without trusting a single link.
 //!
-//! Recovery runs at every open (descriptors are not checkpointed during normal operation yet, so
-//! recovery is also the checkpoint). It reads:
+//! Recovery runs at every open but one after [`Engine::close`] (descriptors are not checkpointed
+//! during normal operation yet, so recovery, at an open or in a clean close, is the checkpoint).
+//! After a clean close the open only rebuilds the allocator from the normalised nodes (see
+//! `reopen_clean`). Otherwise recovery reads:
 //!
 //! 1. **KDMap.** Every valid descriptor of the committed epoch in every ring (tag, epoch and
 //!    checksum agree, a txid was assigned): for each (structure, key), the latest writing op by
@@ -39,8 +41,8 @@ use crate::structures::{CHECK, INFO, NORM, VALUE, load_key, norm_check, norm_wor
 use crate::tx::descriptor::{PersistedDesc, blob_matches, read_persisted};
 use crate::tx::info::Info;
 use crate::tx::{
-    Engine, EngineConfig, META_ATTEMPT, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED, OpKind, RING_TAG, Set,
-    Structure, TXID_BLOCK, Values,
+    Engine, EngineConfig, META_ATTEMPT, META_CLEAN, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED, OpKind,
+    RING_TAG, Set, Structure, TXID_BLOCK, Values,
 };
 
 /// What recovery found and did.
@@ -60,6 +62,9 @@ pub struct RecoveryReport {
     pub max_txid: u64,
     /// What the allocator rebuild found.
     pub allocator: RebuildReport,
+    /// Whether the open skipped recovery: the pool was closed by [`Engine::close`], so its
+    /// normalised nodes held every committed transaction and no descriptor was read.
+    pub clean: bool,
 }
 
 pub(crate) fn recover<M: PMem + 'static>(
@@ -92,10 +97,14 @@ pub(crate) fn recover<M: PMem + 'static>(
         structures.insert(slot as u8, s);
     }
 
-    // 1. KDMap: (structure, key) -> (txid, state).
     // Every txid handed out before the crash is below the reservation; persisted ones too.
     let mut max_txid =
         pool.checkpoint_txid().max(mem.load(meta + META_TXID_RESERVED, Ordering::Acquire).saturating_sub(1));
+    if pool.was_clean() && mem.load(meta + META_CLEAN, Ordering::Acquire) == epoch {
+        return reopen_clean(pool, config, meta, epoch, max_txid, structures);
+    }
+
+    // 1. KDMap: (structure, key) -> (txid, state).
     let mut descs = Vec::new();
     for (ring, len) in pool.regions(RING_TAG) {
         let end = ring.get() + len;
@@ -147,21 +156,9 @@ pub(crate) fn recover<M: PMem + 'static>(
 
     // 2. Baseline from the arena.
     let mut state: BTreeMap<(u8, u128), Option<u64>> = BTreeMap::new();
-    pool.for_each_node_block(|node| {
-        let node = node.get();
-        let norm = mem.load(node + NORM, Ordering::Relaxed);
-        if norm == 0 || norm >> 32 != epoch & 0xFFFF_FFFF {
-            return;
-        }
-        let slot = (norm >> 8) as u8;
-        let Some(structure) = structures.get(&slot) else { return };
-        let key = load_key(mem, node, structure.set.wide());
-        let value = mem.load(node + VALUE, Ordering::Relaxed);
-        if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
-            return;
-        }
+    scan_baseline(&pool, &structures, epoch, |_, slot, key, value| {
         report.baseline_keys += 1;
-        state.insert((slot, key), (norm & 1 != 0).then_some(value));
+        state.insert((slot, key), value);
     });
     for (k, (_, s)) in kdmap {
         state.insert(k, s);
@@ -206,12 +203,7 @@ pub(crate) fn recover<M: PMem + 'static>(
             mem.flush_range(node, bytes(key));
         }
         // The head sentinel, or the map's bucket array (a region, not a block).
-        let (root, root_bytes) = match &structure.set {
-            Set::List(l) => (l.head, list::NODE_BYTES),
-            Set::HashMap(m) => (m.buckets, 8 * m.n),
-            Set::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT, l.wide)),
-            Set::MdList(l) => (l.head, mdlist::NODE_BYTES),
-        };
+        let (root, root_bytes) = root_of(&structure.set);
         mem.flush_range(root, root_bytes);
         if !matches!(structure.set, Set::HashMap(_)) {
             live.push(POff::new(root));
@@ -226,6 +218,9 @@ pub(crate) fn recover<M: PMem + 'static>(
     // Fence: every new node, the checkpoint txid and the reservation are durable before the epoch
     // that makes the new nodes the truth.
     mem.fence();
+    // A clean mark of an earlier epoch is void from here on (it is in the epoch's line, so it
+    // reaches the media no later than the epoch).
+    mem.store(meta + META_CLEAN, 0, Ordering::Relaxed);
     mem.store(meta + META_EPOCH, new_epoch, Ordering::Relaxed);
     mem.flush(meta + META_EPOCH);
     // Fence: recovery is committed.
@@ -239,6 +234,85 @@ pub(crate) fn recover<M: PMem + 'static>(
     let structures =
         (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
     Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
+}
+
+/// Calls `f(node, slot, key, state)` for every node of the arena normalised in `epoch` (its norm
+/// word names the epoch and a known structure, and its checksum holds): the state its key had at
+/// that recovery.
+fn scan_baseline<M: PMem>(
+    pool: &Pool<M>,
+    structures: &BTreeMap<u8, Structure>,
+    epoch: u64,
+    mut f: impl FnMut(u64, u8, u128, Option<u64>),
+) {
+    let mem = pool.mem();
+    pool.for_each_node_block(|node| {
+        let node = node.get();
+        // Relaxed (here and below): recovery runs alone.
+        let norm = mem.load(node + NORM, Ordering::Relaxed);
+        if norm == 0 || norm >> 32 != epoch & 0xFFFF_FFFF {
+            return;
+        }
+        let slot = (norm >> 8) as u8;
+        let Some(structure) = structures.get(&slot) else { return };
+        let key = load_key(mem, node, structure.set.wide());
+        let value = mem.load(node + VALUE, Ordering::Relaxed);
+        if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
+            return;
+        }
+        f(node, slot, key, (norm & 1 != 0).then_some(value));
+    });
+}
+
+/// The head sentinel of a structure and its bytes, or the hash map's bucket array (a region).
+fn root_of(set: &Set) -> (u64, u64) {
+    match set {
+        Set::List(l) => (l.head, list::NODE_BYTES),
+        Set::HashMap(m) => (m.buckets, 8 * m.n),
+        Set::SkipList(l) => (l.head, node_bytes_of(MAX_HEIGHT, l.wide)),
+        Set::MdList(l) => (l.head, mdlist::NODE_BYTES),
+    }
+}
+
+/// Opens a pool that [`Engine::close`] closed cleanly: the structures are as the last rewrite
+/// linked them (normalised, flushed and synced before the clean marks), and no ring holds a
+/// descriptor of the epoch, so nothing is read or rewritten. The allocator is rebuilt from the
+/// normalised nodes, their blobs and the heads, and the engine's clean mark cleared before any
+/// transaction can run.
+fn reopen_clean<M: PMem + 'static>(
+    mut pool: Pool<M>,
+    config: EngineConfig,
+    meta: u64,
+    epoch: u64,
+    max_txid: u64,
+    structures: BTreeMap<u8, Structure>,
+) -> Result<(Engine<M>, RecoveryReport), EngineError> {
+    let mut report = RecoveryReport { clean: true, epoch, max_txid, ..RecoveryReport::default() };
+    let mut live: Vec<POff> = Vec::new();
+    scan_baseline(&pool, &structures, epoch, |node, slot, _, value| {
+        report.baseline_keys += 1;
+        live.push(POff::new(node));
+        if let Some(value) = value {
+            report.present_keys += 1;
+            if structures[&slot].values == Values::Bytes {
+                live.push(POff::new(value));
+            }
+        }
+    });
+    for structure in structures.values() {
+        if !matches!(structure.set, Set::HashMap(_)) {
+            live.push(POff::new(root_of(&structure.set).0));
+        }
+    }
+    let mem = pool.mem();
+    mem.store(meta + META_CLEAN, 0, Ordering::Relaxed);
+    mem.flush(meta + META_CLEAN);
+    // Fence: the mark is void before any transaction can write a descriptor of this epoch.
+    mem.fence();
+    report.allocator = pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
+    let structures =
+        (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
+    Ok((Engine::assemble(pool, config, meta, epoch, max_txid + 1, structures), report))
 }
 
 /// Links `nodes` (normalised, with their keys, in key order) into chains hanging off the link

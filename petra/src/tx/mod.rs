@@ -319,6 +319,10 @@ pub(crate) const META_ATTEMPT: u64 = 16;
 /// Meta word: every txid handed out is below it (read-only transactions' txids are never
 /// persisted, so recovery starts the counter here, keeping txids increasing across restarts).
 pub(crate) const META_TXID_RESERVED: u64 = 24;
+/// Meta word: the epoch in which [`Engine::close`] left every committed transaction in normalised
+/// nodes (no ring holds a descriptor of it), or 0. An open that finds it equal to the epoch, in a
+/// pool closed cleanly, skips recovery; every open clears it before any transaction runs.
+pub(crate) const META_CLEAN: u64 = 32;
 /// Txids reserved durably at a time: one flush and fence per this many transactions.
 pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 
@@ -623,8 +627,37 @@ impl<M: PMem + 'static> Engine<M> {
         &self.inner.pool
     }
 
+    /// Closes the engine and its pool cleanly, so that the next [`open`](Engine::open) skips
+    /// recovery: if any transaction ran since the pool was opened, its descriptors are first
+    /// folded into normalised nodes (recovery's rewrite, run here: the rings are left empty),
+    /// then everything is synced, the engine marked clean in its meta region and the pool closed
+    /// ([`Pool::close`]). A crash at any point of it leaves a pool that recovers as usual.
+    /// [`EngineError::InUse`] while a clone or a [`Handle`] of it lives (nothing is closed).
+    pub fn close(self) -> Result<(), EngineError> {
+        let inner = Arc::try_unwrap(self.inner).map_err(|_| EngineError::InUse)?;
+        // Every handle is gone, so every ring's cursor is back in its slot.
+        let written = inner.rings.lock().iter().any(|r| r.cursor > r.off + 64);
+        let (meta, config) = (inner.meta, inner.config.clone());
+        let (pool, epoch) = if written {
+            let (engine, _) = crate::recovery::recover(inner.pool, config)?;
+            let inner = Arc::try_unwrap(engine.inner).map_err(|_| EngineError::InUse)?;
+            (inner.pool, inner.epoch)
+        } else {
+            (inner.pool, inner.epoch)
+        };
+        let mem = pool.mem();
+        mem.store(meta + META_CLEAN, epoch, Ordering::Relaxed);
+        mem.flush(meta + META_CLEAN);
+        // Fence: the clean mark reaches the media after the nodes it vouches for (synced by the
+        // rewrite, or unchanged since the open) and before the pool's own clean mark.
+        mem.fence();
+        pool.close()?;
+        Ok(())
+    }
+
     /// Gives the pool back, to close it (or, in tests, to drop it as a crash would). Fails,
-    /// returning the engine, while a clone or a [`Handle`] of it lives.
+    /// returning the engine, while a clone or a [`Handle`] of it lives. A pool closed without
+    /// [`Engine::close`] recovers at its next open.
     pub fn into_pool(self) -> Result<Pool<M>, Engine<M>> {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => Ok(inner.pool),

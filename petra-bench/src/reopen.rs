@@ -1,0 +1,121 @@
+//! `petra-bench reopen`: what closing and opening a pool of many keys costs. A pool of `keys`
+//! keys on one structure is filled, then:
+//!
+//! 1. left as a crash leaves it (the pool dropped without a close) and opened: recovery reads
+//!    every descriptor written since the pool was created and rewrites every node;
+//! 2. `updates` keys are overwritten and the engine closed with [`Engine::close`], which folds
+//!    those descriptors into the nodes (the same rewrite, done at close);
+//! 3. opened again: after a clean close, recovery is skipped (the arena is scanned for the
+//!    allocator only).
+
+use std::path::Path;
+use std::time::Instant;
+
+use petra::mem::MmapMem;
+use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::recovery::RecoveryReport;
+use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+pub struct ReopenCase {
+    /// The structure: a hash map (of `keys` buckets) or a skiplist.
+    pub structure: StructureKind,
+    /// Keys filled.
+    pub keys: u64,
+    /// Keys overwritten before the clean close.
+    pub updates: u64,
+}
+
+/// One open or close, timed.
+#[derive(Debug, Clone)]
+pub struct Timed {
+    /// Seconds it took.
+    pub secs: f64,
+    /// What the open found (`None` for a close).
+    pub report: Option<RecoveryReport>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct ReopenResult {
+    /// Filling the pool (transactions of 16 puts), seconds.
+    pub fill_secs: f64,
+    /// The open after the crash (full recovery).
+    pub after_crash: Timed,
+    /// The clean close after the updates (their descriptors folded into nodes).
+    pub close: Timed,
+    /// The open after the clean close.
+    pub after_close: Timed,
+    /// The pool file's size at the end, bytes.
+    pub file_bytes: u64,
+}
+
+/// Keys per fill transaction.
+const BATCH: u64 = 16;
+
+fn engine_config() -> EngineConfig {
+    EngineConfig { ring_bytes: 16 << 20 }
+}
+
+fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed), String> {
+    let start = Instant::now();
+    let pool = Pool::open(path, &Mapping::default()).map_err(|e| e.to_string())?;
+    let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| e.to_string())?;
+    Ok((engine, Timed { secs: start.elapsed().as_secs_f64(), report: Some(report) }))
+}
+
+/// Puts `keys` keys (values `key + round`) in transactions of [`BATCH`] puts.
+fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String> {
+    let s = petra::StructId(0);
+    let mut h = engine.handle().map_err(|e| e.to_string())?;
+    let mut tx = Transaction::new();
+    // A multiplicative walk over the key space: the keys in an order unrelated to their values.
+    const STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut i = 0;
+    while i < keys {
+        tx.clear();
+        for k in i..(i + BATCH).min(keys) {
+            let key = k.wrapping_mul(STEP);
+            tx.put(s, key, key.wrapping_add(round));
+        }
+        // Puts never fail, and one thread meets no helping cycle.
+        if !h.execute(&tx).map_err(|e| e.to_string())?.is_committed() {
+            return Err("a transaction of puts aborted".into());
+        }
+        i += BATCH;
+    }
+    Ok(())
+}
+
+/// Runs the case on a new pool at `path`.
+pub fn run(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
+    if case.updates > case.keys {
+        return Err(format!("{} updates of {} keys", case.updates, case.keys));
+    }
+    let config =
+        PoolConfig { initial_size: 64 << 20, max_size: 64 << 30, chunk_size: 1 << 20, mapping: Mapping::default() };
+    let pool = Pool::create(path, &config).map_err(|e| e.to_string())?;
+    let engine = Engine::create(pool, engine_config()).map_err(|e| e.to_string())?;
+    engine.create_structure(case.structure, KeyWidth::U64, Values::Words).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    put_all(&engine, case.keys, 0)?;
+    let fill_secs = start.elapsed().as_secs_f64();
+    // As a crash leaves it: the mapping is dropped, nothing is marked.
+    drop(engine.into_pool().map_err(|_| "the engine is still shared".to_string())?);
+    let (engine, after_crash) = open(path)?;
+    put_all(&engine, case.updates, 1)?;
+    let start = Instant::now();
+    engine.close().map_err(|e| e.to_string())?;
+    let close = Timed { secs: start.elapsed().as_secs_f64(), report: None };
+    let (engine, after_close) = open(path)?;
+    for t in [&after_crash, &after_close] {
+        let present = t.report.as_ref().map_or(0, |r| r.present_keys);
+        if present != case.keys {
+            return Err(format!("{present} keys after an open, {} put", case.keys));
+        }
+    }
+    engine.close().map_err(|e| e.to_string())?;
+    let file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    Ok(ReopenResult { fill_secs, after_crash, close, after_close, file_bytes })
+}
