@@ -196,11 +196,14 @@ fn rings_grow_until_the_pool_is_full_then_transactions_are_refused_whole() {
 }
 
 #[test]
-fn a_full_pool_refuses_the_transaction_whole() {
-    // Seven chunks: the engine's meta region, a ring of four, and two for nodes.
+fn a_full_pool_refuses_the_transaction_whole_and_still_recovers() {
+    // Seven chunks: the engine's meta region, a ring of four, and two for nodes, of which one is
+    // kept for recovery to write the nodes anew.
     let small = PoolConfig { initial_size: 0, max_size: 512 << 10, chunk_size: 64 << 10, mapping: Mapping::default() };
-    let pool = Pool::create_in(SimMem::new(0, 512 << 10), &small).unwrap();
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 256 << 10 }).unwrap();
+    let mem = Arc::new(SimMem::new(0, 512 << 10));
+    let pool = Pool::create_in(Arc::clone(&mem), &small).unwrap();
+    let rings = EngineConfig { ring_bytes: 256 << 10 };
+    let engine = Engine::create(pool, rings.clone()).unwrap();
     let s = engine.create_list().unwrap();
     let mut h = engine.handle().unwrap();
     let mut key = 0u64;
@@ -224,6 +227,20 @@ fn a_full_pool_refuses_the_transaction_whole() {
     let entries = engine.entries::<u64>(s).unwrap();
     assert_eq!(entries.len() as u64, key);
     assert!(entries.iter().all(|&(k, v)| k == v && k < key));
+    assert_eq!(engine.pool().chunk_counts().node, 1, "the second node chunk is the one kept");
+    // The chunk kept lets recovery write every node anew, after a crash and in a clean close.
+    drop(h);
+    drop(engine.into_pool().unwrap());
+    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), rings.clone()).unwrap();
+    assert_eq!((report.clean, report.present_keys), (false, key));
+    assert_eq!(engine.entries::<u64>(s).unwrap(), entries);
+    let mut h = engine.handle().unwrap();
+    assert!(h.execute(Transaction::new().put(s, 0u64, 7)).unwrap().is_committed());
+    drop(h);
+    engine.close().unwrap();
+    let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), rings).unwrap();
+    assert_eq!((report.clean, report.present_keys), (true, key));
+    assert_eq!(engine.entries::<u64>(s).unwrap()[0], (0, 7));
 }
 
 #[test]

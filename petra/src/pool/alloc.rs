@@ -86,6 +86,12 @@ struct Chunks {
     free: BTreeMap<u64, Dirty>,
     /// Chunks the file holds.
     in_file: u64,
+    /// Node slab chunks in use.
+    node: u64,
+    /// Whether a new use must leave as many chunks free (in the file or below the maximum) as
+    /// node slabs are in use: the room recovery needs to write every node anew before it frees
+    /// the old ones. Off only while recovery itself writes them.
+    reserve: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,9 +138,14 @@ impl Allocator {
         let uses = read_uses(mem, layout, in_file);
         let mut free = BTreeMap::new();
         let dirty = if fresh { Dirty::Zero } else { Dirty::Maybe };
+        let mut node = 0;
         for (i, u) in uses.iter().enumerate() {
-            if *u == ChunkUse::Free {
-                free.insert(i as u64, dirty);
+            match u {
+                ChunkUse::Free => {
+                    free.insert(i as u64, dirty);
+                }
+                ChunkUse::Slab { family: Family::Node, .. } => node += 1,
+                _ => {}
             }
         }
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -144,7 +155,7 @@ impl Allocator {
             generation: 0,
             depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             returns: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
-            chunks: Mutex::new(Chunks { free, in_file }),
+            chunks: Mutex::new(Chunks { free, in_file, node, reserve: true }),
         }
     }
 }
@@ -187,12 +198,18 @@ impl<M: PMem> Pool<M> {
     fn take_run(&self, n: u64, new_use: ChunkUse) -> Result<u64, AllocError> {
         let layout = self.header.layout;
         let mut chunks = self.alloc.chunks.lock();
+        let full = AllocError::PoolFull { requested: n * layout.chunk_size, max: layout.max_len() };
+        let node = matches!(new_use, ChunkUse::Slab { family: Family::Node, .. });
+        // Free chunks, in the file or below the maximum: growth does not change the count.
+        let room = chunks.free.len() as u64 + layout.chunk_capacity - chunks.in_file;
+        if chunks.reserve && room.saturating_sub(n) < chunks.node + if node { n } else { 0 } {
+            return Err(full);
+        }
         let start = loop {
             if let Some(start) = find_run(&chunks.free, n) {
                 break start;
             }
             let room = layout.chunk_capacity - chunks.in_file;
-            let full = AllocError::PoolFull { requested: n * layout.chunk_size, max: layout.max_len() };
             if room == 0 {
                 return Err(full);
             }
@@ -211,6 +228,9 @@ impl<M: PMem> Pool<M> {
         let mut dirty = false;
         for i in start..start + n {
             dirty |= chunks.free.remove(&i) == Some(Dirty::Maybe);
+        }
+        if node {
+            chunks.node += n;
         }
         drop(chunks);
         let (off, len) = (layout.chunk_off(start), n * layout.chunk_size);
@@ -422,6 +442,9 @@ impl<M: PMem> Pool<M> {
                         report.free_blocks += blocks_in(class);
                         report.freed_chunks += 1;
                         self.free_run(i, 1);
+                        if family == Family::Node {
+                            self.alloc.chunks.get_mut().node -= 1;
+                        }
                         continue;
                     };
                     let bits = Some(bits);
@@ -467,6 +490,13 @@ impl<M: PMem> Pool<M> {
                 }
             }
         }
+    }
+
+    /// Whether a new use of chunks must leave as many free as node slabs are in use (else it is
+    /// refused with [`AllocError::PoolFull`]): on, except while recovery writes the nodes anew
+    /// (it uses that room, and frees the old nodes after).
+    pub(crate) fn keep_recovery_room(&self, on: bool) {
+        self.alloc.chunks.lock().reserve = on;
     }
 
     /// Chunks by use.

@@ -172,6 +172,8 @@ pub(crate) fn recover<M: PMem + 'static>(
     mem.fence();
     let mut cache = AllocCache::new();
     let mut live: Vec<POff> = Vec::new();
+    // The room every other use left free for this.
+    pool.keep_recovery_room(false);
     for (&slot, structure) in &structures {
         let present: Vec<(u128, u64)> =
             state.range((slot, 0)..=(slot, u128::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
@@ -229,6 +231,7 @@ pub(crate) fn recover<M: PMem + 'static>(
 
     // 4. Everything not live is free.
     report.allocator = pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
+    pool.keep_recovery_room(true);
     report.epoch = new_epoch;
     report.max_txid = max_txid;
     let structures =

@@ -847,18 +847,9 @@ impl<M: PMem + 'static> Handle<M> {
         let ring = match rings.iter().position(|r| !r.taken && r.has_room(desc_len)) {
             Some(i) => i,
             None => {
-                // Recovery writes every present key's node into free chunks before it frees the
-                // old ones (which it can do only after its commit), and it needs at most as many
-                // as the nodes use now: a new ring must leave that many free.
+                // The pool refuses it if it would not leave the room recovery needs.
                 let layout = inner.pool.header().layout;
-                let chunks = inner.config.ring_bytes.max(1).div_ceil(layout.chunk_size);
-                let len = chunks * layout.chunk_size;
-                let used = inner.pool.chunk_counts();
-                let room = layout.chunks_in(inner.pool.max_len()).saturating_sub(used.node + used.blob + used.runs);
-                if room < chunks + used.node {
-                    let max = inner.pool.max_len();
-                    return Err(EngineError::Alloc(AllocError::PoolFull { requested: len, max }));
-                }
+                let len = inner.config.ring_bytes.max(1).div_ceil(layout.chunk_size) * layout.chunk_size;
                 let off = inner.pool.alloc_region(RING_TAG, len)?.get();
                 rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
                 rings.len() - 1
