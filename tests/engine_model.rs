@@ -32,6 +32,8 @@ enum Close {
     Pool,
     /// [`Engine::close`]: the next open skips recovery.
     Engine,
+    /// No close: [`Engine::checkpoint`] folds the descriptors into nodes in place.
+    Checkpoint,
 }
 
 /// A step of a history: a transaction, a range scan, or a reopen.
@@ -46,7 +48,8 @@ fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
         12 => (prop::collection::vec(op_strategy(5), 1..6), any::<bool>()).prop_map(|(ops, sort)| Step::Tx(ops, sort)),
         3 => (0u8..5, 0u64..14, 0u64..14).prop_map(|(s, lo, hi)| Step::Range(StructId(s), lo, hi)),
-        1 => prop_oneof![Just(Close::Crash), Just(Close::Pool), Just(Close::Engine)].prop_map(Step::Reopen),
+        1 => prop_oneof![Just(Close::Crash), Just(Close::Pool), Just(Close::Engine), Just(Close::Checkpoint)]
+            .prop_map(Step::Reopen),
     ]
 }
 
@@ -104,13 +107,17 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
             }
             Step::Reopen(close) => {
                 drop(h);
-                match close {
-                    Close::Crash => drop(engine.into_pool().expect("no other handle")),
-                    Close::Pool => engine.into_pool().expect("no other handle").close().unwrap(),
-                    Close::Engine => engine.close().unwrap(),
-                }
-                let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
-                let (e, report) = Engine::open(pool, engine_config()).unwrap();
+                let (e, report) = match close {
+                    Close::Checkpoint => engine.checkpoint().unwrap(),
+                    _ => {
+                        match close {
+                            Close::Crash => drop(engine.into_pool().expect("no other handle")),
+                            Close::Pool => engine.into_pool().expect("no other handle").close().unwrap(),
+                            _ => engine.close().unwrap(),
+                        }
+                        Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), engine_config()).unwrap()
+                    }
+                };
                 // Only an engine closed by `Engine::close` skips recovery, and then reads no
                 // descriptor.
                 prop_assert_eq!(report.clean, *close == Close::Engine);

@@ -315,7 +315,8 @@ impl MetricStore<MmapMem> {
         format::open_file(config, MetricStore::open_in, MetricStore::create_in)
     }
 
-    /// Flushes the file to its storage (`msync`) and closes it.
+    /// Closes the file cleanly: what was stored since the open is folded into the nodes, the file
+    /// synced (`msync`) and marked, and the next open skips recovery.
     pub fn close(self) -> Result<()> {
         format::close(self.engine)
     }
@@ -327,6 +328,16 @@ impl MetricStore<MmapMem> {
 }
 
 impl<M: PMem + 'static> MetricStore<M> {
+    /// A quiescent checkpoint ([`Engine::checkpoint`]): with no session open, folds what was
+    /// stored since the open into the nodes, so that the descriptors it leaves behind take no
+    /// more room; the file then stops growing with the samples stored before it. The store is
+    /// returned as it was. Sessions borrow the store, so none is open: it runs alone, in about
+    /// 0.5 s per million keys (`petra-bench reopen`, clean close).
+    pub fn checkpoint(self) -> Result<MetricStore<M>> {
+        let (engine, _) = self.engine.checkpoint()?;
+        Ok(MetricStore { engine, catalog: self.catalog, catalog_write: self.catalog_write })
+    }
+
     /// Makes an empty metric store in a new pool.
     pub fn create_in(pool: Pool<M>) -> Result<MetricStore<M>> {
         let shapes = [

@@ -117,14 +117,25 @@ impl Store<MmapMem> {
         Ok(store)
     }
 
-    /// Flushes the file to its storage (`msync`) and closes it. A store dropped without closing
-    /// loses nothing a crash would not lose.
+    /// Closes the file cleanly: what was written since the open is folded into the nodes, the file
+    /// synced (`msync`) and marked, and the next open skips recovery. A store dropped without
+    /// closing loses nothing a crash would not lose.
     pub fn close(self) -> Result<()> {
         format::close(self.engine)
     }
 }
 
 impl<M: PMem + 'static> Store<M> {
+    /// A quiescent checkpoint ([`Engine::checkpoint`]): with no session open, folds what was
+    /// written since the open into the nodes, so that the descriptors it leaves behind take no
+    /// more room; the file then stops growing with the writes made before it. The store is
+    /// returned as it was. Sessions borrow the store, so none is open: it runs alone, in about
+    /// 0.5 s per million keys (`petra-bench reopen`, clean close).
+    pub fn checkpoint(self) -> Result<Store<M>> {
+        let (engine, _) = self.engine.checkpoint()?;
+        Ok(Store { engine, ..self })
+    }
+
     /// Makes a store of `order` in a new pool.
     pub fn create_in(pool: Pool<M>, order: Order) -> Result<Store<M>> {
         let kind = match order {

@@ -245,3 +245,47 @@ fn kill_loop_loses_no_acknowledged_sample_and_duplicates_none() {
     report.assert_ok(6);
     assert!(acked.values().all(|&g| g > 10), "too few samples stored: {acked:?}");
 }
+
+/// Stores `rounds` rounds of `per_round` samples with retention of the last `keep`, checkpointing
+/// after each round if `checkpoint`; returns the file's length after each round.
+fn steady_ingest(path: &std::path::Path, rounds: u64, per_round: u64, keep: usize, checkpoint: bool) -> Vec<u64> {
+    let config = Config { create: CreateMode::Create, size: 1 << 20, max_size: 1 << 30, ..Config::new(path) };
+    let mut store = MetricStore::open(&config).unwrap();
+    store.add_schema(&schema()).unwrap();
+    let set = store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap();
+    let mut lens = Vec::new();
+    let mut g = 0;
+    for _ in 0..rounds {
+        let mut s = store.session().unwrap();
+        for _ in 0..per_round {
+            g += 1;
+            assert_eq!(s.store_sample(set, &sample(g, g * SEC, g)).unwrap(), Stored::New);
+        }
+        s.trim(set, 0, Some(keep)).unwrap();
+        drop(s);
+        if checkpoint {
+            store = store.checkpoint().unwrap();
+        }
+        lens.push(std::fs::metadata(path).unwrap().len());
+    }
+    // Nothing was lost on the way: the last `keep` samples, the latest the last stored.
+    let mut s = store.session().unwrap();
+    let kept = s.range(set, 0, u64::MAX).unwrap();
+    assert_eq!(kept.len(), keep);
+    assert_eq!(kept.last().unwrap(), &sample(g, g * SEC, g));
+    assert_eq!(s.latest(set).unwrap().unwrap(), sample(g, g * SEC, g));
+    drop(s);
+    store.close().unwrap();
+    lens
+}
+
+#[test]
+fn a_checkpoint_each_round_keeps_the_file_flat_under_steady_ingest_with_retention() {
+    let dir = petra_recovery::scratch_dir();
+    let flat = steady_ingest(&dir.path().join("checkpointed.pool"), 12, 3000, 500, true);
+    // After the first rounds have sized the file, it no longer grows.
+    assert!(flat[2..].iter().all(|&l| l == flat[2]), "{flat:?}");
+    // Without checkpoints the descriptors of every sample stay until the next open.
+    let growing = steady_ingest(&dir.path().join("plain.pool"), 12, 3000, 500, false);
+    assert!(growing[11] > flat[11], "{growing:?} against {flat:?}");
+}

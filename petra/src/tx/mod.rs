@@ -634,25 +634,34 @@ impl<M: PMem + 'static> Engine<M> {
     /// ([`Pool::close`]). A crash at any point of it leaves a pool that recovers as usual.
     /// [`EngineError::InUse`] while a clone or a [`Handle`] of it lives (nothing is closed).
     pub fn close(self) -> Result<(), EngineError> {
-        let inner = Arc::try_unwrap(self.inner).map_err(|_| EngineError::InUse)?;
+        // With no clone or handle left, none can appear: every one is made from another.
+        if Arc::strong_count(&self.inner) > 1 {
+            return Err(EngineError::InUse);
+        }
         // Every handle is gone, so every ring's cursor is back in its slot.
-        let written = inner.rings.lock().iter().any(|r| r.cursor > r.off + 64);
-        let (meta, config) = (inner.meta, inner.config.clone());
-        let (pool, epoch) = if written {
-            let (engine, _) = crate::recovery::recover(inner.pool, config)?;
-            let inner = Arc::try_unwrap(engine.inner).map_err(|_| EngineError::InUse)?;
-            (inner.pool, inner.epoch)
-        } else {
-            (inner.pool, inner.epoch)
-        };
-        let mem = pool.mem();
-        mem.store(meta + META_CLEAN, epoch, Ordering::Relaxed);
-        mem.flush(meta + META_CLEAN);
+        let written = self.inner.rings.lock().iter().any(|r| r.cursor > r.off + 64);
+        let engine = if written { self.checkpoint()?.0 } else { self };
+        let inner = Arc::try_unwrap(engine.inner).map_err(|_| EngineError::InUse)?;
+        let mem = inner.pool.mem();
+        mem.store(inner.meta + META_CLEAN, inner.epoch, Ordering::Relaxed);
+        mem.flush(inner.meta + META_CLEAN);
         // Fence: the clean mark reaches the media after the nodes it vouches for (synced by the
         // rewrite, or unchanged since the open) and before the pool's own clean mark.
         mem.fence();
-        pool.close()?;
+        inner.pool.close()?;
         Ok(())
+    }
+
+    /// A quiescent checkpoint: with every handle gone, folds the descriptors written since the
+    /// open into normalised nodes (recovery's rewrite, run here) and returns the engine over the
+    /// same pool, its rings empty for reuse, with what the rewrite did. The pool file stops
+    /// growing with the transactions run before it. [`EngineError::InUse`] while a clone or a
+    /// [`Handle`] of it lives (the engine is then dropped by this call, and lives on in them).
+    pub fn checkpoint(self) -> Result<(Engine<M>, crate::recovery::RecoveryReport), EngineError> {
+        let inner = Arc::try_unwrap(self.inner).map_err(|_| EngineError::InUse)?;
+        // An open engine never has its clean word set (it is cleared at open), so this is the
+        // full rewrite.
+        crate::recovery::recover(inner.pool, inner.config)
     }
 
     /// Gives the pool back, to close it (or, in tests, to drop it as a crash would). Fails,
