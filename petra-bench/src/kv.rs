@@ -93,6 +93,16 @@ pub enum RedbDurability {
     Immediate,
 }
 
+impl RedbDurability {
+    /// redb's setting.
+    pub fn redb(self) -> redb::Durability {
+        match self {
+            RedbDurability::None => redb::Durability::None,
+            RedbDurability::Immediate => redb::Durability::Immediate,
+        }
+    }
+}
+
 impl Engine {
     /// Parses an engine name: `sorted`, `unsorted` (a hash map of `buckets` buckets), `redb-none`
     /// or `redb-immediate`.
@@ -503,11 +513,7 @@ impl Redb {
     /// Creates a database at `path` with its table.
     pub fn create(path: &Path, durability: RedbDurability) -> Result<Redb, String> {
         let db = redb::Database::create(path).map_err(|e| format!("redb: {e}"))?;
-        let durability = match durability {
-            RedbDurability::None => redb::Durability::None,
-            RedbDurability::Immediate => redb::Durability::Immediate,
-        };
-        let redb = Redb { db, durability };
+        let redb = Redb { db, durability: durability.redb() };
         redb.write(|t| t.open_table(TABLE).map(drop).map_err(|e| e.to_string()))?;
         Ok(redb)
     }

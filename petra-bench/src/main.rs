@@ -181,6 +181,11 @@ struct MetricsArgs {
     /// Samples per range query.
     #[arg(long, default_value_t = 1_000)]
     range_len: u64,
+    /// Engines, comma-separated, each on its own file: petra (the metric store), redb-none and
+    /// redb-immediate (the same records in redb, one write transaction per sample, with its
+    /// commit durability none or immediate: the baseline).
+    #[arg(long, value_delimiter = ',', default_values_t = ["petra".to_string(), "redb-none".to_string(), "redb-immediate".to_string()])]
+    engine: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -570,7 +575,9 @@ fn reopen(args: ReopenArgs) -> Result<(), String> {
 }
 
 fn metrics(args: MetricsArgs) -> Result<(), String> {
-    let case = petra_bench::metrics::MetricsCase {
+    use petra_bench::metrics::{MetricsCase, MetricsEngine, run_on};
+    let engines: Vec<MetricsEngine> = args.engine.iter().map(|e| MetricsEngine::parse(e)).collect::<Result<_, _>>()?;
+    let case = MetricsCase {
         metrics: args.metrics,
         samples: args.samples,
         reads: args.reads,
@@ -578,18 +585,33 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
         range_len: args.range_len,
     };
     let tmp = scratch()?;
-    let path = tmp.path().join("metrics.pool");
     println!(
-        "metric store, one set of {} u64 metrics, {} samples, one thread, pool {}",
+        "one set of {} u64 metrics, {} samples, one thread, files in {}",
         args.metrics,
         args.samples,
-        path.display()
+        tmp.path().display()
     );
-    let r = petra_bench::metrics::run(&case, &path, 64 << 30)?;
-    println!("ingest (durable)      {:>12.0} samples/s", r.ingest_per_sec);
-    println!("latest sample read    {:>12.2} us", r.latest_micros);
-    println!("range of {:>5} samples {:>11.1} us", args.range_len, r.range_micros);
-    println!("pool file             {:>12.1} MiB", r.file_bytes as f64 / (1 << 20) as f64);
+    println!(
+        "{:<15} {:>12} {:>12} {:>16} {:>10}",
+        "engine",
+        "samples/s",
+        "latest us",
+        format!("range {} us", args.range_len),
+        "file MiB"
+    );
+    for engine in engines {
+        let path = tmp.path().join(format!("{}.db", engine.name()));
+        let r = run_on(engine, &case, &path, 64 << 30)?;
+        let _ = std::fs::remove_file(&path);
+        println!(
+            "{:<15} {:>12.0} {:>12.2} {:>16.1} {:>10.1}",
+            engine.name(),
+            r.ingest_per_sec,
+            r.latest_micros,
+            r.range_micros,
+            r.file_bytes as f64 / (1 << 20) as f64
+        );
+    }
     Ok(())
 }
 

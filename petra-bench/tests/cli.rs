@@ -33,6 +33,7 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["tatp", "--threads", "0"], "at least 1"),
         (&["tatp", "--modes", "fast"], "unknown mode"),
         (&["reopen", "--structure", "list"], "unknown structure"),
+        (&["metrics", "--engine", "sqlite"], "unknown engine \"sqlite\""),
         (&["reopen", "--keys", "10", "--updates", "11"], "11 updates of 10 keys"),
     ] {
         let out = bench(args);
@@ -323,5 +324,19 @@ fn reopen_times_a_crash_open_a_clean_close_and_a_clean_open() {
         assert_eq!(row.len(), 7, "{text}");
         assert_eq!(row[3], "188", "{text}");
         assert!(row[1..].iter().all(|f| f.parse::<f64>().is_ok()), "{text}");
+    }
+}
+
+#[test]
+fn metrics_runs_the_same_samples_on_the_store_and_on_redb() {
+    let run = bench(&["metrics", "--samples", "300", "--reads", "50", "--ranges", "10", "--range-len", "40"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let text = String::from_utf8_lossy(&run.stdout);
+    // A row per engine; each run checked its own latest reads and range lengths.
+    for name in ["petra", "redb-none", "redb-immediate"] {
+        let row: Vec<&str> =
+            text.lines().find(|l| l.starts_with(&format!("{name} "))).expect(name).split_whitespace().collect();
+        assert_eq!(row.len(), 5, "{text}");
+        assert!(row[1..].iter().all(|f| f.parse::<f64>().is_ok_and(|x| x > 0.0)), "{text}");
     }
 }
