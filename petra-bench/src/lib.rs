@@ -9,6 +9,7 @@
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //! - [`tatp`]: TATP on PETRA's hash maps.
 //! - [`reopen`]: what a clean close, and an open after it or after a crash, cost.
+//! - [`steady`]: a long run on a fixed working set with a quiescent checkpoint per interval.
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
 //! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
@@ -20,5 +21,6 @@ pub mod metrics;
 pub mod micro;
 pub mod reopen;
 pub mod report;
+pub mod steady;
 pub mod tatp;
 pub mod workload;

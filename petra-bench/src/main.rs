@@ -41,6 +41,10 @@ enum Command {
     /// overwrites some keys, closes it cleanly (their descriptors folded into the nodes) and
     /// opens it again (recovery skipped).
     Reopen(ReopenArgs),
+    /// A long run on a fixed working set (a hash map): transactions for an interval, then a
+    /// quiescent checkpoint (every thread stopped), again and again; throughput, checkpoint time
+    /// and the pool file's size per interval.
+    Steady(SteadyArgs),
     /// The C++ LFTT/PETRA harness's argument form, for results side by side with it:
     /// `lftt SET_TYPE THREADS TEST_SIZE TX_SIZE KEY_RANGE INSERT% DELETE% [UPDATE%]`. SET_TYPE 0
     /// runs PETRA (durable), 2 the abstract-locking baseline (the harness's boosting); 1 (its
@@ -94,6 +98,31 @@ struct TatpArgs {
     seed: u64,
     /// Also write the results to this directory: tatp.csv and tatp.json, a row per transaction
     /// type of each run.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct SteadyArgs {
+    /// Keys of the working set (half put before the run).
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Ops per transaction (puts 50%, removes 25%, gets 25%, uniform keys).
+    #[arg(long = "tx-size", default_value_t = 4)]
+    tx_size: usize,
+    /// Seconds between checkpoints.
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    /// Intervals to run (60 at 10 s: ten minutes).
+    #[arg(long, default_value_t = 6)]
+    intervals: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the rows to this directory: steady.csv and steady.json.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -252,6 +281,7 @@ fn main() {
         Command::Metrics(args) => metrics(args),
         Command::Tatp(args) => tatp(args),
         Command::Reopen(args) => reopen(args),
+        Command::Steady(args) => steady(args),
         Command::Lftt(args) => lftt(args),
     };
     if let Err(e) = result {
@@ -570,6 +600,61 @@ fn reopen(args: ReopenArgs) -> Result<(), String> {
             r.after_close.secs,
             r.file_bytes as f64 / (1 << 20) as f64
         );
+    }
+    Ok(())
+}
+
+fn steady(args: SteadyArgs) -> Result<(), String> {
+    use petra_bench::steady::{SteadyCase, run};
+    if !(args.interval > 0.0 && args.interval.is_finite()) {
+        return Err(format!("interval {} s: give a positive number of seconds", args.interval));
+    }
+    let case = SteadyCase {
+        keys: args.keys,
+        threads: args.threads,
+        interval: std::time::Duration::from_secs_f64(args.interval),
+        intervals: args.intervals,
+        tx_size: args.tx_size,
+        seed: args.seed,
+    };
+    let tmp = scratch()?;
+    println!(
+        "hash map of {} keys, {} thread{}, {} ops per transaction, a checkpoint every {} s, pool in {}",
+        args.keys,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" },
+        args.tx_size,
+        args.interval,
+        tmp.path().display()
+    );
+    println!(
+        "{:>8} {:>9} {:>12} {:>12} {:>12} {:>14} {:>10}",
+        "interval", "at s", "tx/s", "descriptors", "present", "checkpoint s", "file MiB"
+    );
+    let progress = progress_bar(args.intervals, "intervals");
+    let rows = run(&case, &tmp.path().join("steady.pool"), |r| {
+        progress.suspend(|| {
+            println!(
+                "{:>8} {:>9.1} {:>12.0} {:>12} {:>12} {:>14.3} {:>10.1}",
+                r.interval,
+                r.at_secs,
+                r.tx_per_sec,
+                r.descriptors,
+                r.present_keys,
+                r.checkpoint_secs,
+                r.file_bytes as f64 / (1 << 20) as f64
+            )
+        });
+        progress.inc(1);
+    })?;
+    progress.finish_and_clear();
+    let total = rows.last().map_or(0.0, |r| r.at_secs);
+    let checkpoints: f64 = rows.iter().map(|r| r.checkpoint_secs).sum();
+    println!("checkpoints took {checkpoints:.2} s of {total:.1} s ({:.1}%)", 100.0 * checkpoints / total.max(1e-9));
+    if let Some(out) = &args.out {
+        for file in petra_bench::report::write_rows(out, "steady", &rows)? {
+            eprintln!("wrote {}", file.display());
+        }
     }
     Ok(())
 }

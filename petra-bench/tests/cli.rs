@@ -34,6 +34,8 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["tatp", "--modes", "fast"], "unknown mode"),
         (&["reopen", "--structure", "list"], "unknown structure"),
         (&["metrics", "--engine", "sqlite"], "unknown engine \"sqlite\""),
+        (&["steady", "--interval", "0"], "positive number of seconds"),
+        (&["steady", "--tx-size", "65"], "--tx-size 1 to 64"),
         (&["reopen", "--keys", "10", "--updates", "11"], "11 updates of 10 keys"),
     ] {
         let out = bench(args);
@@ -339,4 +341,27 @@ fn metrics_runs_the_same_samples_on_the_store_and_on_redb() {
         assert_eq!(row.len(), 5, "{text}");
         assert!(row[1..].iter().all(|f| f.parse::<f64>().is_ok_and(|x| x > 0.0)), "{text}");
     }
+}
+
+#[test]
+fn steady_checkpoints_after_every_interval_and_writes_its_rows() {
+    let files = tempfile::tempdir().unwrap();
+    let args = ["steady", "--keys", "2000", "--interval", "0.2", "--intervals", "3", "--threads", "2", "--out"];
+    let mut args = args.to_vec();
+    args.push(files.path().to_str().unwrap());
+    let run = bench(&args);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(files.path().join("steady.json")).unwrap()).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["interval"], i);
+        // Each checkpoint folded that interval's descriptors (the first also the prefill's), and
+        // the working set stays within its keys.
+        assert!(r["descriptors"].as_u64().unwrap() > 0, "{r}");
+        assert!((1..=2000).contains(&r["present_keys"].as_u64().unwrap()), "{r}");
+    }
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.contains("checkpoints took"), "{text}");
 }
