@@ -28,7 +28,8 @@
 //! nodes of an attempt that never committed are never taken for a baseline.
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::Ordering;
 
 use crate::error::EngineError;
@@ -38,7 +39,7 @@ use crate::structures::list::{self, NEXT};
 use crate::structures::mdlist;
 use crate::structures::skiplist::{MAX_HEIGHT, SkipList, height_of, node_bytes_of};
 use crate::structures::{CHECK, INFO, NORM, VALUE, load_key, norm_check, norm_word, store_key};
-use crate::tx::descriptor::{PersistedDesc, blob_matches, read_persisted};
+use crate::tx::descriptor::{Desc, blob_matches, persisted_at};
 use crate::tx::info::Info;
 use crate::tx::{
     Engine, EngineConfig, META_ATTEMPT, META_CLEAN, META_EPOCH, META_MAGIC, META_TAG, META_TXID_RESERVED, OpKind,
@@ -104,65 +105,69 @@ pub(crate) fn recover<M: PMem + 'static>(
         return reopen_clean(pool, config, meta, epoch, max_txid, structures);
     }
 
-    // 1. KDMap: (structure, key) -> (txid, state).
-    let mut descs = Vec::new();
+    // 1. KDMap: (structure, key) -> (txid, state). The valid descriptors: (offset, txid).
+    let mut valid: Vec<(u64, u64)> = Vec::new();
+    let mut ops = 0;
     for (ring, len) in pool.regions(RING_TAG) {
         let end = ring.get() + len;
         let mut pos = ring.get() + 64;
         while pos + 64 <= end {
-            let Some(d) = read_persisted(mem, pos, end, epoch as u32) else {
+            let Some((txid, bytes)) = persisted_at(mem, pos, end, epoch as u32) else {
                 pos += 64;
                 continue;
             };
-            report.descriptors += 1;
-            max_txid = max_txid.max(d.txid);
-            pos += d.bytes;
-            descs.push(d);
+            max_txid = max_txid.max(txid);
+            ops += Desc::new(mem, pos).nops();
+            valid.push((pos, txid));
+            pos += bytes;
         }
     }
+    report.descriptors = valid.len() as u64;
     // A descriptor whose words all reached the media may still have a blob whose lines did not
     // (its fence never completed): then it was never visible, and no later transaction touched
     // its keys (one would have persisted it first), so it is ignored whole. A blob that fails
     // its hash under a later writer of its key (a later transaction, or a later op of its own)
     // was replaced, freed and reused: that is expected, and the descriptor's other ops stand.
-    // The last writer of each key: (txid, op index), a later op of one transaction winning.
-    let mut last_writer: HashMap<(u8, u128), (u64, usize)> = HashMap::new();
-    for d in &descs {
-        for (i, op) in d.ops.iter().enumerate() {
-            if OpKind::from_code(op.kind).writes().is_some() {
-                let t = last_writer.entry((op.structure, op.key)).or_insert((0, 0));
-                *t = (*t).max((d.txid, i));
+    // So: the last writer of each key over every valid descriptor ((txid, op index), a later op
+    // of one transaction winning); the torn descriptors are those with a blob op that is its
+    // key's last writer and fails its hash; KDMap is the last writer over the others, which is
+    // the same map when none is torn (the common case: one pass).
+    let last_writers = |skip: &FxHashSet<u64>| {
+        let mut last: FxHashMap<(u8, u128), Writer> = FxHashMap::default();
+        last.reserve(ops.min(1 << 21));
+        for &(off, txid) in valid.iter().filter(|(_, txid)| !skip.contains(txid)) {
+            let d = Desc::new(mem, off);
+            for i in 0..d.nops() {
+                let op = d.op(i);
+                let Some(present) = OpKind::from_code(op.kind).writes() else { continue };
+                let w = Writer { txid, i: i as u8, present, blob: op.blob, value: op.value, hash: op.hash };
+                let e = last.entry((op.structure, op.key)).or_insert(w);
+                if (txid, i as u8) >= (e.txid, e.i) {
+                    *e = w;
+                }
             }
         }
-    }
-    let torn = |d: &PersistedDesc| {
-        d.ops.iter().enumerate().any(|(i, op)| {
-            op.blob && last_writer[&(op.structure, op.key)] == (d.txid, i) && !blob_matches(&pool, op.value, op.hash)
-        })
+        last
     };
-    let mut kdmap: HashMap<(u8, u128), (u64, Option<u64>)> = HashMap::new();
-    for d in descs.iter().filter(|d| !torn(d)) {
-        for op in &d.ops {
-            let Some(present) = OpKind::from_code(op.kind).writes() else { continue };
-            let state = present.then_some(op.value);
-            let e = kdmap.entry((op.structure, op.key)).or_insert((0, None));
-            // `>=`: a later op of the same transaction on the same key wins too.
-            if d.txid >= e.0 {
-                *e = (d.txid, state);
-            }
-        }
+    let mut last = last_writers(&FxHashSet::default());
+    let torn: FxHashSet<u64> =
+        last.values().filter(|w| w.blob && !blob_matches(&pool, w.value, w.hash)).map(|w| w.txid).collect();
+    if !torn.is_empty() {
+        last = last_writers(&torn);
     }
-    report.kdmap_keys = kdmap.len() as u64;
+    report.kdmap_keys = last.len() as u64;
 
-    // 2. Baseline from the arena.
-    let mut state: BTreeMap<(u8, u128), Option<u64>> = BTreeMap::new();
+    // 2. Baseline from the arena, for the keys KDMap does not name.
+    let mut state: FxHashMap<(u8, u128), Option<u64>> =
+        last.into_iter().map(|(k, w)| (k, w.present.then_some(w.value))).collect();
     scan_baseline(&pool, &structures, epoch, |_, slot, key, value| {
         report.baseline_keys += 1;
-        state.insert((slot, key), value);
+        state.entry((slot, key)).or_insert(value);
     });
-    for (k, (_, s)) in kdmap {
-        state.insert(k, s);
-    }
+    // The present keys, by structure and in key order.
+    let mut present: Vec<(u8, u128, u64)> =
+        state.into_iter().filter_map(|((slot, key), v)| v.map(|v| (slot, key, v))).collect();
+    present.sort_unstable();
 
     // 3. Build every structure anew under a fresh attempt number.
     let new_epoch = attempt + 1;
@@ -175,14 +180,14 @@ pub(crate) fn recover<M: PMem + 'static>(
     // The room every other use left free for this.
     pool.keep_recovery_room(false);
     for (&slot, structure) in &structures {
-        let present: Vec<(u128, u64)> =
-            state.range((slot, 0)..=(slot, u128::MAX)).filter_map(|(&(_, k), v)| v.map(|v| (k, v))).collect();
+        let from = present.partition_point(|p| p.0 < slot);
+        let present = &present[from..from + present[from..].partition_point(|p| p.0 == slot)];
         report.present_keys += present.len() as u64;
         let bytes = |key| structure.node_bytes::<M>(key);
         let wide = structure.set.wide();
         // (node, key), in key order.
         let mut nodes = Vec::with_capacity(present.len());
-        for &(key, value) in &present {
+        for &(_, key, value) in present {
             let node = pool.alloc(&mut cache, bytes(key))?.get();
             write_normalised(mem, node, key, wide, value, slot, new_epoch);
             nodes.push((node, key));
@@ -237,6 +242,19 @@ pub(crate) fn recover<M: PMem + 'static>(
     let structures =
         (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
     Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
+}
+
+/// The last writing op of a key in KDMap's pass: its place in the serial order and what it left.
+#[derive(Debug, Clone, Copy)]
+struct Writer {
+    txid: u64,
+    /// The op's index in its descriptor (a later op of one transaction wins).
+    i: u8,
+    present: bool,
+    /// Whether `value` is a blob, of hash `hash` ([`blob_matches`]).
+    blob: bool,
+    value: u64,
+    hash: u64,
 }
 
 /// Calls `f(node, slot, key, state)` for every node of the arena normalised in `epoch` (its norm

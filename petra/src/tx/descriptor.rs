@@ -364,18 +364,10 @@ pub(crate) fn write_new<M: PMem>(
     }
 }
 
-/// A descriptor as recovery reads it from the media: valid only if tag, epoch and checksum agree
-/// and a txid was assigned.
-#[derive(Debug, Clone)]
-pub(crate) struct PersistedDesc {
-    pub txid: u64,
-    pub ops: Vec<StoredOp>,
-    /// Bytes it occupies in the ring.
-    pub bytes: u64,
-}
-
-/// Reads the descriptor at `off` if it is a valid persisted descriptor of ring epoch `epoch`.
-pub(crate) fn read_persisted<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -> Option<PersistedDesc> {
+/// If the descriptor at `off` is a valid persisted descriptor of ring epoch `epoch` (tag, epoch
+/// and checksum agree, a txid was assigned, it writes): its txid and the bytes it occupies in the
+/// ring. Its ops are read with [`Desc::op`].
+pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -> Option<(u64, u64)> {
     let d = Desc::new(mem, off);
     let header = d.header();
     if header >> 48 != DESC_TAG || (header >> 16) as u32 != epoch {
@@ -390,7 +382,7 @@ pub(crate) fn read_persisted<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -
     if txid == 0 || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
         return None;
     }
-    Some(PersistedDesc { txid, ops: (0..n).map(|i| d.op(i)).collect(), bytes })
+    Some((txid, bytes))
 }
 
 /// A small non-cryptographic 64-bit mixer (splitmix64 finaliser per word): detects torn or stale
