@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
+use petra::mem::CrashPlan;
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, EngineError, StructId, Transaction};
+use petra_recovery::crash::CrashTest;
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 1 << 20, max_size: 256 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
@@ -298,4 +300,43 @@ fn after_a_checkpoint_recovery_reads_only_the_descriptors_written_since() {
     assert_eq!(engine.pool().chunk_counts().runs, runs);
     let want: Vec<(u64, u64)> = (0..50).map(|k| (k, if k < 7 { 1_000_000 + k } else { 1_450 + k })).collect();
     assert_eq!(engine.entries::<u64>(s).unwrap(), want);
+}
+
+#[test]
+fn a_crash_inside_the_recovery_of_a_full_pool_leaves_it_recoverable() {
+    // A pool filled by nodes up to the room kept for recovery, left as a crash leaves it.
+    let small = PoolConfig { initial_size: 0, max_size: 512 << 10, chunk_size: 64 << 10, mapping: Mapping::default() };
+    let rings = EngineConfig { ring_bytes: 256 << 10 };
+    let mem = Arc::new(SimMem::new(0, 512 << 10));
+    let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &small).unwrap(), rings.clone()).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    let mut key = 0u64;
+    while h.execute(Transaction::new().put(s, key, key)).is_ok() {
+        key += 1;
+    }
+    drop(h);
+    drop(engine.into_pool().unwrap());
+    let image = Arc::into_inner(mem).unwrap().working_bytes();
+    // Crash the next recovery at every flush and fence (and some stores): the one after must
+    // find the room again (a dead attempt's nodes hold the chunk that was kept) and every key.
+    let test = CrashTest { plan: CrashPlan::all(0.02, 9), exhaustive_bound: 16, samples: 4, ..CrashTest::new(9) };
+    let report = test.run(
+        || SimMem::from_bytes(&image, 512 << 10),
+        |mem| {
+            Engine::open(Pool::open_in(mem).unwrap(), rings.clone()).unwrap();
+        },
+        |_, _, mem| {
+            let pool = Pool::open_in(mem).map_err(|e| e.to_string())?;
+            let (engine, _) = Engine::open(pool, rings.clone()).map_err(|e| format!("recovery: {e}"))?;
+            let got = engine.entries::<u64>(s).map_err(|e| e.to_string())?;
+            if got != (0..key).map(|k| (k, k)).collect::<Vec<_>>() {
+                return Err(format!("{} keys of {key}", got.len()));
+            }
+            Ok(())
+        },
+    );
+    eprintln!("{} crash points, {} images", report.points, report.images);
+    report.assert_ok();
+    assert!(report.points > 10);
 }
