@@ -389,25 +389,6 @@ impl<M: PMem> Pool<M> {
     /// Refuses, changing nothing, an offset that is not an allocated block's start, or one given
     /// twice.
     pub fn rebuild(&mut self, live: impl IntoIterator<Item = POff>) -> Result<RebuildReport, RebuildError> {
-        self.rebuild_with(live, true)
-    }
-
-    /// [`rebuild`](Pool::rebuild) for chunks only: slab chunks with no live block and blob runs not
-    /// live are freed; the free blocks of a slab chunk with live ones are not handed out (the
-    /// chunk stays full, as after open). Recovery calls it before its rewrite, so that the rewrite
-    /// takes whole chunks, as many as before, while any chunk it does not read is given back.
-    pub(crate) fn free_dead_chunks(
-        &mut self,
-        live: impl IntoIterator<Item = POff>,
-    ) -> Result<RebuildReport, RebuildError> {
-        self.rebuild_with(live, false)
-    }
-
-    fn rebuild_with(
-        &mut self,
-        live: impl IntoIterator<Item = POff>,
-        free_blocks: bool,
-    ) -> Result<RebuildReport, RebuildError> {
         let layout = self.header.layout;
         let uses = read_uses(&self.mem, &layout, layout.chunks_in(self.mem.len()));
         let blocks_in = |class: u8| layout.chunk_size / CLASS_SIZES[class as usize] as u64;
@@ -468,10 +449,6 @@ impl<M: PMem> Pool<M> {
                         }
                         continue;
                     };
-                    if !free_blocks {
-                        report.live_blocks += bits.iter().map(|w| w.count_ones() as u64).sum::<u64>();
-                        continue;
-                    }
                     let bits = Some(bits);
                     let mut mag = Vec::with_capacity(MAGAZINE);
                     for b in 0..blocks_in(class) {

@@ -160,31 +160,43 @@ pub(crate) fn recover<M: PMem + 'static>(
     // 2. Baseline from the arena, for the keys KDMap does not name.
     let mut state: FxHashMap<(u8, u128), Option<u64>> =
         last.into_iter().map(|(k, w)| (k, w.present.then_some(w.value))).collect();
+    // When the free chunks may not hold the rewrite (see below): the blocks recovery reads.
+    let counts = pool.chunk_counts();
+    let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
+    let tight = room < counts.node;
     let mut read: Vec<POff> = Vec::new();
     scan_baseline(&pool, &structures, epoch, |node, slot, key, value| {
         report.baseline_keys += 1;
-        read.push(POff::new(node));
+        if tight {
+            read.push(POff::new(node));
+        }
         state.entry((slot, key)).or_insert(value);
     });
     // The present keys, by structure and in key order.
     let mut present: Vec<(u8, u128, u64)> =
         state.into_iter().filter_map(|((slot, key), v)| v.map(|v| (slot, key, v))).collect();
     present.sort_unstable();
-    // Before anything is written, every chunk holding nothing recovery reads is freed (nodes
-    // made since the last recovery, nodes of an attempt that died, byte values no longer
-    // present), so the rewrite has the room a dead attempt took back. Only the table entries of
-    // those chunks reach the media, and nothing in them is read by this recovery or a later
-    // attempt (the same descriptors and baseline give the same present keys), so a crash after
-    // this loses nothing.
-    for &(slot, _, value) in &present {
-        if structures[&slot].values == Values::Bytes {
-            read.push(POff::new(value));
+    // Every use of chunks keeps free as many as node slabs are in use, the room this rewrite
+    // needs; but a recovery that died after taking chunks for its rewrite, or after its commit
+    // and before its last rebuild freed the old nodes' chunks, left them in use, and the room can
+    // fall short. Then, before anything is written, every block recovery does not read is freed
+    // (nodes made since the last recovery, a dead attempt's nodes, byte values no longer
+    // present), which also lets the rewrite use the free blocks of chunks a head or a baseline
+    // node keeps in use. Only the table entries of chunks left wholly free reach the media, and
+    // nothing in them is read by this recovery or a later attempt (the same descriptors and
+    // baseline give the same present keys), so a crash after this loses nothing. With room
+    // enough, the rewrite takes fresh chunks.
+    if tight {
+        for &(slot, _, value) in &present {
+            if structures[&slot].values == Values::Bytes {
+                read.push(POff::new(value));
+            }
         }
+        read.extend(
+            structures.values().filter(|s| !matches!(s.set, Set::HashMap(_))).map(|s| POff::new(root_of(&s.set).0)),
+        );
+        pool.rebuild(read).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
     }
-    read.extend(
-        structures.values().filter(|s| !matches!(s.set, Set::HashMap(_))).map(|s| POff::new(root_of(&s.set).0)),
-    );
-    pool.free_dead_chunks(read).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
     let mem = pool.mem();
 
     // 3. Build every structure anew under a fresh attempt number.
