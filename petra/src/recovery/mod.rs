@@ -28,9 +28,9 @@
 //! nodes of an attempt that never committed are never taken for a baseline.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::sync::atomic::Ordering;
 
 use crate::error::EngineError;
 use crate::mem::PMem;
@@ -192,10 +192,8 @@ pub(crate) fn recover<M: PMem + 'static>(
                 read.push(POff::new(value));
             }
         }
-        read.extend(
-            structures.values().filter(|s| !matches!(s.set, Set::HashMap(_))).map(|s| POff::new(root_of(&s.set).0)),
-        );
-        pool.rebuild(read).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
+        read.extend(heads(&structures));
+        rebuild_allocator(&mut pool, read)?;
     }
     let mem = pool.mem();
 
@@ -242,10 +240,8 @@ pub(crate) fn recover<M: PMem + 'static>(
         // The head sentinel, or the map's bucket array (a region, not a block).
         let (root, root_bytes) = root_of(&structure.set);
         mem.flush_range(root, root_bytes);
-        if !matches!(structure.set, Set::HashMap(_)) {
-            live.push(POff::new(root));
-        }
     }
+    live.extend(heads(&structures));
     pool.release_cache(&mut cache);
     // The txids handed out from now on start above everything seen: durable before the commit,
     // since the commit makes the old descriptors (and their txids) unreadable.
@@ -265,13 +261,11 @@ pub(crate) fn recover<M: PMem + 'static>(
     pool.sync()?;
 
     // 4. Everything not live is free.
-    report.allocator = pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
+    report.allocator = rebuild_allocator(&mut pool, live)?;
     pool.keep_recovery_room(true);
     report.epoch = new_epoch;
     report.max_txid = max_txid;
-    let structures =
-        (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
-    Ok((Engine::assemble(pool, config, meta, new_epoch, max_txid + 1, structures), report))
+    Ok((engine_of(pool, config, meta, new_epoch, max_txid, &structures), report))
 }
 
 /// The last writing op of a key in KDMap's pass: its place in the serial order and what it left.
@@ -350,20 +344,40 @@ fn reopen_clean<M: PMem + 'static>(
             }
         }
     });
-    for structure in structures.values() {
-        if !matches!(structure.set, Set::HashMap(_)) {
-            live.push(POff::new(root_of(&structure.set).0));
-        }
-    }
+    live.extend(heads(&structures));
     let mem = pool.mem();
+    // Relaxed: the open runs alone; the fence below orders it.
     mem.store(meta + META_CLEAN, 0, Ordering::Relaxed);
     mem.flush(meta + META_CLEAN);
     // Fence: the mark is void before any transaction can write a descriptor of this epoch.
     mem.fence();
-    report.allocator = pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))?;
-    let structures =
+    report.allocator = rebuild_allocator(&mut pool, live)?;
+    Ok((engine_of(pool, config, meta, epoch, max_txid, &structures), report))
+}
+
+/// The head sentinels of `structures`: blocks, unlike the hash map's bucket array (a region).
+fn heads(structures: &BTreeMap<u8, Structure>) -> impl Iterator<Item = POff> + '_ {
+    structures.values().filter(|s| !matches!(s.set, Set::HashMap(_))).map(|s| POff::new(root_of(&s.set).0))
+}
+
+/// Rebuilds the allocator with `live` the only blocks in use ([`Pool::rebuild`]).
+fn rebuild_allocator<M: PMem>(pool: &mut Pool<M>, live: Vec<POff>) -> Result<RebuildReport, EngineError> {
+    pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))
+}
+
+/// The engine over a recovered or cleanly reopened pool: `structures` by slot, in `epoch`, its
+/// txids above `max_txid`.
+fn engine_of<M: PMem + 'static>(
+    pool: Pool<M>,
+    config: EngineConfig,
+    meta: u64,
+    epoch: u64,
+    max_txid: u64,
+    structures: &BTreeMap<u8, Structure>,
+) -> Engine<M> {
+    let by_slot =
         (0..=structures.keys().max().copied().unwrap_or(0)).map(|slot| structures.get(&slot).cloned()).collect();
-    Ok((Engine::assemble(pool, config, meta, epoch, max_txid + 1, structures), report))
+    Engine::assemble(pool, config, meta, epoch, max_txid + 1, by_slot)
 }
 
 /// Links `nodes` (normalised, with their keys, in key order) into chains hanging off the link

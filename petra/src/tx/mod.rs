@@ -643,6 +643,7 @@ impl<M: PMem + 'static> Engine<M> {
         let engine = if written { self.checkpoint()?.0 } else { self };
         let inner = Arc::try_unwrap(engine.inner).map_err(|_| EngineError::InUse)?;
         let mem = inner.pool.mem();
+        // Relaxed: the engine is alone here; the fence below orders the mark.
         mem.store(inner.meta + META_CLEAN, inner.epoch, Ordering::Relaxed);
         mem.flush(inner.meta + META_CLEAN);
         // Fence: the clean mark reaches the media after the nodes it vouches for (synced by the
