@@ -59,12 +59,6 @@ pub(crate) fn open_file<T>(
     })
 }
 
-/// Closes the engine cleanly ([`Engine::close`]: the next open skips recovery);
-/// [`KvError::InUse`] while a session lives.
-pub(crate) fn close(engine: Engine<MmapMem>) -> Result<()> {
-    Ok(engine.close()?)
-}
-
 /// [`Handle::execute_decided`] for a transaction of total ops (Put, Remove, Get), which never
 /// fail.
 pub(crate) fn run_total<M: PMem + 'static, R>(

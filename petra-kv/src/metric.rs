@@ -318,7 +318,7 @@ impl MetricStore<MmapMem> {
     /// Closes the file cleanly: what was stored since the open is folded into the nodes, the file
     /// synced (`msync`) and marked, and the next open skips recovery.
     pub fn close(self) -> Result<()> {
-        format::close(self.engine)
+        Ok(self.engine.close()?)
     }
 
     /// The pool file.

@@ -121,7 +121,7 @@ impl Store<MmapMem> {
     /// synced (`msync`) and marked, and the next open skips recovery. A store dropped without
     /// closing loses nothing a crash would not lose.
     pub fn close(self) -> Result<()> {
-        format::close(self.engine)
+        Ok(self.engine.close()?)
     }
 }
 

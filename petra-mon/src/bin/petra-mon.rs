@@ -64,7 +64,7 @@ fn main() {
     }
 }
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+fn run(args: Args) -> Result<(), BoxError> {
     if args.interval_ms == 0 {
         return Err("the interval must be at least 1 ms".into());
     }
@@ -79,15 +79,13 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         job_id: args.job_id,
         interval_ns: args.interval_ms * 1_000_000,
     };
-    let store = MetricStore::open(&Config { size: 16 << 20, max_size: 64 << 30, ..Config::new(&args.store) })?;
-    // Taken for writing only by a checkpoint, which needs the store alone; sampling and scrapes
-    // open their sessions under the read lock.
-    let store = RwLock::new(Some(store));
+    let store =
+        Shared::new(MetricStore::open(&Config { size: 16 << 20, max_size: 64 << 30, ..Config::new(&args.store) })?);
     let server = match &args.listen {
         Some(addr) => Some(tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?),
         None => None,
     };
-    std::thread::scope(|scope| -> Result<(), Box<dyn std::error::Error>> {
+    std::thread::scope(|scope| -> Result<(), BoxError> {
         if let Some(server) = &server {
             let (store, stop) = (&store, &stop);
             scope.spawn(move || serve(server, store, stop));
@@ -97,43 +95,56 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         stop.store(true, Ordering::Relaxed);
         result
     })?;
-    if let Some(store) = store.into_inner().map_err(|_| "a thread panicked holding the store")? {
-        store.close()?;
+    store.close()
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// The store the sampler and the server share: sessions run under the read lock, a checkpoint
+/// (which needs the store alone) under the write lock.
+struct Shared(RwLock<Option<MetricStore>>);
+
+impl Shared {
+    const POISONED: &str = "a thread panicked holding the store";
+    const LOST: &str = "the store was lost in a failed checkpoint";
+
+    fn new(store: MetricStore) -> Shared {
+        Shared(RwLock::new(Some(store)))
     }
-    Ok(())
+
+    /// `f` on the store, beside other readers.
+    fn with<R>(&self, f: impl FnOnce(&MetricStore) -> Result<R, BoxError>) -> Result<R, BoxError> {
+        f(self.0.read().map_err(|_| Shared::POISONED)?.as_ref().ok_or(Shared::LOST)?)
+    }
+
+    /// A quiescent checkpoint ([`MetricStore::checkpoint`]): waits for every reader to finish.
+    fn checkpoint(&self) -> Result<(), BoxError> {
+        let mut guard = self.0.write().map_err(|_| Shared::POISONED)?;
+        *guard = Some(guard.take().ok_or(Shared::LOST)?.checkpoint()?);
+        Ok(())
+    }
+
+    fn close(self) -> Result<(), BoxError> {
+        Ok(self.0.into_inner().map_err(|_| Shared::POISONED)?.ok_or(Shared::LOST)?.close()?)
+    }
 }
 
-/// The store, while no checkpoint has lost it.
-fn current(store: &Option<MetricStore>) -> Result<&MetricStore, &'static str> {
-    store.as_ref().ok_or("the store was lost in a failed checkpoint")
-}
-
-fn sample_loop(
-    args: &Args,
-    store: &RwLock<Option<MetricStore>>,
-    producer: &Producer,
-    stop: &AtomicBool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let read = || store.read().map_err(|_| "a thread panicked holding the store");
-    let mut samplers = {
-        let guard = read()?;
-        let store = current(&guard)?;
-        petra_mon::setup(store, &mut store.session()?, &args.proc_root, &args.samplers, producer)?
-    };
+fn sample_loop(args: &Args, store: &Shared, producer: &Producer, stop: &AtomicBool) -> Result<(), BoxError> {
+    let mut samplers =
+        store.with(|s| Ok(petra_mon::setup(s, &mut s.session()?, &args.proc_root, &args.samplers, producer)?))?;
     let interval = Duration::from_millis(args.interval_ms);
     let mut next = Instant::now();
     let mut rounds = 0u64;
     // Relaxed: a flag set by a signal handler; nothing else is published through it.
     while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| rounds < c) {
-        {
-            let guard = read()?;
-            let mut session = current(&guard)?.session()?;
+        rounds += 1;
+        store.with(|store| {
+            let mut session = store.session()?;
             petra_mon::sample_once(&mut session, &mut samplers, |s, g| {
                 if args.verbose {
                     println!("stored {} generation {g}", s.name);
                 }
             })?;
-            rounds += 1;
             if let Some(keep) = args.keep
                 && rounds.is_multiple_of(100)
             {
@@ -141,11 +152,10 @@ fn sample_loop(
                     session.trim(s.set, 0, Some(keep))?;
                 }
             }
-        }
+            Ok(())
+        })?;
         if args.checkpoint_every > 0 && rounds.is_multiple_of(args.checkpoint_every) {
-            let mut guard = store.write().map_err(|_| "a thread panicked holding the store")?;
-            let taken = guard.take().ok_or("the store was lost in a failed checkpoint")?;
-            *guard = Some(taken.checkpoint()?);
+            store.checkpoint()?;
             if args.verbose {
                 println!("checkpoint after {rounds} rounds");
             }
@@ -159,7 +169,7 @@ fn sample_loop(
     Ok(())
 }
 
-fn serve(server: &tiny_http::Server, store: &RwLock<Option<MetricStore>>, stop: &AtomicBool) {
+fn serve(server: &tiny_http::Server, store: &Shared, stop: &AtomicBool) {
     let header = tiny_http::Header::from_bytes(
         &b"Content-Type"[..],
         &b"application/openmetrics-text; version=1.0.0; charset=utf-8"[..],
@@ -168,19 +178,9 @@ fn serve(server: &tiny_http::Server, store: &RwLock<Option<MetricStore>>, stop: 
     while !stop.load(Ordering::Relaxed) {
         let Ok(Some(request)) = server.recv_timeout(Duration::from_millis(100)) else { continue };
         let response = if request.url() == "/metrics" {
-            let page = match store.read() {
-                Ok(guard) => match current(&guard) {
-                    Ok(store) => store
-                        .session()
-                        .map_err(|e| e.to_string())
-                        .and_then(|mut s| petra_mon::openmetrics(store, &mut s).map_err(|e| e.to_string())),
-                    Err(e) => Err(e.to_string()),
-                },
-                Err(_) => Err("a thread panicked holding the store".to_string()),
-            };
-            match page {
+            match store.with(|s| Ok(petra_mon::openmetrics(s, &mut s.session()?)?)) {
                 Ok(text) => tiny_http::Response::from_string(text).with_header(header.clone()),
-                Err(e) => tiny_http::Response::from_string(e).with_status_code(500),
+                Err(e) => tiny_http::Response::from_string(e.to_string()).with_status_code(500),
             }
         } else {
             tiny_http::Response::from_string("petra-mon serves /metrics\n").with_status_code(404)
