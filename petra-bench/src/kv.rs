@@ -501,39 +501,72 @@ impl KvSession for Session<'_> {
 /// redb's table of the benchmark.
 const TABLE: redb::TableDefinition<'static, &[u8], &[u8]> = redb::TableDefinition::new("kv");
 
+/// A redb database whose write transactions commit with one durability: the baseline's access
+/// to it, for `kv` and `metrics`.
+#[derive(Debug)]
+pub(crate) struct RedbDb {
+    db: redb::Database,
+    durability: redb::Durability,
+}
+
+/// A redb error as the benchmarks report it.
+pub(crate) fn redb_err(e: impl std::fmt::Display) -> String {
+    format!("redb: {e}")
+}
+
+impl RedbDb {
+    /// Creates a database at `path`.
+    pub(crate) fn create(path: &Path, durability: RedbDurability) -> Result<RedbDb, String> {
+        Ok(RedbDb { db: redb::Database::create(path).map_err(redb_err)?, durability: durability.redb() })
+    }
+
+    /// `f` in one write transaction, committed with the database's durability.
+    pub(crate) fn write<R>(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<R, String>) -> Result<R, String> {
+        let mut tx = self.db.begin_write().map_err(redb_err)?;
+        tx.set_durability(self.durability).map_err(redb_err)?;
+        let r = f(&tx)?;
+        tx.commit().map_err(redb_err)?;
+        Ok(r)
+    }
+
+    /// `f` in one read transaction.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<R, String>) -> Result<R, String> {
+        f(&self.db.begin_read().map_err(redb_err)?)
+    }
+
+    /// A last durable commit: what `None` commits left in memory reaches the file.
+    pub(crate) fn close(self) -> Result<(), String> {
+        RedbDb { durability: redb::Durability::Immediate, ..self }.write(|_| Ok(()))
+    }
+}
+
 /// redb as a [`KvTarget`]: each put, remove or batch one write transaction (redb runs one at a
 /// time), each get and scan one read transaction.
 #[derive(Debug)]
 pub struct Redb {
-    db: redb::Database,
-    durability: redb::Durability,
+    db: RedbDb,
 }
 
 impl Redb {
     /// Creates a database at `path` with its table.
     pub fn create(path: &Path, durability: RedbDurability) -> Result<Redb, String> {
-        let db = redb::Database::create(path).map_err(|e| format!("redb: {e}"))?;
-        let redb = Redb { db, durability: durability.redb() };
-        redb.write(|t| t.open_table(TABLE).map(drop).map_err(|e| e.to_string()))?;
-        Ok(redb)
+        let db = RedbDb::create(path, durability)?;
+        db.write(|t| t.open_table(TABLE).map(drop).map_err(redb_err))?;
+        Ok(Redb { db })
     }
 
-    fn write<R>(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<R, String>) -> Result<R, String> {
-        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
-        let mut tx = self.db.begin_write().map_err(|x| e(&x))?;
-        tx.set_durability(self.durability).map_err(|x| e(&x))?;
-        let r = f(&tx)?;
-        tx.commit().map_err(|x| e(&x))?;
-        Ok(r)
+    fn write<R>(
+        &self,
+        f: impl FnOnce(&mut redb::Table<'_, &'static [u8], &'static [u8]>) -> Result<R, String>,
+    ) -> Result<R, String> {
+        self.db.write(|tx| f(&mut tx.open_table(TABLE).map_err(redb_err)?))
     }
 
     fn read<R>(
         &self,
         f: impl FnOnce(redb::ReadOnlyTable<&'static [u8], &'static [u8]>) -> Result<R, String>,
     ) -> Result<R, String> {
-        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
-        let tx = self.db.begin_read().map_err(|x| e(&x))?;
-        f(tx.open_table(TABLE).map_err(|x| e(&x))?)
+        self.db.read(|tx| f(tx.open_table(TABLE).map_err(redb_err)?))
     }
 }
 
@@ -545,44 +578,36 @@ impl KvTarget for Redb {
     }
 
     fn close(self) -> Result<(), String> {
-        // A last durable commit: what `None` commits left in memory reaches the file.
-        Redb { db: self.db, durability: redb::Durability::Immediate }.write(|_| Ok(()))
+        self.db.close()
     }
 }
 
 impl KvSession for &Redb {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        self.write(|tx| {
-            let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
-            t.insert(key, value).map(drop).map_err(|e| e.to_string())
-        })
+        self.write(|t| t.insert(key, value).map(drop).map_err(redb_err))
     }
 
     fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String> {
-        self.write(|tx| {
-            let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+        self.write(|t| {
             for (k, v) in keys.chunks(keys.len() / values.len().max(1)).zip(values) {
-                t.insert(k, *v).map_err(|e| e.to_string())?;
+                t.insert(k, *v).map_err(redb_err)?;
             }
             Ok(())
         })
     }
 
     fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
-        self.read(|t| Ok(t.get(key).map_err(|e| e.to_string())?.map(|v| v.value().len())))
+        self.read(|t| Ok(t.get(key).map_err(redb_err)?.map(|v| v.value().len())))
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<bool, String> {
-        self.write(|tx| {
-            let mut t = tx.open_table(TABLE).map_err(|e| e.to_string())?;
-            Ok(t.remove(key).map_err(|e| e.to_string())?.is_some())
-        })
+        self.write(|t| Ok(t.remove(key).map_err(redb_err)?.is_some()))
     }
 
     fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String> {
         self.read(|t| {
-            for entry in t.iter().map_err(|e| e.to_string())? {
-                let (k, v) = entry.map_err(|e| e.to_string())?;
+            for entry in t.iter().map_err(redb_err)? {
+                let (k, v) = entry.map_err(redb_err)?;
                 if f(k.value(), v.value()).is_break() {
                     break;
                 }

@@ -397,9 +397,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
     }
     progress.finish_and_clear();
     if let Some(out) = &args.out {
-        for file in petra_bench::report::write_all(out, &all)? {
-            eprintln!("wrote {}", file.display());
-        }
+        wrote(petra_bench::report::write_all(out, &all)?);
     }
     Ok(())
 }
@@ -455,9 +453,7 @@ fn kv(args: KvArgs) -> Result<(), String> {
     }
     progress.finish_and_clear();
     if let Some(out) = &args.out {
-        for file in petra_bench::report::write_rows(out, "kv", &rows)? {
-            eprintln!("wrote {}", file.display());
-        }
+        wrote(petra_bench::report::write_rows(out, "kv", &rows)?);
     }
     Ok(())
 }
@@ -555,9 +551,7 @@ fn tatp(args: TatpArgs) -> Result<(), String> {
     }
     progress.finish_and_clear();
     if let Some(out) = &args.out {
-        for file in petra_bench::report::write_rows(out, "tatp", &rows)? {
-            eprintln!("wrote {}", file.display());
-        }
+        wrote(petra_bench::report::write_rows(out, "tatp", &rows)?);
     }
     Ok(())
 }
@@ -652,9 +646,7 @@ fn steady(args: SteadyArgs) -> Result<(), String> {
     let checkpoints: f64 = rows.iter().map(|r| r.checkpoint_secs).sum();
     println!("checkpoints took {checkpoints:.2} s of {total:.1} s ({:.1}%)", 100.0 * checkpoints / total.max(1e-9));
     if let Some(out) = &args.out {
-        for file in petra_bench::report::write_rows(out, "steady", &rows)? {
-            eprintln!("wrote {}", file.display());
-        }
+        wrote(petra_bench::report::write_rows(out, "steady", &rows)?);
     }
     Ok(())
 }
@@ -701,6 +693,13 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
 }
 
 /// A progress bar of `len` steps on stderr, drawn only when stderr is a terminal.
+/// Says on stderr which files a run wrote (stdout keeps the results alone).
+fn wrote(files: Vec<std::path::PathBuf>) {
+    for file in files {
+        eprintln!("wrote {}", file.display());
+    }
+}
+
 fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
     let template = format!("{{bar:40}} {{pos}}/{{len}} {unit}, {{elapsed}} ({{eta}} left)");
     indicatif::ProgressBar::new(len as u64)

@@ -8,9 +8,7 @@ use std::time::Instant;
 
 use petra_kv::{Config, CreateMode, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Value};
 
-use redb::ReadableDatabase;
-
-use crate::kv::RedbDurability;
+use crate::kv::{RedbDb, RedbDurability, redb_err};
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -116,9 +114,9 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
             Ok(result)
         }
         MetricsEngine::Redb(durability) => {
-            let mut target = RedbTarget::create(path, durability)?;
+            let mut target = RedbTarget { db: RedbDb::create(path, durability)?, buf: Vec::new() };
             let mut result = measure(&mut target, case)?;
-            target.close()?;
+            target.db.close()?;
             result.file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
             Ok(result)
         }
@@ -208,56 +206,38 @@ fn decode(bytes: &[u8]) -> Sample {
 }
 
 struct RedbTarget {
-    db: redb::Database,
-    durability: redb::Durability,
+    db: RedbDb,
     buf: Vec<u8>,
-}
-
-impl RedbTarget {
-    fn create(path: &Path, durability: RedbDurability) -> Result<RedbTarget, String> {
-        let db = redb::Database::create(path).map_err(|e| format!("redb: {e}"))?;
-        Ok(RedbTarget { db, durability: durability.redb(), buf: Vec::new() })
-    }
-
-    fn close(self) -> Result<(), String> {
-        // A last durable commit: what `None` commits left in memory reaches the file.
-        let mut tx = self.db.begin_write().map_err(|e| format!("redb: {e}"))?;
-        tx.set_durability(redb::Durability::Immediate).map_err(|e| format!("redb: {e}"))?;
-        tx.commit().map_err(|e| format!("redb: {e}"))
-    }
 }
 
 impl MetricTarget for RedbTarget {
     fn store(&mut self, sample: &Sample) -> Result<(), String> {
-        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
         encode(sample, &mut self.buf)?;
-        let mut tx = self.db.begin_write().map_err(|x| e(&x))?;
-        tx.set_durability(self.durability).map_err(|x| e(&x))?;
-        {
-            let mut latest = tx.open_table(LATEST).map_err(|x| e(&x))?;
-            latest.insert(0, self.buf.as_slice()).map_err(|x| e(&x))?;
-            let mut history = tx.open_table(HISTORY).map_err(|x| e(&x))?;
-            history.insert(sample.timestamp, self.buf.as_slice()).map_err(|x| e(&x))?;
-        }
-        tx.commit().map_err(|x| e(&x))
+        self.db.write(|tx| {
+            let mut latest = tx.open_table(LATEST).map_err(redb_err)?;
+            latest.insert(0, self.buf.as_slice()).map_err(redb_err)?;
+            let mut history = tx.open_table(HISTORY).map_err(redb_err)?;
+            history.insert(sample.timestamp, self.buf.as_slice()).map_err(redb_err)?;
+            Ok(())
+        })
     }
 
     fn latest(&mut self) -> Result<Option<u64>, String> {
-        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
-        let tx = self.db.begin_read().map_err(|x| e(&x))?;
-        let table = tx.open_table(LATEST).map_err(|x| e(&x))?;
-        Ok(table.get(0).map_err(|x| e(&x))?.map(|v| decode(v.value()).generation))
+        self.db.read(|tx| {
+            let table = tx.open_table(LATEST).map_err(redb_err)?;
+            Ok(table.get(0).map_err(redb_err)?.map(|v| decode(v.value()).generation))
+        })
     }
 
     fn range(&mut self, from: u64, to: u64) -> Result<usize, String> {
-        let e = |e: &dyn std::fmt::Display| format!("redb: {e}");
-        let tx = self.db.begin_read().map_err(|x| e(&x))?;
-        let table = tx.open_table(HISTORY).map_err(|x| e(&x))?;
-        let mut n = 0;
-        for entry in table.range(from..=to).map_err(|x| e(&x))? {
-            let (_, v) = entry.map_err(|x| e(&x))?;
-            n += !decode(v.value()).values.is_empty() as usize;
-        }
-        Ok(n)
+        self.db.read(|tx| {
+            let table = tx.open_table(HISTORY).map_err(redb_err)?;
+            let mut n = 0;
+            for entry in table.range(from..=to).map_err(redb_err)? {
+                let (_, v) = entry.map_err(redb_err)?;
+                n += !decode(v.value()).values.is_empty() as usize;
+            }
+            Ok(n)
+        })
     }
 }
