@@ -14,7 +14,6 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use petra::mem::{Counting, MemCounts, MmapMem};
-use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, Transaction, Values};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -291,10 +290,8 @@ fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, Stri
     let path =
         dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure.name(), case.mode.name(), case.threads, w.tx_size));
     let _ = std::fs::remove_file(&path);
-    let mapping = Mapping { volatile: case.mode == Mode::Volatile, ..Mapping::default() };
-    let config = PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
-    let pool = Pool::create(&path, &config).map_err(|e| e.to_string())?.map_mem(Counting::new);
+    let pool = crate::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);
     let engine = Engine::create(pool, EngineConfig { ring_bytes }).map_err(|e| e.to_string())?;
     let kind = match case.structure {
         StructureKind::List => petra::StructureKind::List,

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use petra::mem::MmapMem;
-use petra::pool::{Mapping, Pool, PoolConfig};
+use petra::pool::{Mapping, Pool};
 use petra::recovery::RecoveryReport;
-use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -51,9 +51,6 @@ pub struct ReopenResult {
     pub file_bytes: u64,
 }
 
-/// Keys per fill transaction.
-const BATCH: u64 = 16;
-
 fn engine_config() -> EngineConfig {
     EngineConfig { ring_bytes: 16 << 20 }
 }
@@ -65,27 +62,15 @@ fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed), String> {
     Ok((engine, Timed { secs: start.elapsed().as_secs_f64(), report: Some(report) }))
 }
 
-/// Puts `keys` keys (values `key + round`) in transactions of [`BATCH`] puts.
+/// Puts `keys` keys (values `key + round`) in transactions of 16 puts.
 fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String> {
-    let s = petra::StructId(0);
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
-    let mut tx = Transaction::new();
     // A multiplicative walk over the key space: the keys in an order unrelated to their values.
     const STEP: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut i = 0;
-    while i < keys {
-        tx.clear();
-        for k in i..(i + BATCH).min(keys) {
-            let key = k.wrapping_mul(STEP);
-            tx.put(s, key, key.wrapping_add(round));
-        }
-        // Puts never fail, and one thread meets no helping cycle.
-        if !h.execute(&tx).map_err(|e| e.to_string())?.is_committed() {
-            return Err("a transaction of puts aborted".into());
-        }
-        i += BATCH;
-    }
-    Ok(())
+    crate::put_in_batches(
+        engine,
+        StructId(0),
+        (0..keys).map(|k| (k.wrapping_mul(STEP), k.wrapping_mul(STEP).wrapping_add(round))),
+    )
 }
 
 /// Runs the case on a new pool at `path`.
@@ -93,10 +78,7 @@ pub fn run(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
     if case.updates > case.keys {
         return Err(format!("{} updates of {} keys", case.updates, case.keys));
     }
-    let config =
-        PoolConfig { initial_size: 64 << 20, max_size: 64 << 30, chunk_size: 1 << 20, mapping: Mapping::default() };
-    let pool = Pool::create(path, &config).map_err(|e| e.to_string())?;
-    let engine = Engine::create(pool, engine_config()).map_err(|e| e.to_string())?;
+    let engine = Engine::create(crate::create_pool(path, false)?, engine_config()).map_err(|e| e.to_string())?;
     engine.create_structure(case.structure, KeyWidth::U64, Values::Words).map_err(|e| e.to_string())?;
     let start = Instant::now();
     put_all(&engine, case.keys, 0)?;

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use petra::mem::MmapMem;
-use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Transaction, Values};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -55,25 +54,12 @@ pub fn run(case: &SteadyCase, path: &Path, mut row: impl FnMut(&SteadyRow)) -> R
         return Err("--keys and --threads must be at least 1, --tx-size 1 to 64".into());
     }
     let e = |e: &dyn std::fmt::Display| e.to_string();
-    let config =
-        PoolConfig { initial_size: 64 << 20, max_size: 64 << 30, chunk_size: 1 << 20, mapping: Mapping::default() };
-    let pool = Pool::create(path, &config).map_err(|x| e(&x))?;
     let rings = EngineConfig { ring_bytes: 16 << 20 };
-    let mut engine = Engine::create(pool, rings).map_err(|x| e(&x))?;
+    let mut engine = Engine::create(crate::create_pool(path, false)?, rings).map_err(|x| e(&x))?;
     let s = engine
         .create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)
         .map_err(|x| e(&x))?;
-    {
-        let mut h = engine.handle().map_err(|x| e(&x))?;
-        let mut tx = Transaction::new();
-        for chunk in (0..case.keys).step_by(2).collect::<Vec<_>>().chunks(16) {
-            tx.clear();
-            for &k in chunk {
-                tx.put(s, k, k);
-            }
-            h.execute(&tx).map_err(|x| e(&x))?;
-        }
-    }
+    crate::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
     let start = Instant::now();
     let mut rows = Vec::with_capacity(case.intervals);
     for interval in 0..case.intervals {

@@ -33,7 +33,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use petra::mem::MmapMem;
-use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -471,9 +470,7 @@ pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult, String> {
     if case.subscribers == 0 || case.threads == 0 {
         return Err("--subscribers and --threads must be at least 1".into());
     }
-    let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
-    let config = PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
-    let pool = Pool::create(path, &config).map_err(|e| e.to_string())?;
+    let pool = crate::create_pool(path, case.volatile)?;
     let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).map_err(|e| e.to_string())?;
     let schema = Schema::create(&engine, case.subscribers)?;
     let start = Instant::now();
