@@ -591,13 +591,17 @@ impl<M: PMem> Pool<M> {
                 let start = self.take_run(1, ChunkUse::Slab { family, class: class as u8 })?;
                 let size = CLASS_SIZES[class] as u64;
                 let base = layout.chunk_off(start);
-                // Blocks in reverse, so that pops hand them out in address order.
-                let mut blocks: Vec<u64> = (0..layout.chunk_size / size).rev().map(|b| base + b * size).collect();
-                while blocks.len() > MAGAZINE {
-                    let rest = blocks.split_off(MAGAZINE);
-                    self.alloc.depots[idx].push(std::mem::replace(&mut blocks, rest));
+                // Blocks `lo..hi` in reverse, so that pops hand them out in address order.
+                let magazine = |lo: u64, hi: u64| (lo..hi).rev().map(|b| base + b * size).collect::<Vec<u64>>();
+                // The lowest blocks (1 to MAGAZINE of them) to this cache, whole magazines of the
+                // others to the (first-in, first-out) depot in address order; each magazine is
+                // built once, so a new slab costs O(blocks).
+                let n = layout.chunk_size / size;
+                let first = n - (n - 1) / MAGAZINE as u64 * MAGAZINE as u64;
+                for lo in (first..n).step_by(MAGAZINE) {
+                    self.alloc.depots[idx].push(magazine(lo, lo + MAGAZINE as u64));
                 }
-                cache.mags[idx] = blocks;
+                cache.mags[idx] = magazine(0, first);
             }
         }
         Ok(POff::new(cache.mags[idx].pop().expect("a refilled magazine is not empty")))
@@ -767,6 +771,32 @@ mod tests {
             if w[0] >= 64 {
                 assert!((w[1] - w[0] - 1) * 4 < w[1], "padding of a {}-byte request: {w:?}", w[0] + 1);
             }
+        }
+    }
+
+    #[test]
+    fn a_new_slab_hands_out_each_block_once_in_address_order() {
+        use crate::mem::SimMem;
+        use crate::pool::PoolConfig;
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config).unwrap();
+        // 48-byte blocks: 1365 to a chunk, 21 to the cache and 42 magazines to the depot; 64-byte
+        // blocks: 1024, a whole magazine to the cache and 31 to the depot.
+        for (size, blocks, in_cache) in [(48, 1365, 21), (64, 1024, MAGAZINE)] {
+            let depot = &pool.alloc.depots[depot_index(Family::Node, class_for(size).unwrap())];
+            let mut cache = AllocCache::new();
+            let mut got = vec![pool.alloc(&mut cache, size).unwrap().get()];
+            let magazines = (blocks - in_cache) / MAGAZINE;
+            assert_eq!(depot.len(), magazines);
+            while got.len() < blocks {
+                got.push(pool.alloc(&mut cache, size).unwrap().get());
+                // The cache takes a magazine from the depot only once its own is empty.
+                let taken = got.len().saturating_sub(in_cache).div_ceil(MAGAZINE);
+                assert_eq!(depot.len(), magazines - taken, "{size}-byte blocks, after {}", got.len());
+            }
+            assert_eq!(got, (0..blocks as u64).map(|b| got[0] + size * b).collect::<Vec<_>>());
+            assert!(depot.is_empty());
         }
     }
 
