@@ -1010,16 +1010,28 @@ impl<M: PMem + 'static> Handle<M> {
         let state = desc.state();
         let outcome = match state.status {
             TxStatus::Committed => {
-                self.persist(d);
-                let mut results = vec![None; n];
-                for pos in 0..n {
-                    results[added(pos)] = self.before_state(d, pos, guard);
-                }
+                // The results and the removals are read from the descriptor before it is
+                // persisted: they are fixed once it commits, and a flush may evict its lines
+                // (clflushopt always, clwb on some CPUs). Nothing is returned before the fence.
+                // Built by collecting, not from a zeroed vector: glibc's calloc takes its arena
+                // lock on every call, malloc has a per-thread cache.
+                let executed: Vec<Option<u64>> = (0..n).map(|pos| self.before_state(d, pos, guard)).collect();
+                let results = match &order {
+                    None => executed,
+                    Some(order) => {
+                        let mut results = executed.clone();
+                        for (pos, &i) in order.iter().enumerate() {
+                            results[i] = executed[pos];
+                        }
+                        results
+                    }
+                };
                 self.schedule_removals(d, true, guard);
+                let txid = self.persist(d);
                 if bytes {
                     self.retire_replaced(tx, &results, guard);
                 }
-                Ok(Outcome::Committed { results, txid: Some(desc.txid()) })
+                Ok(Outcome::Committed { results, txid: Some(txid) })
             }
             _ if let Some(requested) = desc.aborted_for_memory() => {
                 self.schedule_removals(d, false, guard);
@@ -1172,8 +1184,9 @@ impl<M: PMem + 'static> Handle<M> {
 
     /// Persists a committed descriptor (Algorithm 5.4): claim it, assign its txid once, flush its
     /// persisted lines, one fence, then mark it persisted. Helpers that find it in progress
-    /// persist it too (their flushes and fence are then redundant but harmless).
-    pub(crate) fn persist(&self, d: u64) {
+    /// persist it too (their flushes and fence are then redundant but harmless). Returns its
+    /// txid.
+    pub(crate) fn persist(&self, d: u64) -> u64 {
         let desc = Desc::new(self.mem(), d);
         let in_progress = State { status: TxStatus::Committed, pstatus: PersistStatus::InProgress };
         loop {
@@ -1185,7 +1198,7 @@ impl<M: PMem + 'static> Handle<M> {
                     }
                 }
                 (TxStatus::Committed, PersistStatus::InProgress) => break,
-                _ => return,
+                _ => return desc.txid(),
             }
         }
         let txid = self.assign_txid(d);
@@ -1193,10 +1206,11 @@ impl<M: PMem + 'static> Handle<M> {
         // Relaxed: every thread computes the same checksum; the fence below orders it for the
         // media and the state CAS for other threads.
         mem.store(d + CHECK, desc.checksum(txid), Ordering::Relaxed);
-        mem.flush_range(d, desc.persisted_bytes());
         if desc.has_blobs() {
             // This thread's fence covers only the lines this thread flushed: every thread that
             // persists the descriptor flushes its blobs too (written before it was published).
+            // Blobs first: their offsets are read from the descriptor's lines before a flush
+            // may evict those.
             for i in 0..desc.nops() {
                 let op = desc.op(i);
                 if op.blob {
@@ -1205,11 +1219,13 @@ impl<M: PMem + 'static> Handle<M> {
                 }
             }
         }
+        mem.flush_range(d, desc.persisted_bytes());
         // Fence: the descriptor, the redo log of the transaction, and its blobs are durable
         // before the transaction becomes visible (pstatus Persisted).
         mem.fence();
         let persisted = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
         let _ = desc.cas_state(in_progress, persisted);
+        txid
     }
 
     /// Helps the active transaction `d2`, met at its op `opid`: executes its remaining ops. A
