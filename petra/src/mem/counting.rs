@@ -111,6 +111,9 @@ impl<M: PMem> PMem for Counting<M> {
         MemCounts::bump(|c| c.fetch_adds += 1);
         self.inner.fetch_add(off, val, order)
     }
+    fn prefetch(&self, off: u64) {
+        self.inner.prefetch(off)
+    }
     fn flush(&self, off: u64) {
         MemCounts::bump(|c| c.flushes += 1);
         self.inner.flush(off)

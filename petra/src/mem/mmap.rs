@@ -327,6 +327,17 @@ impl PMem for MmapMem {
     }
 
     #[inline]
+    fn prefetch(&self, off: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let word: *const AtomicU64 = self.word(off);
+            // SAFETY: `word` checked `off` against the mapped length; a prefetch neither reads
+            // nor writes the bytes architecturally and never faults. SSE is baseline on x86_64.
+            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(word.cast()) }
+        }
+    }
+
+    #[inline]
     fn flush(&self, off: u64) {
         let len = self.len.load(Ordering::Relaxed);
         assert!(off < len, "flush at offset {off:#x} beyond the pool's {len} bytes");

@@ -116,6 +116,10 @@ pub trait PMem: Send + Sync {
     /// line this thread flushed before is durable.
     fn fence(&self);
 
+    /// A hint that the word at `off` is about to be read: starts bringing its line into the
+    /// cache. Changes nothing and orders nothing; by default it does nothing.
+    fn prefetch(&self, _off: u64) {}
+
     /// Flushes every cache line that `[off, off + len)` touches, and no other.
     fn flush_range(&self, off: u64, len: u64) {
         if len == 0 {
@@ -278,6 +282,9 @@ impl<M: PMem + ?Sized> PMem for std::sync::Arc<M> {
     }
     fn read_bytes(&self, off: u64, buf: &mut [u8]) {
         (**self).read_bytes(off, buf)
+    }
+    fn prefetch(&self, off: u64) {
+        (**self).prefetch(off)
     }
     fn write_bytes(&self, off: u64, data: &[u8]) {
         (**self).write_bytes(off, data)

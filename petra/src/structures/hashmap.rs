@@ -66,6 +66,10 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         node_bytes(self.wide)
     }
 
+    fn prefetch(&self, mem: &M, key: u128) {
+        mem.prefetch(self.bucket_link(key))
+    }
+
     fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (ChainPos, Option<u64>) {
         chain_search(h, self.bucket_link(key), key, self.wide, guard)
     }

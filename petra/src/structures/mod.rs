@@ -145,6 +145,9 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     ///
     /// [`link`]: LinkedSet::link
     fn init_links(&self, _mem: &M, _node: u64, _key: u128) {}
+    /// Starts loading the first word a search for `key` reads, if that is known without reading
+    /// anything (a hash map's bucket): a hint, so that the load overlaps other work.
+    fn prefetch(&self, _mem: &M, _key: u128) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
     fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (Self::Pos, Option<u64>);
     /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile.

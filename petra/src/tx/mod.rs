@@ -951,6 +951,12 @@ impl<M: PMem + 'static> Handle<M> {
             return Ok(Outcome::Committed { results: Vec::new(), txid: None });
         }
         let bytes = self.check(tx)?;
+        // Start the searches' first loads (a hash map's bucket) now: they overlap the writing of
+        // blobs and of the descriptor.
+        for op in &tx.ops {
+            let structure = self.inner.structure(op.structure)?;
+            on_set!(&structure.set, set => set.prefetch(self.mem(), op.key));
+        }
         self.run_removals(guard);
         if n == 1 && tx.ops[0].kind.is_read() {
             return self.read_one(&tx.ops[0], guard);
