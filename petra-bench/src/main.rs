@@ -195,10 +195,16 @@ struct KvArgs {
 
 #[derive(Debug, clap::Args)]
 struct MetricsArgs {
-    /// Metrics in the set (u64 data metrics).
+    /// Metrics in each set (u64 data metrics).
     #[arg(long, default_value_t = 144)]
     metrics: usize,
-    /// Samples stored.
+    /// Sets, one per producer.
+    #[arg(long, default_value_t = 1)]
+    sets: usize,
+    /// Threads storing samples, each the samples of every THREADS-th set (at most --sets).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Samples stored into each set.
     #[arg(long, default_value_t = 200_000)]
     samples: u64,
     /// Latest-value reads timed.
@@ -654,8 +660,13 @@ fn steady(args: SteadyArgs) -> Result<(), String> {
 fn metrics(args: MetricsArgs) -> Result<(), String> {
     use petra_bench::metrics::{MetricsCase, MetricsEngine, run_on};
     let engines: Vec<MetricsEngine> = args.engine.iter().map(|e| MetricsEngine::parse(e)).collect::<Result<_, _>>()?;
+    if args.threads > args.sets {
+        return Err(format!("{} threads for {} sets: a thread stores whole sets", args.threads, args.sets));
+    }
     let case = MetricsCase {
         metrics: args.metrics,
+        sets: args.sets,
+        threads: args.threads,
         samples: args.samples,
         reads: args.reads,
         ranges: args.ranges,
@@ -663,9 +674,11 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
     };
     let tmp = scratch()?;
     println!(
-        "one set of {} u64 metrics, {} samples, one thread, files in {}",
+        "{} set(s) of {} u64 metrics, {} samples each, {} thread(s), files in {}",
+        args.sets,
         args.metrics,
         args.samples,
+        args.threads,
         tmp.path().display()
     );
     println!(

@@ -1,10 +1,12 @@
-//! `petra-bench metrics`: the metric store's ingest and queries on a set of `metrics` u64 data
-//! metrics (144 by default: the size of the Cray set the dissertation samples), one thread; and
-//! the same records in redb (a latest table and a history table, one write transaction per
-//! sample), the baseline.
+//! `petra-bench metrics`: the metric store's ingest and queries on `sets` sets of `metrics` u64
+//! data metrics each (144 by default: the size of the Cray set the dissertation samples), stored
+//! by `threads` threads as an aggregator stores the sets of many producers; and the same records
+//! in redb (a latest table and a history table, one write transaction per sample), the baseline.
 
 use std::path::Path;
 use std::time::Instant;
+
+use petra_kv::KvError;
 
 use petra_kv::{Config, CreateMode, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Value};
 
@@ -13,9 +15,13 @@ use crate::kv::{RedbDb, RedbDurability, redb_err};
 /// One run's settings.
 #[derive(Debug, Clone)]
 pub struct MetricsCase {
-    /// Metrics in the set.
+    /// Metrics in each set.
     pub metrics: usize,
-    /// Samples stored.
+    /// Sets, each with its own producer.
+    pub sets: usize,
+    /// Threads storing samples; each stores the samples of every `threads`-th set.
+    pub threads: usize,
+    /// Samples stored into each set.
     pub samples: u64,
     /// Latest-value reads timed.
     pub reads: u64,
@@ -28,11 +34,11 @@ pub struct MetricsCase {
 /// What a run measured.
 #[derive(Debug, Clone)]
 pub struct MetricsResult {
-    /// Samples stored per second (each durable when stored).
+    /// Samples stored per second, over all sets and threads (each durable when stored).
     pub ingest_per_sec: f64,
-    /// Mean latest-sample read, microseconds (decoded values included).
+    /// Mean latest-sample read of one set, microseconds (decoded values included).
     pub latest_micros: f64,
-    /// Mean range query, microseconds.
+    /// Mean range query on one set, microseconds.
     pub range_micros: f64,
     /// The pool file's size after the run, bytes.
     pub file_bytes: u64,
@@ -72,14 +78,24 @@ impl MetricsEngine {
     }
 }
 
-/// What the timed loops need of a store holding one set.
-trait MetricTarget {
-    /// Stores `sample`, durably as the engine's mode has it.
-    fn store(&mut self, sample: &Sample) -> Result<(), String>;
-    /// The latest sample's generation, its values decoded.
-    fn latest(&mut self) -> Result<Option<u64>, String>;
-    /// The samples stamped `from..=to`, decoded: how many.
-    fn range(&mut self, from: u64, to: u64) -> Result<usize, String>;
+/// A store holding the sets, shared by the threads that store into it.
+trait MetricTarget: Sync {
+    /// One thread's access.
+    type Session<'a>: MetricSessionOf
+    where
+        Self: 'a;
+    /// A session for one thread.
+    fn session(&self) -> Result<Self::Session<'_>, String>;
+}
+
+/// What the timed loops need of one thread's access to the sets (numbered from 0).
+trait MetricSessionOf {
+    /// Stores `sample` into set `set`, durably as the engine's mode has it.
+    fn store(&mut self, set: usize, sample: &Sample) -> Result<(), String>;
+    /// The latest sample's generation in set `set`, its values decoded.
+    fn latest(&mut self, set: usize) -> Result<Option<u64>, String>;
+    /// The samples of set `set` stamped `from..=to`, decoded: how many.
+    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String>;
 }
 
 /// Runs the case on a new store of `engine` at `path`.
@@ -87,9 +103,12 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
     if case.range_len > case.samples {
         return Err(format!("ranges of {} samples need at least that many samples", case.range_len));
     }
+    if case.sets == 0 || case.threads == 0 {
+        return Err("a run needs at least one set and one thread".into());
+    }
     match engine {
         MetricsEngine::Petra => {
-            let e = |e: petra_kv::KvError| e.to_string();
+            let e = |e: KvError| e.to_string();
             let config = Config { create: CreateMode::Create, size: 64 << 20, max_size, ..Config::new(path) };
             let store = MetricStore::open(&config).map_err(e)?;
             let schema = Schema {
@@ -97,48 +116,77 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
                 metrics: (0..case.metrics).map(|i| Metric::data(&format!("m{i}"), Scalar::U64)).collect(),
             };
             store.add_schema(&schema).map_err(e)?;
-            let info = SetInfo {
-                instance: "nid00001/cray".into(),
-                schema: "cray".into(),
-                producer: "nid00001".into(),
-                component_id: 1,
-                job_id: 0,
-                interval_ns: SEC,
-            };
-            let set = store.add_set(&info).map_err(e)?;
-            let mut target = PetraTarget { session: store.session().map_err(e)?, set };
-            let mut result = measure(&mut target, case)?;
-            drop(target);
-            result.file_bytes = store.engine().pool().len();
-            store.close().map_err(e)?;
+            let sets = (0..case.sets)
+                .map(|i| {
+                    let producer = format!("nid{:05}", i + 1);
+                    store.add_set(&SetInfo {
+                        instance: format!("{producer}/cray"),
+                        schema: "cray".into(),
+                        producer,
+                        component_id: i as u64 + 1,
+                        job_id: 0,
+                        interval_ns: SEC,
+                    })
+                })
+                .collect::<Result<Vec<SetId>, KvError>>()
+                .map_err(e)?;
+            let target = PetraTarget { store, sets };
+            let mut result = measure(&target, case)?;
+            result.file_bytes = target.store.engine().pool().len();
+            target.store.close().map_err(e)?;
             Ok(result)
         }
         MetricsEngine::Redb(durability) => {
-            let mut target = RedbTarget { db: RedbDb::create(path, durability)?, buf: Vec::new() };
-            let mut result = measure(&mut target, case)?;
-            target.db.close()?;
+            let target = RedbDb::create(path, durability)?;
+            let mut result = measure(&target, case)?;
+            target.close()?;
             result.file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
             Ok(result)
         }
     }
 }
 
-/// The timed loops: ingest, latest reads, range queries (`file_bytes` left 0).
-fn measure(target: &mut impl MetricTarget, case: &MetricsCase) -> Result<MetricsResult, String> {
-    let mut sample = Sample { timestamp: 0, duration: 1000, generation: 0, consistent: true, values: Vec::new() };
+/// The timed loops: ingest by every thread, then a check that every set holds all its samples,
+/// then latest reads and range queries on set 0 (`file_bytes` left 0).
+fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsResult, String> {
     let start = Instant::now();
-    for g in 1..=case.samples {
-        sample.timestamp = g * SEC;
-        sample.generation = g;
-        sample.values.clear();
-        sample.values.extend((0..case.metrics as u64).map(|i| Value::U(g * 1000 + i)));
-        target.store(&sample)?;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..case.threads)
+            .map(|t| {
+                scope.spawn(move || -> Result<(), String> {
+                    let mut session = target.session()?;
+                    let mine: Vec<usize> = (t..case.sets).step_by(case.threads).collect();
+                    let mut sample =
+                        Sample { timestamp: 0, duration: 1000, generation: 0, consistent: true, values: Vec::new() };
+                    // Each sampling interval, a sample of every set this thread stores.
+                    for g in 1..=case.samples {
+                        sample.timestamp = g * SEC;
+                        sample.generation = g;
+                        for &set in &mine {
+                            sample.values.clear();
+                            sample.values.extend((0..case.metrics as u64).map(|i| Value::U(g * 1000 + i + set as u64)));
+                            session.store(set, &sample)?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        threads.into_iter().try_for_each(|t| t.join().map_err(|_| "a storing thread panicked".to_string())?)
+    })?;
+    let ingest_per_sec = (case.samples * case.sets as u64) as f64 / start.elapsed().as_secs_f64();
+    let mut session = target.session()?;
+    for set in 0..case.sets {
+        let latest = session.latest(set)?;
+        let stored = session.range(set, 0, u64::MAX)?;
+        if latest != Some(case.samples) || stored as u64 != case.samples {
+            return Err(format!("set {set} holds {stored} samples, the latest {latest:?}, of {}", case.samples));
+        }
     }
-    let ingest_per_sec = case.samples as f64 / start.elapsed().as_secs_f64();
     let start = Instant::now();
     let mut check = 0;
     for _ in 0..case.reads {
-        check += target.latest()?.unwrap_or(0);
+        check += session.latest(0)?.unwrap_or(0);
     }
     let latest_micros = start.elapsed().as_secs_f64() * 1e6 / case.reads.max(1) as f64;
     if check != case.reads * case.samples {
@@ -148,7 +196,7 @@ fn measure(target: &mut impl MetricTarget, case: &MetricsCase) -> Result<Metrics
     let span = case.samples - case.range_len + 1;
     for r in 0..case.ranges {
         let from = 1 + (r * 7919) % span;
-        let got = target.range(from * SEC, (from + case.range_len - 1) * SEC)?;
+        let got = session.range(0, from * SEC, (from + case.range_len - 1) * SEC)?;
         if got as u64 != case.range_len {
             return Err(format!("a range query returned {got} samples"));
         }
@@ -157,28 +205,42 @@ fn measure(target: &mut impl MetricTarget, case: &MetricsCase) -> Result<Metrics
     Ok(MetricsResult { ingest_per_sec, latest_micros, range_micros, file_bytes: 0 })
 }
 
-struct PetraTarget<'s> {
+/// The metric store and its sets.
+struct PetraTarget {
+    store: MetricStore,
+    sets: Vec<SetId>,
+}
+
+impl MetricTarget for PetraTarget {
+    type Session<'a> = PetraSession<'a>;
+
+    fn session(&self) -> Result<PetraSession<'_>, String> {
+        Ok(PetraSession { session: self.store.session().map_err(|e| e.to_string())?, sets: &self.sets })
+    }
+}
+
+struct PetraSession<'s> {
     session: MetricSession<'s>,
-    set: SetId,
+    sets: &'s [SetId],
 }
 
-impl MetricTarget for PetraTarget<'_> {
-    fn store(&mut self, sample: &Sample) -> Result<(), String> {
-        self.session.store_sample(self.set, sample).map(drop).map_err(|e| e.to_string())
+impl MetricSessionOf for PetraSession<'_> {
+    fn store(&mut self, set: usize, sample: &Sample) -> Result<(), String> {
+        self.session.store_sample(self.sets[set], sample).map(drop).map_err(|e| e.to_string())
     }
 
-    fn latest(&mut self) -> Result<Option<u64>, String> {
-        Ok(self.session.latest(self.set).map_err(|e| e.to_string())?.map(|s| s.generation))
+    fn latest(&mut self, set: usize) -> Result<Option<u64>, String> {
+        Ok(self.session.latest(self.sets[set]).map_err(|e| e.to_string())?.map(|s| s.generation))
     }
 
-    fn range(&mut self, from: u64, to: u64) -> Result<usize, String> {
-        Ok(self.session.range(self.set, from, to).map_err(|e| e.to_string())?.len())
+    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+        Ok(self.session.range(self.sets[set], from, to).map_err(|e| e.to_string())?.len())
     }
 }
 
-/// redb's tables: the latest sample of the set, and its history by timestamp.
+/// redb's tables: the latest sample of each set, and each set's history by timestamp.
 const LATEST: redb::TableDefinition<'static, u64, &[u8]> = redb::TableDefinition::new("latest");
-const HISTORY: redb::TableDefinition<'static, u64, &[u8]> = redb::TableDefinition::new("history");
+const HISTORY: redb::TableDefinition<'static, (u64, u64), &[u8]> = redb::TableDefinition::new("history");
 
 /// The sample as redb stores it: timestamp, duration, generation, consistent, then the u64 values.
 fn encode(sample: &Sample, out: &mut Vec<u8>) -> Result<(), String> {
@@ -205,35 +267,43 @@ fn decode(bytes: &[u8]) -> Sample {
     }
 }
 
-struct RedbTarget {
-    db: RedbDb,
+impl MetricTarget for RedbDb {
+    type Session<'a> = RedbSession<'a>;
+
+    fn session(&self) -> Result<RedbSession<'_>, String> {
+        Ok(RedbSession { db: self, buf: Vec::new() })
+    }
+}
+
+struct RedbSession<'d> {
+    db: &'d RedbDb,
     buf: Vec<u8>,
 }
 
-impl MetricTarget for RedbTarget {
-    fn store(&mut self, sample: &Sample) -> Result<(), String> {
+impl MetricSessionOf for RedbSession<'_> {
+    fn store(&mut self, set: usize, sample: &Sample) -> Result<(), String> {
         encode(sample, &mut self.buf)?;
         self.db.write(|tx| {
             let mut latest = tx.open_table(LATEST).map_err(redb_err)?;
-            latest.insert(0, self.buf.as_slice()).map_err(redb_err)?;
+            latest.insert(set as u64, self.buf.as_slice()).map_err(redb_err)?;
             let mut history = tx.open_table(HISTORY).map_err(redb_err)?;
-            history.insert(sample.timestamp, self.buf.as_slice()).map_err(redb_err)?;
+            history.insert((set as u64, sample.timestamp), self.buf.as_slice()).map_err(redb_err)?;
             Ok(())
         })
     }
 
-    fn latest(&mut self) -> Result<Option<u64>, String> {
+    fn latest(&mut self, set: usize) -> Result<Option<u64>, String> {
         self.db.read(|tx| {
             let table = tx.open_table(LATEST).map_err(redb_err)?;
-            Ok(table.get(0).map_err(redb_err)?.map(|v| decode(v.value()).generation))
+            Ok(table.get(set as u64).map_err(redb_err)?.map(|v| decode(v.value()).generation))
         })
     }
 
-    fn range(&mut self, from: u64, to: u64) -> Result<usize, String> {
+    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         self.db.read(|tx| {
             let table = tx.open_table(HISTORY).map_err(redb_err)?;
             let mut n = 0;
-            for entry in table.range(from..=to).map_err(redb_err)? {
+            for entry in table.range((set as u64, from)..=(set as u64, to)).map_err(redb_err)? {
                 let (_, v) = entry.map_err(redb_err)?;
                 n += !decode(v.value()).values.is_empty() as usize;
             }

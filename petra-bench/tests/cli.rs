@@ -34,6 +34,8 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["tatp", "--modes", "fast"], "unknown mode"),
         (&["reopen", "--structure", "list"], "unknown structure"),
         (&["metrics", "--engine", "sqlite"], "unknown engine \"sqlite\""),
+        (&["metrics", "--sets", "2", "--threads", "3"], "3 threads for 2 sets"),
+        (&["metrics", "--threads", "0"], "at least one set and one thread"),
         (&["steady", "--interval", "0"], "positive number of seconds"),
         (&["steady", "--tx-size", "65"], "--tx-size 1 to 64"),
         (&["reopen", "--keys", "10", "--updates", "11"], "11 updates of 10 keys"),
@@ -340,6 +342,22 @@ fn metrics_runs_the_same_samples_on_the_store_and_on_redb() {
             text.lines().find(|l| l.starts_with(&format!("{name} "))).expect(name).split_whitespace().collect();
         assert_eq!(row.len(), 5, "{text}");
         assert!(row[1..].iter().all(|f| f.parse::<f64>().is_ok_and(|x| x > 0.0)), "{text}");
+    }
+}
+
+#[test]
+fn metrics_stores_many_sets_from_many_threads() {
+    // Five sets over two threads (one stores three, the other two); the run checks that every
+    // set holds all its samples and that its latest is the last one, and fails otherwise.
+    let args = ["metrics", "--sets", "5", "--threads", "2", "--samples", "200", "--reads", "10", "--ranges", "5"];
+    let run = bench(&[&args[..], &["--range-len", "50", "--engine", "petra,redb-none"]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.starts_with("5 set(s) of 144 u64 metrics, 200 samples each, 2 thread(s)"), "{text}");
+    for name in ["petra", "redb-none"] {
+        let row: Vec<&str> =
+            text.lines().find(|l| l.starts_with(&format!("{name} "))).expect(name).split_whitespace().collect();
+        assert_eq!(row.len(), 5, "{text}");
     }
 }
 
