@@ -387,3 +387,29 @@ fn freeing_the_fragment_at_a_chunks_end_is_refused() {
     let chunk_start = first.get() - (first.get() - pool.header().layout.data_off) % CHUNK;
     pool.free(&mut cache, POff::new(chunk_start + (CHUNK / 48) * 48));
 }
+
+#[test]
+fn prefetch_hints_stay_inside_the_mapping() {
+    use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+    let dir = scratch_dir();
+    let pool = Pool::create(dir.path().join("p.pool"), &small()).unwrap();
+    let (len, last) = (pool.mem().len(), pool.mem().len() - 8);
+    pool.mem().prefetch(0);
+    pool.mem().prefetch(last);
+    let engine = Engine::create(pool, EngineConfig { ring_bytes: 1 << 16 }).unwrap();
+    let s = engine.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Bytes).unwrap();
+    let mut h = engine.handle().unwrap();
+    h.execute(Transaction::new().put_bytes(s, 1u64, b"one")).unwrap();
+    let got = h
+        .range_with(s, .., |e: Vec<(u64, u64)>, blobs| {
+            let w = e[0].1;
+            // Lengths past the end of the pool, and words outside it, are clamped or ignored.
+            blobs.prefetch(w, usize::MAX);
+            blobs.prefetch(w, 0);
+            blobs.prefetch(len - 8, 1 << 20);
+            blobs.prefetch(u64::MAX - 7, 64);
+            blobs.to_vec(w)
+        })
+        .unwrap();
+    assert_eq!(got, b"one");
+}

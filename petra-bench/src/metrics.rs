@@ -38,8 +38,10 @@ pub struct MetricsResult {
     pub ingest_per_sec: f64,
     /// Mean latest-sample read of one set, microseconds (decoded values included).
     pub latest_micros: f64,
-    /// Mean range query on one set, microseconds.
+    /// Mean range query on one set, microseconds: the samples decoded and collected.
     pub range_micros: f64,
+    /// Mean scan of the same ranges, microseconds: each sample decoded, visited and dropped.
+    pub scan_micros: f64,
     /// The pool file's size after the run, bytes.
     pub file_bytes: u64,
 }
@@ -94,8 +96,10 @@ trait MetricSessionOf {
     fn store(&mut self, set: usize, sample: &Sample) -> Result<(), String>;
     /// The latest sample's generation in set `set`, its values decoded.
     fn latest(&mut self, set: usize) -> Result<Option<u64>, String>;
-    /// The samples of set `set` stamped `from..=to`, decoded: how many.
+    /// The samples of set `set` stamped `from..=to`, decoded and collected: how many.
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String>;
+    /// The same samples decoded and visited one at a time: how many.
+    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String>;
 }
 
 /// Runs the case on a new store of `engine` at `path`.
@@ -147,7 +151,7 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
 }
 
 /// The timed loops: ingest by every thread, then a check that every set holds all its samples,
-/// then latest reads and range queries on set 0 (`file_bytes` left 0).
+/// then latest reads, range queries and scans on set 0 (`file_bytes` left 0).
 fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsResult, String> {
     let start = Instant::now();
     std::thread::scope(|scope| {
@@ -192,20 +196,23 @@ fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsRes
     if check != case.reads * case.samples {
         return Err("a latest read did not return the last sample".into());
     }
-    let start = Instant::now();
     let span = case.samples - case.range_len + 1;
-    for r in 0..case.ranges {
-        let from = 1 + (r * 7919) % span;
-        let got = session.range(0, from * SEC, (from + case.range_len - 1) * SEC)?;
-        if got as u64 != case.range_len {
-            return Err(format!("a range query returned {got} samples"));
+    let ranges = |query: &mut dyn FnMut(u64, u64) -> Result<usize, String>| -> Result<f64, String> {
+        let start = Instant::now();
+        for r in 0..case.ranges {
+            let from = 1 + (r * 7919) % span;
+            let got = query(from * SEC, (from + case.range_len - 1) * SEC)?;
+            if got as u64 != case.range_len {
+                return Err(format!("a range query returned {got} samples"));
+            }
         }
-    }
-    let range_micros = start.elapsed().as_secs_f64() * 1e6 / case.ranges.max(1) as f64;
-    Ok(MetricsResult { ingest_per_sec, latest_micros, range_micros, file_bytes: 0 })
+        Ok(start.elapsed().as_secs_f64() * 1e6 / case.ranges.max(1) as f64)
+    };
+    let range_micros = ranges(&mut |from, to| session.range(0, from, to))?;
+    let scan_micros = ranges(&mut |from, to| session.scan(0, from, to))?;
+    Ok(MetricsResult { ingest_per_sec, latest_micros, range_micros, scan_micros, file_bytes: 0 })
 }
 
-/// The metric store and its sets.
 struct PetraTarget {
     store: MetricStore,
     sets: Vec<SetId>,
@@ -235,6 +242,17 @@ impl MetricSessionOf for PetraSession<'_> {
 
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         Ok(self.session.range(self.sets[set], from, to).map_err(|e| e.to_string())?.len())
+    }
+
+    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+        let mut n = 0;
+        self.session
+            .scan(self.sets[set], from, to, |s| {
+                n += !s.values.is_empty() as usize;
+                std::ops::ControlFlow::Continue(())
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(n)
     }
 }
 
@@ -300,14 +318,28 @@ impl MetricSessionOf for RedbSession<'_> {
     }
 
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+        let mut samples = Vec::new();
+        self.visit(set, from, to, |s| samples.push(s))?;
+        Ok(samples.len())
+    }
+
+    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+        let mut n = 0;
+        self.visit(set, from, to, |s| n += !s.values.is_empty() as usize)?;
+        Ok(n)
+    }
+}
+
+impl RedbSession<'_> {
+    /// `f` on each decoded sample of set `set` stamped `from..=to`, in one read transaction.
+    fn visit(&self, set: usize, from: u64, to: u64, mut f: impl FnMut(Sample)) -> Result<(), String> {
         self.db.read(|tx| {
             let table = tx.open_table(HISTORY).map_err(redb_err)?;
-            let mut n = 0;
             for entry in table.range((set as u64, from)..=(set as u64, to)).map_err(redb_err)? {
                 let (_, v) = entry.map_err(redb_err)?;
-                n += !decode(v.value()).values.is_empty() as usize;
+                f(decode(v.value()));
             }
-            Ok(n)
+            Ok(())
         })
     }
 }

@@ -678,7 +678,12 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
             HISTORY,
             history_key(set, from)..=history_key(set, to),
             |entries: Vec<(u128, u64)>, blobs| {
-                for (_, w) in entries {
+                for (i, &(_, w)) in entries.iter().enumerate() {
+                    // The next sample's blob is about as long as this one's: it loads while this
+                    // one is decoded.
+                    if let Some(&(_, next)) = entries.get(i + 1) {
+                        blobs.prefetch(next, buf.len().max(entry.schema.metrics.len() * 8));
+                    }
                     blobs.read_into(w, &mut buf);
                     if f(decode(&entry.schema, &buf)).is_break() {
                         return;

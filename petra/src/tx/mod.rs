@@ -1388,6 +1388,18 @@ impl<M: PMem> Blobs<'_, M> {
         assert!(self.pool.read_blob_into(crate::pool::POff::new(word), buf), "{word:#x} does not name a blob");
     }
 
+    /// A hint that the byte value named by `word`, about `len` bytes long (a guess will do), is
+    /// read soon: starts loading its lines. Changes nothing; a word outside the pool is ignored.
+    pub fn prefetch(&self, word: u64, len: usize) {
+        let mem = self.pool.mem();
+        let end = word.saturating_add(crate::mem::WORD).saturating_add(len as u64).min(mem.len());
+        let mut at = word & !(crate::mem::WORD - 1);
+        while at < end.saturating_sub(crate::mem::WORD - 1) {
+            mem.prefetch(at);
+            at += crate::mem::CACHE_LINE;
+        }
+    }
+
     /// The byte value named by `word`, copied out. See [`read_into`](Blobs::read_into).
     pub fn to_vec(&self, word: u64) -> Vec<u8> {
         let mut buf = Vec::new();
