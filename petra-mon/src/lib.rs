@@ -8,6 +8,8 @@
 //! restart, so a daemon killed at any moment starts again where its last acknowledged sample left
 //! off.
 
+pub mod listing;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -145,6 +147,12 @@ pub enum MonError {
         /// Why.
         source: std::io::Error,
     },
+    /// No set of this name.
+    #[error("no set named {0}")]
+    NoSet(String),
+    /// A set names a schema the store does not have.
+    #[error("a set names the missing schema {0:?}")]
+    NoSchema(String),
     /// The store refused.
     #[error(transparent)]
     Store(#[from] KvError),

@@ -131,6 +131,61 @@ fn sigterm_stops_the_daemon_cleanly_and_it_serves_openmetrics_meanwhile() {
     assert!(pool.was_clean(), "SIGTERM did not close the store cleanly");
 }
 
+#[test]
+fn petra_ls_reads_a_store_the_running_daemon_holds_through_it() {
+    let dir = petra_recovery::scratch_dir();
+    fake_proc(dir.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = mon(dir.path(), &["--interval-ms", "10", "--verbose", "--listen", &addr])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.by_ref().take(3 * SAMPLERS.len()).count(), 3 * SAMPLERS.len());
+    let ls_from = |extra: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out =
+                Command::new(env!("CARGO_BIN_EXE_petra-ls")).args(["--from", &addr]).args(extra).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !err.contains("cannot reach") || Instant::now() > deadline {
+                break (out.status.success(), String::from_utf8(out.stdout).unwrap(), err);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // The file itself is the daemon's: petra-ls says so and where to ask instead.
+    let out = Command::new(env!("CARGO_BIN_EXE_petra-ls")).arg(dir.path().join("m.pool")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("open elsewhere") && err.contains("--from ADDR"), "{err}");
+    // Through the daemon: the table and the JSON listing.
+    let (ok, table, err) = ls_from(&[]);
+    assert!(ok, "{err}");
+    assert_eq!(table.lines().count(), SAMPLERS.len(), "{table}");
+    assert!(table.contains("node7/meminfo: schema meminfo, producer node7, component 7, job 42, 3 metrics"), "{table}");
+    let (ok, text, err) = ls_from(&["--json", "--set", "node7/stat", "--history", "3600", "--window", "3600"]);
+    assert!(ok, "{err}");
+    let live: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let history = live[0]["history"].as_array().unwrap().clone();
+    assert!(history.len() >= 3, "{text}");
+    assert_eq!(live[0]["latest"], history[history.len() - 1], "{text}");
+    assert_eq!(live[0]["window"].as_array().unwrap().len(), live[0]["metrics"].as_array().unwrap().len());
+    // Mistakes come back as the daemon's message.
+    let (ok, _, err) = ls_from(&["--set", "nope"]);
+    assert!(!ok && err.contains("no set named nope"), "{err}");
+
+    // SAFETY: `kill` on the child's pid, which has not been waited for, so it names our child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert!(child.wait().unwrap().success());
+    // What the daemon listed is what the file holds: its history is a prefix of the file's.
+    let stored: serde_json::Value =
+        serde_json::from_str(&ls(dir.path(), &["--json", "--set", "node7/stat", "--history", "3600"])).unwrap();
+    let all = stored[0]["history"].as_array().unwrap();
+    assert_eq!(&all[..history.len()], &history[..]);
+    assert_eq!(stored[0]["metrics"], live[0]["metrics"]);
+}
+
 /// Every acknowledged generation is stored once, consecutive from 1, and the latest sample is the
 /// history's last; returns the newest generation of each set.
 fn check(path: &Path, acked: &BTreeMap<String, u64>) -> Result<BTreeMap<String, u64>, String> {

@@ -1,20 +1,26 @@
 //! `petra-ls`: lists the sets of a metric store with their metadata and latest values, prints a
-//! set's history and window statistics, as a table or JSON. See `petra-ls --help`.
+//! set's history and window statistics, as a table or JSON; from the store's file, or from the
+//! `petra-mon` that holds it. See `petra-ls --help`.
 
 use std::path::PathBuf;
 
-use clap::Parser;
-use petra_kv::{Config, CreateMode, MetricStore, Sample, SetId, SetInfo, Value};
-use serde_json::json;
+use petra_kv::{Config, CreateMode, MetricStore};
+use petra_mon::listing::{Query, SetListing, listing, table};
 
 /// Lists the metric sets of a PETRA metric store (in the spirit of ldms_ls): every set with its
 /// schema, producer, component, job and latest sample; with --set, one set's latest values, its
-/// history (--history) or window statistics (--window).
-#[derive(Debug, Parser)]
+/// history (--history) or window statistics (--window). A store that a running petra-mon holds
+/// is read through that daemon (--from the address it listens on).
+#[derive(Debug, clap::Parser)]
 #[command(version, about)]
 struct Args {
     /// The metric store's pool file.
-    store: PathBuf,
+    #[arg(required_unless_present = "from", conflicts_with = "from")]
+    store: Option<PathBuf>,
+    /// Ask the petra-mon listening at ADDR (host:port, as given to its --listen) instead of
+    /// opening the file: for a store the daemon holds.
+    #[arg(long, value_name = "ADDR")]
+    from: Option<String>,
     /// Only this set (`<producer>/<sampler>`).
     #[arg(long)]
     set: Option<String>,
@@ -33,125 +39,53 @@ struct Args {
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
+    if let Err(e) = run(<Args as clap::Parser>::parse()) {
         eprintln!("petra-ls: {e}");
         std::process::exit(1);
     }
 }
 
-fn fmt_value(v: &Value) -> String {
-    match v {
-        Value::U(x) => x.to_string(),
-        Value::S(x) => x.to_string(),
-        Value::F(x) => x.to_string(),
-        Value::Array(items) => format!("[{}]", items.iter().map(fmt_value).collect::<Vec<_>>().join(", ")),
-    }
-}
+type BoxError = Box<dyn std::error::Error>;
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+fn run(args: Args) -> Result<(), BoxError> {
     if (args.history.is_some() || args.window.is_some()) && args.set.is_none() {
         return Err("--history and --window need --set".into());
     }
-    let store = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(&args.store) })?;
-    {
-        let mut s = store.session()?;
-        let sets: Vec<(SetId, SetInfo)> = match &args.set {
-            Some(name) => {
-                let id = store.set_id(name).ok_or_else(|| format!("no set named {name}"))?;
-                store.sets().into_iter().filter(|(i, _)| *i == id).collect()
-            }
-            None => store.sets(),
-        };
-        let mut out = Vec::new();
-        for (id, info) in &sets {
-            let schema = store.schema(&info.schema).ok_or("a set names a missing schema")?;
-            let latest = s.latest(*id)?;
-            let names: Vec<&str> = schema.metrics.iter().map(|m| m.name.as_str()).collect();
-            let latest_ts = latest.as_ref().map_or(0, |x| x.timestamp);
-            let history: Option<Vec<Sample>> = args
-                .history
-                .map(|secs| s.range(*id, latest_ts.saturating_sub(secs * 1_000_000_000), latest_ts))
-                .transpose()?;
-            let window = args
-                .window
-                .map(|secs| s.window(*id, latest_ts.saturating_sub(secs * 1_000_000_000), latest_ts))
-                .transpose()?;
-            if args.json {
-                let values = |x: &Sample| -> serde_json::Value {
-                    names
-                        .iter()
-                        .zip(&x.values)
-                        .map(|(n, v)| (n.to_string(), serde_json::to_value(v).unwrap()))
-                        .collect()
-                };
-                let mut set = json!({
-                    "instance": info.instance, "schema": info.schema, "producer": info.producer,
-                    "component_id": info.component_id, "job_id": info.job_id, "interval_ns": info.interval_ns,
-                    "latest": latest.as_ref().map(|x| json!({
-                        "timestamp_ns": x.timestamp, "duration_ns": x.duration, "generation": x.generation,
-                        "consistent": x.consistent, "values": values(x),
-                    })),
-                });
-                if let Some(h) = &history {
-                    set["history"] = h
-                        .iter()
-                        .map(|x| json!({"timestamp_ns": x.timestamp, "generation": x.generation, "values": values(x)}))
-                        .collect();
-                }
-                if let Some(w) = &window {
-                    set["window"] = serde_json::to_value(w)?;
-                }
-                out.push(set);
-                continue;
-            }
-            let when = latest.as_ref().map_or("no sample".to_string(), |x| {
-                format!(
-                    "generation {} at {}.{:09} s{}",
-                    x.generation,
-                    x.timestamp / 1_000_000_000,
-                    x.timestamp % 1_000_000_000,
-                    if x.consistent { "" } else { " (inconsistent)" }
-                )
-            });
-            println!(
-                "{}: schema {}, producer {}, component {}, job {}, {} metrics, {when}",
-                info.instance,
-                info.schema,
-                info.producer,
-                info.component_id,
-                info.job_id,
-                names.len()
-            );
-            if let Some(x) = latest.as_ref().filter(|_| args.verbose || args.set.is_some()) {
-                for (m, v) in schema.metrics.iter().zip(&x.values) {
-                    println!("  {:<6} {:<32} {}", if m.meta { "meta" } else { "data" }, m.name, fmt_value(v));
-                }
-            }
-            if let Some(h) = &history {
-                println!("  {:>20} {:>12}  values", "timestamp (ns)", "generation");
-                for x in h {
-                    let vals: Vec<String> = x.values.iter().map(fmt_value).collect();
-                    println!("  {:>20} {:>12}  {}", x.timestamp, x.generation, vals.join(" "));
-                }
-            }
-            if let Some(w) = &window {
-                println!(
-                    "  {:<32} {:>8} {:>16} {:>16} {:>16} {:>14}",
-                    "metric", "samples", "min", "max", "avg", "rate/s"
-                );
-                for st in w {
-                    let rate = st.rate.map_or("-".into(), |r| format!("{r:.3}"));
-                    println!(
-                        "  {:<32} {:>8} {:>16} {:>16} {:>16.3} {:>14}",
-                        st.metric, st.samples, st.min, st.max, st.avg, rate
-                    );
-                }
-            }
-        }
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&out)?);
-        }
+    let query = Query { set: args.set.clone(), history: args.history, window: args.window };
+    let sets = match (&args.from, &args.store) {
+        (Some(addr), _) => fetch(addr, &query)?,
+        (None, Some(path)) => read(path, &query)?,
+        (None, None) => unreachable!("clap requires the store or --from"),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sets)?);
+    } else {
+        print!("{}", table(&sets, args.verbose || args.set.is_some()));
     }
-    store.close()?;
     Ok(())
+}
+
+/// The listing, from the store's file.
+fn read(path: &PathBuf, query: &Query) -> Result<Vec<SetListing>, BoxError> {
+    let store = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(path) }).map_err(|e| {
+        let held = matches!(&e, petra_kv::KvError::Open(petra::error::OpenError::Locked { .. }));
+        let hint = if held { " (a running petra-mon holds it: ask it with --from ADDR)" } else { "" };
+        format!("{e}{hint}")
+    })?;
+    let sets = listing(&store, &mut store.session()?, query)?;
+    store.close()?;
+    Ok(sets)
+}
+
+/// The listing, from the petra-mon at `addr` (its /ls endpoint).
+fn fetch(addr: &str, query: &Query) -> Result<Vec<SetListing>, BoxError> {
+    let base = if addr.contains("://") { addr.to_owned() } else { format!("http://{addr}") };
+    let url = format!("{}/ls?{}", base.trim_end_matches('/'), query.to_url_query());
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut response = agent.get(&url).call().map_err(|e| format!("cannot reach petra-mon at {addr}: {e}"))?;
+    let body = response.body_mut().read_to_string()?;
+    if !response.status().is_success() {
+        return Err(body.trim_end().into());
+    }
+    Ok(serde_json::from_str(&body).map_err(|e| format!("{url} did not return a listing: {e}"))?)
 }

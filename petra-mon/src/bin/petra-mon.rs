@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use petra_kv::{Config, MetricStore};
-use petra_mon::{Producer, SAMPLERS};
+use petra_mon::listing::{Query, listing};
+use petra_mon::{MonError, Producer, SAMPLERS};
 
 /// Samples /proc (meminfo, vmstat, loadavg, stat, diskstats) into a PETRA metric store, durably:
 /// after a crash or SIGKILL it starts again where its last stored sample left off. SIGTERM or
 /// SIGINT stop it cleanly (the store is closed and marked clean). With --listen it serves the
-/// latest values at /metrics in the OpenMetrics text format, for Prometheus to scrape.
+/// latest values at /metrics in the OpenMetrics text format, for Prometheus to scrape, and
+/// petra-ls's listings at /ls (`petra-ls --from ADDR`), since the store's file is its alone.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
@@ -46,7 +48,8 @@ struct Args {
     /// Stop after this many rounds (default: run until SIGTERM or SIGINT).
     #[arg(long)]
     count: Option<u64>,
-    /// Serve OpenMetrics at http://ADDR/metrics (for example 127.0.0.1:9464).
+    /// Serve OpenMetrics at http://ADDR/metrics (for example 127.0.0.1:9464), and listings at
+    /// http://ADDR/ls for `petra-ls --from ADDR`.
     #[arg(long)]
     listen: Option<String>,
     /// Where /proc is (for tests).
@@ -169,21 +172,39 @@ fn sample_loop(args: &Args, store: &Shared, producer: &Producer, stop: &AtomicBo
     Ok(())
 }
 
+/// Answers /metrics (OpenMetrics text of the latest values) and /ls (petra-ls's listing, JSON,
+/// for the query in the URL) until `stop`.
 fn serve(server: &tiny_http::Server, store: &Shared, stop: &AtomicBool) {
-    let header = tiny_http::Header::from_bytes(
-        &b"Content-Type"[..],
-        &b"application/openmetrics-text; version=1.0.0; charset=utf-8"[..],
-    )
-    .expect("a valid header");
+    let header = |value: &str| tiny_http::Header::from_bytes(&b"Content-Type"[..], value).expect("a valid header");
+    let openmetrics = header("application/openmetrics-text; version=1.0.0; charset=utf-8");
+    let json = header("application/json");
     while !stop.load(Ordering::Relaxed) {
         let Ok(Some(request)) = server.recv_timeout(Duration::from_millis(100)) else { continue };
-        let response = if request.url() == "/metrics" {
-            match store.with(|s| Ok(petra_mon::openmetrics(s, &mut s.session()?)?)) {
-                Ok(text) => tiny_http::Response::from_string(text).with_header(header.clone()),
+        let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
+        let response = match path {
+            "/metrics" => match store.with(|s| Ok(petra_mon::openmetrics(s, &mut s.session()?)?)) {
+                Ok(text) => tiny_http::Response::from_string(text).with_header(openmetrics.clone()),
                 Err(e) => tiny_http::Response::from_string(e.to_string()).with_status_code(500),
-            }
-        } else {
-            tiny_http::Response::from_string("petra-mon serves /metrics\n").with_status_code(404)
+            },
+            "/ls" => match Query::from_url_query(query) {
+                Err(e) => tiny_http::Response::from_string(e).with_status_code(400),
+                Ok(query) => match store.with(|s| Ok(listing(s, &mut s.session()?, &query)?)) {
+                    Ok(sets) => {
+                        tiny_http::Response::from_string(serde_json::to_string(&sets).expect("a listing is JSON"))
+                            .with_header(json.clone())
+                    }
+                    // An unknown set is the asker's mistake, anything else the daemon's.
+                    Err(e) => {
+                        let status = if e.downcast_ref::<MonError>().is_some_and(|e| matches!(e, MonError::NoSet(_))) {
+                            404
+                        } else {
+                            500
+                        };
+                        tiny_http::Response::from_string(e.to_string()).with_status_code(status)
+                    }
+                },
+            },
+            _ => tiny_http::Response::from_string("petra-mon serves /metrics and /ls\n").with_status_code(404),
         };
         let _ = request.respond(response);
     }
