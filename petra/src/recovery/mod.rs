@@ -11,8 +11,9 @@
 //!    txid. A descriptor whose persist did not complete fails its checksum or has no txid, and is
 //!    ignored with its whole transaction; so is one whose lines all reached the media while a
 //!    byte value it wrote did not (the value fails the hash its op carries, and its op is the
-//!    last writer of its key). A value that fails its hash under a later writer was replaced,
-//!    freed and reused, which voids nothing.
+//!    last writer of its key). Only the last valid descriptor of a ring can be torn that way, so
+//!    only those descriptors' values are read. A value that fails its hash under a later writer
+//!    was replaced, freed and reused, which voids nothing.
 //! 2. **Baseline.** Every block of every node slab chunk: a node whose norm word carries the
 //!    committed epoch and whose checksum holds was written by the last recovery, and gives its
 //!    key's state as of then. A key no transaction touched since keeps that state; a key whose
@@ -105,12 +106,15 @@ pub(crate) fn recover<M: PMem + 'static>(
         return reopen_clean(pool, config, meta, epoch, max_txid, structures);
     }
 
-    // 1. KDMap: (structure, key) -> (txid, state). The valid descriptors: (offset, txid).
+    // 1. KDMap: (structure, key) -> (txid, state). The valid descriptors: (offset, txid); and
+    // the txid of the last valid descriptor of each ring.
     let mut valid: Vec<(u64, u64)> = Vec::new();
+    let mut ring_tails: FxHashSet<u64> = FxHashSet::default();
     let mut ops = 0;
     for (ring, len) in pool.regions(RING_TAG) {
         let end = ring.get() + len;
         let mut pos = ring.get() + 64;
+        let mut tail = None;
         while pos + 64 <= end {
             let Some((txid, bytes)) = persisted_at(mem, pos, end, epoch as u32) else {
                 pos += 64;
@@ -119,19 +123,24 @@ pub(crate) fn recover<M: PMem + 'static>(
             max_txid = max_txid.max(txid);
             ops += Desc::new(mem, pos).nops();
             valid.push((pos, txid));
+            tail = Some(txid);
             pos += bytes;
         }
+        ring_tails.extend(tail);
     }
     report.descriptors = valid.len() as u64;
     // A descriptor whose words all reached the media may still have a blob whose lines did not
     // (its fence never completed): then it was never visible, and no later transaction touched
-    // its keys (one would have persisted it first), so it is ignored whole. A blob that fails
-    // its hash under a later writer of its key (a later transaction, or a later op of its own)
-    // was replaced, freed and reused: that is expected, and the descriptor's other ops stand.
+    // its keys (one would have persisted it first), so it is ignored whole. Only the last valid
+    // descriptor of a ring can be such a one: a ring is written by one handle at a time, in
+    // order, and a handle writes its next descriptor only after its last one was persisted (its
+    // own fence or a helper's completed first) or aborted (never valid). A blob that fails its
+    // hash under a later writer of its key (a later transaction, or a later op of its own) was
+    // replaced, freed and reused: that is expected, and the descriptor's other ops stand.
     // So: the last writer of each key over every valid descriptor ((txid, op index), a later op
-    // of one transaction winning); the torn descriptors are those with a blob op that is its
-    // key's last writer and fails its hash; KDMap is the last writer over the others, which is
-    // the same map when none is torn (the common case: one pass).
+    // of one transaction winning); the torn descriptors are ring tails with a blob op that is
+    // its key's last writer and fails its hash; KDMap is the last writer over the others, which
+    // is the same map when none is torn (the common case: one pass).
     let last_writers = |skip: &FxHashSet<u64>| {
         let mut last: FxHashMap<(u8, u128), Writer> = FxHashMap::default();
         last.reserve(ops.min(1 << 21));
@@ -150,8 +159,11 @@ pub(crate) fn recover<M: PMem + 'static>(
         last
     };
     let mut last = last_writers(&FxHashSet::default());
-    let torn: FxHashSet<u64> =
-        last.values().filter(|w| w.blob && !blob_matches(&pool, w.value, w.hash)).map(|w| w.txid).collect();
+    let torn: FxHashSet<u64> = last
+        .values()
+        .filter(|w| w.blob && ring_tails.contains(&w.txid) && !blob_matches(&pool, w.value, w.hash))
+        .map(|w| w.txid)
+        .collect();
     if !torn.is_empty() {
         last = last_writers(&torn);
     }
