@@ -673,16 +673,16 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
     /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
     pub fn scan(&mut self, set: SetId, from: u64, to: u64, mut f: impl FnMut(Sample) -> ControlFlow<()>) -> Result<()> {
         let entry = self.store.entry(set)?;
+        let sample_bytes = 8 * (HEADER_WORDS + entry.schema.words());
         let mut buf = Vec::new();
         self.h.range_with(
             HISTORY,
             history_key(set, from)..=history_key(set, to),
             |entries: Vec<(u128, u64)>, blobs| {
                 for (i, &(_, w)) in entries.iter().enumerate() {
-                    // The next sample's blob is about as long as this one's: it loads while this
-                    // one is decoded.
+                    // The next sample's blob loads while this one is decoded.
                     if let Some(&(_, next)) = entries.get(i + 1) {
-                        blobs.prefetch(next, buf.len().max(entry.schema.metrics.len() * 8));
+                        blobs.prefetch(next, sample_bytes);
                     }
                     blobs.read_into(w, &mut buf);
                     if f(decode(&entry.schema, &buf)).is_break() {

@@ -81,11 +81,17 @@ fn read(path: &PathBuf, query: &Query) -> Result<Vec<SetListing>, BoxError> {
 fn fetch(addr: &str, query: &Query) -> Result<Vec<SetListing>, BoxError> {
     let base = if addr.contains("://") { addr.to_owned() } else { format!("http://{addr}") };
     let url = format!("{}/ls?{}", base.trim_end_matches('/'), query.to_url_query());
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(60)))
+        .build()
+        .into();
     let mut response = agent.get(&url).call().map_err(|e| format!("cannot reach petra-mon at {addr}: {e}"))?;
-    let body = response.body_mut().read_to_string()?;
-    if !response.status().is_success() {
-        return Err(body.trim_end().into());
+    // A long history is a long listing: no limit on the body (ureq's default stops at 10 MB).
+    let body = response.body_mut().with_config().limit(u64::MAX).read_to_string()?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("{url} answered {status}: {}", body.trim_end()).into());
     }
     Ok(serde_json::from_str(&body).map_err(|e| format!("{url} did not return a listing: {e}"))?)
 }

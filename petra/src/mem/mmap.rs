@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::{CACHE_LINE, Durability, GrowError, PMem, check_word};
+use super::{CACHE_LINE, Durability, GrowError, PMem, WORD, check_word};
 
 /// The instruction that writes a cache line back to memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -328,6 +328,11 @@ impl PMem for MmapMem {
 
     #[inline]
     fn prefetch(&self, off: u64) {
+        // A hint: an offset outside the mapping is ignored, not refused; any byte of a word will do.
+        let off = off & !(WORD - 1);
+        if off.checked_add(WORD).is_none_or(|end| end > self.len()) {
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             let word: *const AtomicU64 = self.word(off);

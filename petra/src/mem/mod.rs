@@ -117,7 +117,8 @@ pub trait PMem: Send + Sync {
     fn fence(&self);
 
     /// A hint that the word at `off` is about to be read: starts bringing its line into the
-    /// cache. Changes nothing and orders nothing; by default it does nothing.
+    /// cache. Changes nothing and orders nothing, and an offset outside the memory is ignored;
+    /// by default it does nothing.
     fn prefetch(&self, _off: u64) {}
 
     /// Flushes every cache line that `[off, off + len)` touches, and no other.

@@ -132,9 +132,9 @@ pub(crate) fn recover<M: PMem + 'static>(
     // A descriptor whose words all reached the media may still have a blob whose lines did not
     // (its fence never completed): then it was never visible, and no later transaction touched
     // its keys (one would have persisted it first), so it is ignored whole. Only the last valid
-    // descriptor of a ring can be such a one: a ring is written by one handle at a time, in
-    // order, and a handle writes its next descriptor only after its last one was persisted (its
-    // own fence or a helper's completed first) or aborted (never valid). A blob that fails its
+    // descriptor of a ring can be such a one (docs/design.md, "The engine", point 11: nothing is
+    // written after a descriptor in its ring before that one is persisted or aborted, and a
+    // handle a panic unwound through gives its ring up). A blob that fails its
     // hash under a later writer of its key (a later transaction, or a later op of its own) was
     // replaced, freed and reused: that is expected, and the descriptor's other ops stand.
     // So: the last writer of each key over every valid descriptor ((txid, op index), a later op

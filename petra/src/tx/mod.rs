@@ -684,6 +684,7 @@ impl<M: PMem + 'static> Engine<M> {
             ring: None,
             cursor: 0,
             ring_end: 0,
+            unfinished: false,
             cache: AllocCache::new(),
             help_stack: Vec::new(),
             blobs: Vec::new(),
@@ -818,6 +819,10 @@ pub struct Handle<M: PMem + 'static> {
     help_stack: Vec<u64>,
     /// The blobs of the transaction being executed, per op (0: a word value); kept for reuse.
     blobs: Vec<u64>,
+    /// A descriptor of this handle's was written and its execution never returned (a panic
+    /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
+    /// in its ring (recovery checks the values of ring tails only), and the ring is given up.
+    unfinished: bool,
 }
 
 impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
@@ -829,6 +834,9 @@ impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
 impl<M: PMem + 'static> Drop for Handle<M> {
     fn drop(&mut self) {
         self.inner.pool.release_cache(&mut self.cache);
+        if self.unfinished {
+            self.cursor = self.ring_end;
+        }
         RingSlot::release(&mut self.inner.rings.lock(), self.ring.take(), self.cursor);
     }
 }
@@ -915,6 +923,9 @@ impl<M: PMem + 'static> Handle<M> {
     /// Refuses, before anything changes, a transaction the engine cannot run: too many ops, an
     /// unknown structure, a key or value of the wrong kind for its structure, or a byte value
     /// longer than a blob can be. Returns whether an op is on a structure of byte values.
+    ///
+    /// It also starts each op's first search load (a hash map's bucket), so that the load
+    /// overlaps the writing of blobs and of the descriptor.
     fn check(&self, tx: &Transaction) -> Result<bool, EngineError> {
         let n = tx.ops.len();
         if n > MAX_OPS {
@@ -928,6 +939,7 @@ impl<M: PMem + 'static> Handle<M> {
                 return Err(EngineError::WrongKey { structure: op.structure.0, expected: keys });
             }
             bytes |= structure.values == Values::Bytes;
+            on_set!(&structure.set, set => set.prefetch(self.mem(), op.key));
             if op.kind.writes() != Some(true) {
                 continue;
             }
@@ -951,12 +963,6 @@ impl<M: PMem + 'static> Handle<M> {
             return Ok(Outcome::Committed { results: Vec::new(), txid: None });
         }
         let bytes = self.check(tx)?;
-        // Start the searches' first loads (a hash map's bucket) now: they overlap the writing of
-        // blobs and of the descriptor.
-        for op in &tx.ops {
-            let structure = self.inner.structure(op.structure)?;
-            on_set!(&structure.set, set => set.prefetch(self.mem(), op.key));
-        }
         self.run_removals(guard);
         if n == 1 && tx.ops[0].kind.is_read() {
             return self.read_one(&tx.ops[0], guard);
@@ -971,6 +977,9 @@ impl<M: PMem + 'static> Handle<M> {
         let added = |pos: usize| order.as_ref().map_or(pos, |o| o[pos]);
         let wide = tx.ops.iter().any(|op| op.key >> 64 != 0);
         let desc_len = desc_bytes(n, wide);
+        if std::mem::take(&mut self.unfinished) {
+            self.cursor = self.ring_end;
+        }
         // A handle without a ring, or whose ring has no room left, takes one that has room.
         if self.ring.is_none() || self.cursor + desc_len > self.ring_end {
             self.take_ring(desc_len)?;
@@ -1009,6 +1018,7 @@ impl<M: PMem + 'static> Handle<M> {
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         });
         descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), wide, stored);
+        self.unfinished = true;
         self.help_stack.push(d);
         let failed = self.run(d, 0, guard);
         self.help_stack.pop();
@@ -1051,6 +1061,7 @@ impl<M: PMem + 'static> Handle<M> {
             }
         };
         self.blobs = blobs;
+        self.unfinished = false;
         outcome
     }
 
@@ -1391,12 +1402,14 @@ impl<M: PMem> Blobs<'_, M> {
     /// A hint that the byte value named by `word`, about `len` bytes long (a guess will do), is
     /// read soon: starts loading its lines. Changes nothing; a word outside the pool is ignored.
     pub fn prefetch(&self, word: u64, len: usize) {
+        use crate::mem::CACHE_LINE;
         let mem = self.pool.mem();
+        // Every line of [word, word + 8 + len), clamped to the pool (the memory ignores the rest).
         let end = word.saturating_add(crate::mem::WORD).saturating_add(len as u64).min(mem.len());
-        let mut at = word & !(crate::mem::WORD - 1);
-        while at < end.saturating_sub(crate::mem::WORD - 1) {
-            mem.prefetch(at);
-            at += crate::mem::CACHE_LINE;
+        let mut line = word & !(CACHE_LINE - 1);
+        while line < end {
+            mem.prefetch(line.max(word));
+            line += CACHE_LINE;
         }
     }
 
