@@ -59,18 +59,9 @@ impl Query {
 /// One set as listed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SetListing {
-    /// `<producer>/<sampler>`.
-    pub instance: String,
-    /// Its schema's name.
-    pub schema: String,
-    /// The producer.
-    pub producer: String,
-    /// The component.
-    pub component_id: u64,
-    /// The job (0: none).
-    pub job_id: u64,
-    /// The sampling interval, nanoseconds.
-    pub interval_ns: u64,
+    /// The set's record (its fields at the listing's top level).
+    #[serde(flatten)]
+    pub info: SetInfo,
     /// The schema's metrics, in order.
     pub metrics: Vec<Metric>,
     /// The latest sample, if any.
@@ -140,18 +131,8 @@ pub fn listing<M: PMem + 'static>(
             None => None,
         };
         let window = query.window.map(|secs| session.window(id, since(secs), latest_ts)).transpose()?;
-        out.push(SetListing {
-            latest: latest.map(|s| ListedSample::new(&metrics, s)),
-            instance: info.instance,
-            schema: info.schema,
-            producer: info.producer,
-            component_id: info.component_id,
-            job_id: info.job_id,
-            interval_ns: info.interval_ns,
-            metrics,
-            history,
-            window,
-        });
+        let latest = latest.map(|s| ListedSample::new(&metrics, s));
+        out.push(SetListing { info, metrics, latest, history, window });
     }
     Ok(out)
 }
@@ -172,6 +153,7 @@ pub fn table(sets: &[SetListing], values: bool) -> String {
     let missing = Value::Array(Vec::new());
     let value = |s: &ListedSample, m: &Metric| fmt_value(s.values.get(&m.name).unwrap_or(&missing));
     for set in sets {
+        let info = &set.info;
         let when = set.latest.as_ref().map_or("no sample".to_string(), |x| {
             format!(
                 "generation {} at {}.{:09} s{}",
@@ -184,11 +166,11 @@ pub fn table(sets: &[SetListing], values: bool) -> String {
         let _ = writeln!(
             out,
             "{}: schema {}, producer {}, component {}, job {}, {} metrics, {when}",
-            set.instance,
-            set.schema,
-            set.producer,
-            set.component_id,
-            set.job_id,
+            info.instance,
+            info.schema,
+            info.producer,
+            info.component_id,
+            info.job_id,
             set.metrics.len()
         );
         if let Some(x) = set.latest.as_ref().filter(|_| values) {

@@ -39,6 +39,19 @@ fn ls(dir: &Path, extra: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Starts the daemon sampling every 10 ms and serving on a free local port; returns it and the
+/// address once it has stored three rounds (the rest of its output is drained meanwhile).
+fn serving(dir: &Path) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child =
+        mon(dir, &["--interval-ms", "10", "--verbose", "--listen", &addr]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.by_ref().take(3 * SAMPLERS.len()).count(), 3 * SAMPLERS.len());
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
 #[test]
 fn a_counted_run_is_listed_by_petra_ls_as_a_table_and_as_json() {
     let dir = petra_recovery::scratch_dir();
@@ -92,15 +105,7 @@ fn a_counted_run_is_listed_by_petra_ls_as_a_table_and_as_json() {
 fn sigterm_stops_the_daemon_cleanly_and_it_serves_openmetrics_meanwhile() {
     let dir = petra_recovery::scratch_dir();
     fake_proc(dir.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = mon(dir.path(), &["--interval-ms", "10", "--verbose", "--listen", &addr])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stored = lines.by_ref().take(3 * SAMPLERS.len()).count();
-    assert_eq!(stored, 3 * SAMPLERS.len());
+    let (mut child, addr) = serving(dir.path());
     // The endpoint: the latest values, as gauges, ending with # EOF.
     let deadline = Instant::now() + Duration::from_secs(10);
     let page = loop {
@@ -135,14 +140,7 @@ fn sigterm_stops_the_daemon_cleanly_and_it_serves_openmetrics_meanwhile() {
 fn petra_ls_reads_a_store_the_running_daemon_holds_through_it() {
     let dir = petra_recovery::scratch_dir();
     fake_proc(dir.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = mon(dir.path(), &["--interval-ms", "10", "--verbose", "--listen", &addr])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.by_ref().take(3 * SAMPLERS.len()).count(), 3 * SAMPLERS.len());
+    let (mut child, addr) = serving(dir.path());
     let ls_from = |extra: &[&str]| {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
