@@ -969,7 +969,7 @@ impl<M: PMem + 'static> Handle<M> {
         }
         // Execution order: as added, or stably sorted by (structure, key); `added(pos)` maps an
         // executed position back to the op's place in the transaction.
-        let order: Option<Vec<usize>> = tx.sort.then(|| {
+        let mut order: Option<Vec<usize>> = tx.sort.then(|| {
             let mut order: Vec<usize> = (0..n).collect();
             order.sort_by_key(|&i| (tx.ops[i].structure, tx.ops[i].key));
             order
@@ -1031,17 +1031,18 @@ impl<M: PMem + 'static> Handle<M> {
                 // (clflushopt always, clwb on some CPUs). Nothing is returned before the fence.
                 // Built by collecting, not from a zeroed vector: glibc's calloc takes its arena
                 // lock on every call, malloc has a per-thread cache.
-                let executed: Vec<Option<u64>> = (0..n).map(|pos| self.before_state(d, pos, guard)).collect();
-                let results = match &order {
-                    None => executed,
-                    Some(order) => {
-                        let mut results = executed.clone();
-                        for (pos, &i) in order.iter().enumerate() {
-                            results[i] = executed[pos];
+                let mut results: Vec<Option<u64>> = (0..n).map(|pos| self.before_state(d, pos, guard)).collect();
+                // Into the transaction's order, in place: the result at `pos` belongs at
+                // `order[pos]` (`order` is not needed after, so it is the scratch).
+                if let Some(order) = order.as_mut() {
+                    for pos in 0..n {
+                        while order[pos] != pos {
+                            let to = order[pos];
+                            results.swap(pos, to);
+                            order.swap(pos, to);
                         }
-                        results
                     }
-                };
+                }
                 self.schedule_removals(d, true, guard);
                 let txid = self.persist(d);
                 if bytes {
