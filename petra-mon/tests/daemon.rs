@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use petra_kv::{Config, CreateMode, MetricStore};
 use petra_mon::{Producer, SAMPLERS};
@@ -39,8 +38,18 @@ fn ls(dir: &Path, extra: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The response to a GET of `path` from the daemon at `addr`, status line and headers included.
+fn http_get(addr: &str, path: &str) -> String {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).unwrap();
+    let mut page = String::new();
+    c.read_to_string(&mut page).unwrap();
+    page
+}
+
 /// Starts the daemon sampling every 10 ms and serving on a free local port; returns it and the
-/// address once it has stored three rounds (the rest of its output is drained meanwhile).
+/// address once it has stored three rounds, so its endpoint is bound (before its first round);
+/// the rest of its output is drained meanwhile.
 fn serving(dir: &Path) -> (std::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
@@ -107,17 +116,7 @@ fn sigterm_stops_the_daemon_cleanly_and_it_serves_openmetrics_meanwhile() {
     fake_proc(dir.path());
     let (mut child, addr) = serving(dir.path());
     // The endpoint: the latest values, as gauges, ending with # EOF.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let page = loop {
-        if let Ok(mut c) = std::net::TcpStream::connect(&addr) {
-            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-            let mut page = String::new();
-            c.read_to_string(&mut page).unwrap();
-            break page;
-        }
-        assert!(Instant::now() < deadline, "the endpoint never answered");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let page = http_get(&addr, "/metrics");
     assert!(page.contains("application/openmetrics-text"), "{page}");
     assert!(page.contains("# TYPE petra_meminfo_MemFree gauge"), "{page}");
     assert!(
@@ -142,16 +141,8 @@ fn petra_ls_reads_a_store_the_running_daemon_holds_through_it() {
     fake_proc(dir.path());
     let (mut child, addr) = serving(dir.path());
     let ls_from = |extra: &[&str]| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out =
-                Command::new(env!("CARGO_BIN_EXE_petra-ls")).args(["--from", &addr]).args(extra).output().unwrap();
-            let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            if !err.contains("cannot reach") || Instant::now() > deadline {
-                break (out.status.success(), String::from_utf8(out.stdout).unwrap(), err);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let out = Command::new(env!("CARGO_BIN_EXE_petra-ls")).args(["--from", &addr]).args(extra).output().unwrap();
+        (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
     };
     // The file itself is the daemon's: petra-ls says so and where to ask instead.
     let out = Command::new(env!("CARGO_BIN_EXE_petra-ls")).arg(dir.path().join("m.pool")).output().unwrap();
@@ -171,7 +162,9 @@ fn petra_ls_reads_a_store_the_running_daemon_holds_through_it() {
     assert_eq!(live[0]["window"].as_array().unwrap().len(), live[0]["metrics"].as_array().unwrap().len());
     // Mistakes come back as the daemon's message.
     let (ok, _, err) = ls_from(&["--set", "nope"]);
-    assert!(!ok && err.contains("no set named nope"), "{err}");
+    assert!(!ok && err.contains("answered 404") && err.contains("no set named nope"), "{err}");
+    let page = http_get(&addr, "/ls?history=soon");
+    assert!(page.starts_with("HTTP/1.0 400") && page.contains("number of seconds"), "{page}");
 
     // SAFETY: `kill` on the child's pid, which has not been waited for, so it names our child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);

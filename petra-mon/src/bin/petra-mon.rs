@@ -178,34 +178,33 @@ fn serve(server: &tiny_http::Server, store: &Shared, stop: &AtomicBool) {
     let header = |value: &str| tiny_http::Header::from_bytes(&b"Content-Type"[..], value).expect("a valid header");
     let openmetrics = header("application/openmetrics-text; version=1.0.0; charset=utf-8");
     let json = header("application/json");
+    let failed = |e: BoxError| (500, e.to_string());
     while !stop.load(Ordering::Relaxed) {
         let Ok(Some(request)) = server.recv_timeout(Duration::from_millis(100)) else { continue };
         let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
-        let response = match path {
-            "/metrics" => match store.with(|s| Ok(petra_mon::openmetrics(s, &mut s.session()?)?)) {
-                Ok(text) => tiny_http::Response::from_string(text).with_header(openmetrics.clone()),
-                Err(e) => tiny_http::Response::from_string(e.to_string()).with_status_code(500),
-            },
-            "/ls" => match Query::from_url_query(query) {
-                Err(e) => tiny_http::Response::from_string(e).with_status_code(400),
-                Ok(query) => match store.with(|s| Ok(listing(s, &mut s.session()?, &query)?)) {
-                    Ok(sets) => {
-                        tiny_http::Response::from_string(serde_json::to_string(&sets).expect("a listing is JSON"))
-                            .with_header(json.clone())
-                    }
-                    // An unknown set is the asker's mistake, anything else the daemon's.
-                    Err(e) => {
-                        let status = if e.downcast_ref::<MonError>().is_some_and(|e| matches!(e, MonError::NoSet(_))) {
-                            404
-                        } else {
-                            500
-                        };
-                        tiny_http::Response::from_string(e.to_string()).with_status_code(status)
-                    }
-                },
-            },
-            _ => tiny_http::Response::from_string("petra-mon serves /metrics and /ls\n").with_status_code(404),
+        let page = match path {
+            "/metrics" => store
+                .with(|s| Ok(petra_mon::openmetrics(s, &mut s.session()?)?))
+                .map(|text| (text, openmetrics.clone()))
+                .map_err(failed),
+            "/ls" => ls_page(store, query).map(|text| (text, json.clone())),
+            _ => Err((404, "petra-mon serves /metrics and /ls\n".to_string())),
+        };
+        let response = match page {
+            Ok((text, content_type)) => tiny_http::Response::from_string(text).with_header(content_type),
+            Err((status, text)) => tiny_http::Response::from_string(text).with_status_code(status),
         };
         let _ = request.respond(response);
     }
+}
+
+/// The listing a URL query asks for, as JSON; or the status and message of a bad query (400), an
+/// unknown set (404) or the daemon's failure (500).
+fn ls_page(store: &Shared, query: &str) -> Result<String, (u16, String)> {
+    let query = Query::from_url_query(query).map_err(|e| (400, e))?;
+    let sets = store.with(|s| Ok(listing(s, &mut s.session()?, &query)?)).map_err(|e| {
+        let unknown = matches!(e.downcast_ref::<MonError>(), Some(MonError::NoSet(_)));
+        (if unknown { 404 } else { 500 }, e.to_string())
+    })?;
+    Ok(serde_json::to_string(&sets).expect("a listing is JSON"))
 }
