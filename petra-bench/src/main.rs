@@ -707,7 +707,6 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// A progress bar of `len` steps on stderr, drawn only when stderr is a terminal.
 /// Says on stderr which files a run wrote (stdout keeps the results alone).
 fn wrote(files: Vec<std::path::PathBuf>) {
     for file in files {
@@ -715,6 +714,7 @@ fn wrote(files: Vec<std::path::PathBuf>) {
     }
 }
 
+/// A progress bar of `len` steps on stderr, drawn only when stderr is a terminal.
 fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
     let template = format!("{{bar:40}} {{pos}}/{{len}} {unit}, {{elapsed}} ({{eta}} left)");
     indicatif::ProgressBar::new(len as u64)

@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use petra_kv::KvError;
-
-use petra_kv::{Config, CreateMode, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Value};
+use petra_kv::{
+    Config, CreateMode, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Value,
+};
 
 use crate::kv::{RedbDb, RedbDurability, redb_err};
 
@@ -182,7 +182,7 @@ fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsRes
     let mut session = target.session()?;
     for set in 0..case.sets {
         let latest = session.latest(set)?;
-        let stored = session.range(set, 0, u64::MAX)?;
+        let stored = session.scan(set, 0, u64::MAX)?;
         if latest != Some(case.samples) || stored as u64 != case.samples {
             return Err(format!("set {set} holds {stored} samples, the latest {latest:?}, of {}", case.samples));
         }

@@ -69,7 +69,7 @@ fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String
     crate::put_in_batches(
         engine,
         StructId(0),
-        (0..keys).map(|k| (k.wrapping_mul(STEP), k.wrapping_mul(STEP).wrapping_add(round))),
+        (0..keys).map(|k| k.wrapping_mul(STEP)).map(|key| (key, key.wrapping_add(round))),
     )
 }
 
