@@ -394,8 +394,10 @@ fn prefetch_hints_stay_inside_the_mapping() {
     let dir = scratch_dir();
     let pool = Pool::create(dir.path().join("p.pool"), &small()).unwrap();
     let (len, last) = (pool.mem().len(), pool.mem().len() - 8);
-    pool.mem().prefetch(0);
-    pool.mem().prefetch(last);
+    // Inside, at the end, past the end and unaligned: a hint never panics.
+    for off in [0, last, last + 3, len, u64::MAX] {
+        pool.mem().prefetch(off);
+    }
     let engine = Engine::create(pool, EngineConfig { ring_bytes: 1 << 16 }).unwrap();
     let s = engine.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Bytes).unwrap();
     let mut h = engine.handle().unwrap();
