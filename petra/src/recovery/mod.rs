@@ -134,9 +134,9 @@ pub(crate) fn recover<M: PMem + 'static>(
     // its keys (one would have persisted it first), so it is ignored whole. Only the last valid
     // descriptor of a ring can be such a one (docs/design.md, "The engine", point 11: nothing is
     // written after a descriptor in its ring before that one is persisted or aborted, and a
-    // handle a panic unwound through gives its ring up). A blob that fails its
-    // hash under a later writer of its key (a later transaction, or a later op of its own) was
-    // replaced, freed and reused: that is expected, and the descriptor's other ops stand.
+    // handle a panic unwound through gives its ring up). A blob that fails its hash under a
+    // later writer of its key (a later transaction, or a later op of its own) was replaced,
+    // freed and reused: that is expected, and the descriptor's other ops stand.
     // So: the last writer of each key over every valid descriptor ((txid, op index), a later op
     // of one transaction winning); the torn descriptors are ring tails with a blob op that is
     // its key's last writer and fails its hash; KDMap is the last writer over the others, which
