@@ -1,7 +1,9 @@
-//! Serializability of concurrent transactions over a list and a hash map: threads run random transactions on
-//! a few hot keys; replaying the committed ones in txid order on the model must reproduce every
-//! result they returned, and single reads (answered without a descriptor) must return a value
-//! the key had at a point of the serial order while they ran.
+//! Serializability of concurrent transactions over one structure of each kind: threads run random
+//! transactions on a few hot keys, and checkpoint rounds between them; replaying the committed
+//! ones in txid order on the model must reproduce every result they returned, single reads
+//! (answered without a descriptor) must return a value the key had at a point of the serial order
+//! while they ran, and a recovery from the memory left at the end (node records and the
+//! descriptors above the checkpoint txid) must give the final state.
 
 use std::collections::BTreeMap;
 
@@ -45,8 +47,12 @@ fn config() -> PoolConfig {
     PoolConfig { initial_size: 1 << 20, max_size: 256 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
 }
 
+/// Each thread runs a checkpoint round after this many transactions (another thread's round may
+/// be running: then it goes on).
+const ROUND_EVERY: usize = 64;
+
 fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, keys: u64, seed: u64) {
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 16 << 20 }).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(16 << 20)).unwrap();
     let lists = petra_suite::kinds::create_all(&engine);
     let logs: Vec<(Vec<Committed>, Vec<SingleRead>, usize)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -57,7 +63,10 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                     let mut rng = StdRng::seed_from_u64(seed * 1000 + t as u64);
                     let mut h = engine.handle().unwrap();
                     let (mut committed, mut reads, mut aborted) = (Vec::new(), Vec::new(), 0);
-                    for _ in 0..txs_per_thread {
+                    for i in 0..txs_per_thread {
+                        if i % ROUND_EVERY == ROUND_EVERY - 1 {
+                            h.checkpoint();
+                        }
                         let n = rng.random_range(1..=4);
                         let ops: Vec<Op> = (0..n).map(|_| random_op(&mut rng, lists, keys)).collect();
                         let sort = rng.random_bool(0.5);
@@ -153,10 +162,17 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
             );
         }
     }
-    for s in lists {
+    for &s in &lists {
         assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "final state of {s:?}");
     }
     assert!(committed.len() > txs_per_thread, "{} committed, {aborted} aborted", committed.len());
+    // Recovered as a crash would leave it: the same state.
+    let Ok(pool) = engine.into_pool() else { panic!("a handle outlived its thread") };
+    let (engine, report) = Engine::open(pool, EngineConfig::rings(16 << 20)).unwrap();
+    assert!(report.descriptors < committed.len() as u64, "the rounds folded nothing: {report:?}");
+    for &s in &lists {
+        assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "recovered state of {s:?}");
+    }
     eprintln!("{} committed, {} single reads, {aborted} aborted", committed.len(), reads.len());
 }
 

@@ -23,7 +23,7 @@ fn config() -> PoolConfig {
 }
 
 fn engine_config() -> EngineConfig {
-    EngineConfig { ring_bytes: 128 << 10 }
+    EngineConfig::rings(128 << 10)
 }
 
 /// A committed transaction as its thread saw it.
@@ -81,12 +81,33 @@ fn random_tx(rng: &mut StdRng) -> Vec<Op> {
         .collect()
 }
 
-/// Opens (recovering) and runs `per_thread` random transactions on each of `threads` threads.
-/// Runs `per_thread` random transactions on each of `threads` threads; then, if `close`, closes
-/// the engine ([`Engine::close`]), else leaves it as a crash would.
-fn workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64, close: bool) -> Vec<Acked> {
+/// How a workload runs.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    threads: usize,
+    per_thread: usize,
+    seed: u64,
+    /// Close the engine at the end ([`Engine::close`]), or leave it as a crash would.
+    close: bool,
+    /// Each thread runs a checkpoint round after every this many transactions (0: never).
+    checkpoint_every: usize,
+    /// The engine's settings.
+    engine: fn() -> EngineConfig,
+}
+
+impl Run {
+    fn new(threads: usize, per_thread: usize, seed: u64) -> Run {
+        Run { threads, per_thread, seed, close: false, checkpoint_every: 0, engine: engine_config }
+    }
+}
+
+/// Opens (recovering) and runs `per_thread` random transactions on each of `threads` threads,
+/// with checkpoint rounds between them if asked; then closes the engine or leaves it as a crash
+/// would.
+fn workload(mem: Arc<SimMem>, run: Run) -> Vec<Acked> {
+    let Run { threads, per_thread, seed, close, checkpoint_every, .. } = run;
     let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
-    let (engine, _) = Engine::open(pool, engine_config()).unwrap();
+    let (engine, _) = Engine::open(pool, (run.engine)()).unwrap();
     let acked = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -95,7 +116,10 @@ fn workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64, clos
                     let mut rng = StdRng::seed_from_u64(seed * 100 + t as u64);
                     let mut h = engine.handle().unwrap();
                     let mut acked = Vec::new();
-                    for _ in 0..per_thread {
+                    for i in 0..per_thread {
+                        if checkpoint_every > 0 && i % checkpoint_every == checkpoint_every - 1 {
+                            h.checkpoint();
+                        }
                         let ops = random_tx(&mut rng);
                         let mut tx = Transaction::new();
                         for op in &ops {
@@ -167,20 +191,17 @@ fn check(acked: &[Acked], crash_event: u64, mem: SimMem) -> Result<(), String> {
     ))
 }
 
-fn crash_run(seed: u64, threads: usize, per_thread: usize) -> Report {
+fn crash_run(run: Run) -> Report {
+    let seed = run.seed;
     let test = CrashTest { plan: CrashPlan::all(0.02, seed), exhaustive_bound: 32, samples: 6, ..CrashTest::new(seed) };
-    test.run(
-        setup,
-        |mem| workload(mem, threads, per_thread, seed, false),
-        |acked, image, mem| check(acked, image.point.event, mem),
-    )
+    test.run(setup, |mem| workload(mem, run), |acked, image, mem| check(acked, image.point.event, mem))
 }
 
 #[test]
 fn recovery_keeps_every_acknowledged_transaction_and_nothing_torn() {
     let mut total = Report::default();
     for seed in 0..3 {
-        total.merge(crash_run(seed, 2, 10));
+        total.merge(crash_run(Run::new(2, 10, seed)));
     }
     eprintln!("{} crash points, {} images", total.points, total.images);
     total.assert_ok();
@@ -188,11 +209,43 @@ fn recovery_keeps_every_acknowledged_transaction_and_nothing_torn() {
 }
 
 #[test]
+fn checkpoint_rounds_beside_transactions_keep_every_acknowledged_one_across_crashes() {
+    // Both threads run a round every third transaction (the other's transactions go on beside
+    // it): crash images at every flush and fence of the rounds too.
+    let mut total = Report::default();
+    for seed in 20..23 {
+        total.merge(crash_run(Run { checkpoint_every: 3, ..Run::new(2, 12, seed) }));
+    }
+    eprintln!("{} crash points, {} images", total.points, total.images);
+    total.assert_ok();
+    assert!(total.images >= 5_000, "only {} crash images", total.images);
+}
+
+#[test]
+fn rings_reused_in_laps_after_checkpoint_rounds_recover_only_what_came_after() {
+    // Rings of one chunk (511 one-op descriptors): 1 200 transactions on two threads go round
+    // them twice, slots holding descriptors of an earlier lap (at or below the checkpoint txid)
+    // that recovery must not replay. Crash points spread evenly over the run.
+    let run = Run { checkpoint_every: 40, engine: || EngineConfig::rings(64 << 10), ..Run::new(2, 600, 31) };
+    let test = CrashTest {
+        plan: CrashPlan::all(0.002, 31),
+        exhaustive_bound: 16,
+        samples: 3,
+        max_points: 700,
+        ..CrashTest::new(31)
+    };
+    let report = test.run(setup, |mem| workload(mem, run), |acked, image, mem| check(acked, image.point.event, mem));
+    eprintln!("{} crash points, {} images", report.points, report.images);
+    report.assert_ok();
+    assert!(report.points >= 500);
+}
+
+#[test]
 fn a_crash_during_recovery_is_recovered() {
     // Before: a history run and left without close (every acknowledged transaction persisted).
     let (before, acked) = {
         let mem = Arc::new(setup());
-        let acked = workload(Arc::clone(&mem), 1, 15, 7, false);
+        let acked = workload(Arc::clone(&mem), Run::new(1, 15, 7));
         let mem = Arc::into_inner(mem).unwrap();
         (mem.working_bytes(), acked)
     };
@@ -216,20 +269,21 @@ fn a_crash_during_a_clean_close_is_recovered_and_a_finished_one_skips_recovery()
     // Transactions, then `Engine::close` (their descriptors folded into nodes, the clean marks):
     // crash images all through, each recovered and checked like any other.
     let test = CrashTest { plan: CrashPlan::all(0.05, 11), exhaustive_bound: 32, samples: 6, ..CrashTest::new(11) };
+    let closing = Run { close: true, ..Run::new(1, 12, 11) };
     let report =
-        test.run(setup, |mem| workload(mem, 1, 12, 11, true), |acked, image, mem| check(acked, image.point.event, mem));
+        test.run(setup, |mem| workload(mem, closing), |acked, image, mem| check(acked, image.point.event, mem));
     eprintln!("{} crash points, {} images", report.points, report.images);
     report.assert_ok();
     assert!(report.points > 20);
     // Without a crash: the next open reads no descriptor, and a crash after it (transactions
     // and no close) recovers from the nodes the close left plus the new descriptors.
     let mem = Arc::new(setup());
-    let first = workload(Arc::clone(&mem), 1, 12, 11, true);
+    let first = workload(Arc::clone(&mem), closing);
     let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
     let (engine, report) = Engine::open(pool, engine_config()).unwrap();
     assert!(report.clean && report.descriptors == 0, "{report:?}");
     drop(engine.into_pool().unwrap());
-    let second = workload(Arc::clone(&mem), 1, 12, 12, false);
+    let second = workload(Arc::clone(&mem), Run::new(1, 12, 12));
     let mut all = first;
     all.extend(second);
     check(&all, u64::MAX, Arc::into_inner(mem).unwrap()).unwrap();

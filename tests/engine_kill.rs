@@ -1,6 +1,6 @@
-//! The kill loop on a real pool file: a child process runs random transactions on a list and a
-//! hash map and
-//! is killed with SIGKILL at a random moment; the parent reopens the pool (recovering it) and
+//! The kill loop on a real pool file: a child process runs random transactions on one structure
+//! of each kind, with a checkpoint round every few (its rings, of one chunk, are reused in laps),
+//! and is killed with SIGKILL at a random moment; the parent reopens the pool (recovering it) and
 //! checks that it holds every transaction the child acknowledged, plus possibly the one in flight,
 //! all or nothing. The next child carries on from what the parent found.
 
@@ -16,9 +16,13 @@ use rand::{Rng, SeedableRng};
 
 const LISTS: [StructId; petra_suite::kinds::ALL.len()] = petra_suite::kinds::IDS;
 
+/// Rings of one chunk: a child goes round them after about 500 transactions.
 fn engine_config() -> EngineConfig {
-    EngineConfig { ring_bytes: 8 << 20 }
+    EngineConfig::rings(64 << 10)
 }
+
+/// The child runs a checkpoint round after this many transactions.
+const ROUND_EVERY: u64 = 5;
 
 fn encode(ops: &[Op]) -> String {
     ops.iter()
@@ -45,7 +49,10 @@ fn child(arg: &str) {
     let mut h = engine.handle().unwrap();
     let mut rng = StdRng::seed_from_u64(seed.parse().unwrap());
     ack("R");
-    loop {
+    for i in 1.. {
+        if i % ROUND_EVERY == 0 {
+            h.checkpoint();
+        }
         let n = rng.random_range(1..=4);
         let ops: Vec<Op> = (0..n)
             .map(|_| {

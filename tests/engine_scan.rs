@@ -52,9 +52,14 @@ fn writer<M: PMem + 'static>(
     let mut h = engine.handle().unwrap();
     let mut committed = Vec::new();
     let mut tx = Transaction::new();
-    for _ in 0..txs {
+    for i in 0..txs {
         if flags.done.load(Ordering::Relaxed) {
             break;
+        }
+        // Checkpoint rounds beside the scans: they turn info words FINAL, rewrite node values
+        // and remove the nodes of absent keys.
+        if i % 256 == 255 {
+            h.checkpoint();
         }
         tx.clear();
         let mut ops = Vec::new();
@@ -118,7 +123,7 @@ fn scanner<M: PMem + 'static>(
 }
 
 fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64) {
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(64 << 20)).unwrap();
     let ids = petra_suite::kinds::create_all(&engine);
     // Half the keys present at the start, so that scans see keys from the first: a transaction
     // per structure.

@@ -398,7 +398,7 @@ fn prefetch_hints_stay_inside_the_mapping() {
     for off in [0, last, last + 3, len, u64::MAX] {
         pool.mem().prefetch(off);
     }
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 1 << 16 }).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(1 << 16)).unwrap();
     let s = engine.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Bytes).unwrap();
     let mut h = engine.handle().unwrap();
     h.execute(Transaction::new().put_bytes(s, 1u64, b"one")).unwrap();

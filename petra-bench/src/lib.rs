@@ -9,7 +9,7 @@
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //! - [`tatp`]: TATP on PETRA's hash maps.
 //! - [`reopen`]: what a clean close, and an open after it or after a crash, cost.
-//! - [`steady`]: a long run on a fixed working set with a quiescent checkpoint per interval.
+//! - [`steady`]: a long run on a fixed working set while checkpoint rounds keep the pool flat.
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
 //! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
@@ -37,6 +37,11 @@ pub fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>, String>
     let mapping = Mapping { volatile, ..Mapping::default() };
     let config = PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
     Pool::create(path, &config).map_err(|e| e.to_string())
+}
+
+/// Opens the pool file at `path` that [`create_pool`] made.
+pub fn open_pool(path: &Path) -> Result<Pool<MmapMem>, String> {
+    Pool::open(path, &Mapping::default()).map_err(|e| e.to_string())
 }
 
 /// Puts `pairs` (key, value) into structure `s` of `engine`, 16 to a transaction, on one thread.

@@ -41,9 +41,9 @@ enum Command {
     /// overwrites some keys, closes it cleanly (their descriptors folded into the nodes) and
     /// opens it again (recovery skipped).
     Reopen(ReopenArgs),
-    /// A long run on a fixed working set (a hash map): transactions for an interval, then a
-    /// quiescent checkpoint (every thread stopped), again and again; throughput, checkpoint time
-    /// and the pool file's size per interval.
+    /// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
+    /// and recycle the descriptors: throughput, rounds, their time and the pool file's size per
+    /// interval; then the time to open after a crash and after a clean close.
     Steady(SteadyArgs),
     /// The C++ LFTT/PETRA harness's argument form, for results side by side with it:
     /// `lftt SET_TYPE THREADS TEST_SIZE TX_SIZE KEY_RANGE INSERT% DELETE% [UPDATE%]`. SET_TYPE 0
@@ -113,12 +113,15 @@ struct SteadyArgs {
     /// Ops per transaction (puts 50%, removes 25%, gets 25%, uniform keys).
     #[arg(long = "tx-size", default_value_t = 4)]
     tx_size: usize,
-    /// Seconds between checkpoints.
+    /// Seconds between the rows (samples of the counters).
     #[arg(long, default_value_t = 10.0)]
     interval: f64,
     /// Intervals to run (60 at 10 s: ten minutes).
     #[arg(long, default_value_t = 6)]
     intervals: usize,
+    /// Bytes of a descriptor ring (a checkpoint round runs when a thread's ring is a quarter full).
+    #[arg(long = "ring-bytes", default_value_t = 64 << 20)]
+    ring_bytes: u64,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -615,44 +618,56 @@ fn steady(args: SteadyArgs) -> Result<(), String> {
         interval: std::time::Duration::from_secs_f64(args.interval),
         intervals: args.intervals,
         tx_size: args.tx_size,
+        ring_bytes: args.ring_bytes,
         seed: args.seed,
     };
     let tmp = scratch()?;
     println!(
-        "hash map of {} keys, {} thread{}, {} ops per transaction, a checkpoint every {} s, pool in {}",
+        "hash map of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, a row every {} s, pool in {}",
         args.keys,
         args.threads,
         if args.threads == 1 { "" } else { "s" },
         args.tx_size,
+        args.ring_bytes >> 20,
         args.interval,
         tmp.path().display()
     );
     println!(
-        "{:>8} {:>9} {:>12} {:>12} {:>12} {:>14} {:>10}",
-        "interval", "at s", "tx/s", "descriptors", "present", "checkpoint s", "file MiB"
+        "{:>8} {:>9} {:>12} {:>7} {:>12} {:>9} {:>10} {:>6}",
+        "interval", "at s", "tx/s", "rounds", "descriptors", "rounds s", "file MiB", "rings"
     );
     let progress = progress_bar(args.intervals, "intervals");
-    let rows = run(&case, &tmp.path().join("steady.pool"), |r| {
+    let (rows, end) = run(&case, &tmp.path().join("steady.pool"), |r| {
         progress.suspend(|| {
             println!(
-                "{:>8} {:>9.1} {:>12.0} {:>12} {:>12} {:>14.3} {:>10.1}",
+                "{:>8} {:>9.1} {:>12.0} {:>7} {:>12} {:>9.3} {:>10.1} {:>6}",
                 r.interval,
                 r.at_secs,
                 r.tx_per_sec,
+                r.rounds,
                 r.descriptors,
-                r.present_keys,
-                r.checkpoint_secs,
-                r.file_bytes as f64 / (1 << 20) as f64
+                r.round_secs,
+                r.file_bytes as f64 / (1 << 20) as f64,
+                r.rings
             )
         });
         progress.inc(1);
     })?;
     progress.finish_and_clear();
     let total = rows.last().map_or(0.0, |r| r.at_secs);
-    let checkpoints: f64 = rows.iter().map(|r| r.checkpoint_secs).sum();
-    println!("checkpoints took {checkpoints:.2} s of {total:.1} s ({:.1}%)", 100.0 * checkpoints / total.max(1e-9));
+    let busy: f64 = rows.iter().map(|r| r.round_secs).sum();
+    let thread_secs = total * args.threads as f64;
+    println!(
+        "rounds took {busy:.2} s of the threads' {thread_secs:.1} s ({:.2}%)",
+        100.0 * busy / thread_secs.max(1e-9)
+    );
+    println!(
+        "open after a crash {:.3} s ({} descriptors read, {} keys), clean close {:.3} s, open after it {:.3} s",
+        end.open_after_crash_secs, end.descriptors_read, end.present_keys, end.close_secs, end.open_after_close_secs
+    );
     if let Some(out) = &args.out {
         wrote(petra_bench::report::write_rows(out, "steady", &rows)?);
+        wrote(petra_bench::report::write_rows(out, "steady-end", std::slice::from_ref(&end))?);
     }
     Ok(())
 }

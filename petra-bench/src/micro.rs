@@ -292,7 +292,7 @@ fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, Stri
     let _ = std::fs::remove_file(&path);
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
     let pool = crate::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);
-    let engine = Engine::create(pool, EngineConfig { ring_bytes }).map_err(|e| e.to_string())?;
+    let engine = Engine::create(pool, EngineConfig::rings(ring_bytes)).map_err(|e| e.to_string())?;
     let kind = match case.structure {
         StructureKind::List => petra::StructureKind::List,
         StructureKind::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },

@@ -12,7 +12,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use petra::mem::MmapMem;
-use petra::pool::{Mapping, Pool};
 use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
@@ -52,12 +51,12 @@ pub struct ReopenResult {
 }
 
 fn engine_config() -> EngineConfig {
-    EngineConfig { ring_bytes: 16 << 20 }
+    EngineConfig::rings(16 << 20)
 }
 
 fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed), String> {
     let start = Instant::now();
-    let pool = Pool::open(path, &Mapping::default()).map_err(|e| e.to_string())?;
+    let pool = crate::open_pool(path)?;
     let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| e.to_string())?;
     Ok((engine, Timed { secs: start.elapsed().as_secs_f64(), report: Some(report) }))
 }

@@ -471,7 +471,7 @@ pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult, String> {
         return Err("--subscribers and --threads must be at least 1".into());
     }
     let pool = crate::create_pool(path, case.volatile)?;
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 20 }).map_err(|e| e.to_string())?;
+    let engine = Engine::create(pool, EngineConfig::rings(64 << 20)).map_err(|e| e.to_string())?;
     let schema = Schema::create(&engine, case.subscribers)?;
     let start = Instant::now();
     populate(&engine, &schema, case.subscribers, case.seed, case.threads)?;

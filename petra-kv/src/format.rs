@@ -29,7 +29,7 @@ const VERSION_KEY: u64 = 1;
 
 /// Descriptor rings of the stores: small, since a ring that fills up is followed by another.
 fn engine_config() -> EngineConfig {
-    EngineConfig { ring_bytes: 4 << 20 }
+    EngineConfig::rings(4 << 20)
 }
 
 /// Opens the pool file `config` names with `open`, or creates it and makes a store in it with

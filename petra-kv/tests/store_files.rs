@@ -54,8 +54,7 @@ fn a_pool_that_is_not_a_store_is_refused_untouched() {
     let path = dir.path().join("engine.pool");
     // An engine pool with other structures (as a benchmark would make).
     let pool_config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, ..PoolConfig::default() };
-    let engine =
-        Engine::create(Pool::create(&path, &pool_config).unwrap(), EngineConfig { ring_bytes: 1 << 20 }).unwrap();
+    let engine = Engine::create(Pool::create(&path, &pool_config).unwrap(), EngineConfig::rings(1 << 20)).unwrap();
     let list = engine.create_list().unwrap();
     engine.handle().unwrap().execute(petra::Transaction::new().put(list, 1u64, 2)).unwrap();
     engine.into_pool().unwrap().close().unwrap();

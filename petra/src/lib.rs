@@ -11,7 +11,7 @@
 //!
 //! let config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
 //! let pool = Pool::create_in(SimMem::new(0, 64 << 20), &config)?; // or Pool::create(path, ..)
-//! let engine = Engine::create(pool, EngineConfig { ring_bytes: 1 << 20 })?;
+//! let engine = Engine::create(pool, EngineConfig::rings(1 << 20))?;
 //! let (set1, set2) = (engine.create_list()?, engine.create_list()?);
 //! let mut h = engine.handle()?;
 //! h.execute(Transaction::new().insert(set1, 7u64, 70))?;
@@ -69,10 +69,12 @@ pub mod mem;
 pub mod pool;
 pub mod recovery;
 pub mod structures;
+mod sync;
 pub mod tx;
 
 pub use error::{EngineError, Error, Result};
 pub use key::{Key, KeyWidth, ShortKey};
 pub use tx::{
-    Blobs, Engine, EngineConfig, Handle, Op, OpKind, Outcome, Shape, StructId, StructureKind, Transaction, Values,
+    Blobs, CheckpointReport, CheckpointStats, Engine, EngineConfig, Handle, Op, OpKind, Outcome, Shape, StructId,
+    StructureKind, Transaction, Values,
 };

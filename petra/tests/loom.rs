@@ -22,7 +22,7 @@ fn engine_with(
 ) -> (Engine<LoomMem>, StructId) {
     let config = PoolConfig { initial_size: 0, max_size: 1 << 20, chunk_size: 64 << 10, mapping: Mapping::default() };
     let pool = Pool::create_in(LoomMem::new(0, 1 << 20), &config).unwrap();
-    let engine = Engine::create(pool, EngineConfig { ring_bytes: 64 << 10 }).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(64 << 10)).unwrap();
     let s = create(&engine).unwrap();
     let mut h1 = engine.handle().unwrap();
     let mut h2 = engine.handle().unwrap();
@@ -241,5 +241,63 @@ fn a_single_read_never_sees_a_state_inside_a_transaction() {
         let Outcome::Committed { results, txid: None } = r else { panic!("a single read: {r:?}") };
         assert!(results[0] == Some(1) || results[0] == Some(3), "the single read saw {:?}", results[0]);
         assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(5, 3)]);
+    });
+}
+
+#[test]
+fn a_checkpoint_round_beside_a_transaction_on_its_key_leaves_records_recovery_agrees_with() {
+    // Key 5 is deleted (its node keeps the record the set-up's round wrote: present, 1); then a
+    // round folds that delete (clearing the record, making the node FINAL absent) while a
+    // transaction puts 5 again on the same node. Whatever the interleaving, the engine reads 2,
+    // and so does a recovery from the records and the descriptors above the checkpoint txid.
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(5, 1)]);
+        let mut h = engine.handle().unwrap();
+        assert!(h.checkpoint().is_some());
+        assert!(h.execute(Transaction::new().delete(s, 5u64)).unwrap().is_committed());
+        drop(h);
+        let (e1, e2) = (engine.clone(), engine.clone());
+        let t1 = loom::thread::spawn(move || e1.handle().unwrap().execute(Transaction::new().put(s, 5u64, 2)).unwrap());
+        let t2 = loom::thread::spawn(move || e2.handle().unwrap().checkpoint());
+        let (put, round) = (t1.join().unwrap(), t2.join().unwrap());
+        assert_eq!(committed(&put).0, &vec![None]);
+        assert!(round.as_ref().is_some_and(|r| r.descriptors >= 1), "the round ran: {round:?}");
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(5, 2)]);
+        // Recovery: as after a crash now.
+        let pool = engine.into_pool().unwrap();
+        let (engine, _) = Engine::open(pool, EngineConfig::rings(64 << 10)).unwrap();
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(5, 2)]);
+    });
+}
+
+#[test]
+fn a_checkpoint_round_beside_a_delete_and_its_removal_leaves_no_present_record() {
+    // Key 5 has a record (present, 1). One thread deletes it, then runs another transaction,
+    // which removes the nodes the delete's removal queue made due (a node with a record must
+    // stay until a round cleared it); a round runs beside them. The key is gone in the engine
+    // and after a recovery.
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(5, 1), (6, 1)]);
+        let mut h = engine.handle().unwrap();
+        assert!(h.checkpoint().is_some());
+        drop(h);
+        let (e1, e2) = (engine.clone(), engine.clone());
+        let t1 = loom::thread::spawn(move || {
+            let mut h = e1.handle().unwrap();
+            let del = h.execute(Transaction::new().delete(s, 5u64)).unwrap();
+            let put = h.execute(Transaction::new().put(s, 6u64, 2)).unwrap();
+            (del, put)
+        });
+        let t2 = loom::thread::spawn(move || e2.handle().unwrap().checkpoint());
+        let ((del, put), round) = (t1.join().unwrap(), t2.join().unwrap());
+        assert_eq!(committed(&del).0, &vec![Some(1)]);
+        assert_eq!(committed(&put).0, &vec![Some(1)]);
+        assert!(round.is_some());
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(6, 2)]);
+        let pool = engine.into_pool().unwrap();
+        let (engine, _) = Engine::open(pool, EngineConfig::rings(64 << 10)).unwrap();
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(6, 2)]);
     });
 }

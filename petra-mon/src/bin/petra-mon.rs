@@ -2,8 +2,8 @@
 //! latest values as OpenMetrics text over HTTP. See `petra-mon --help`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -40,11 +40,6 @@ struct Args {
     /// Keep at most this many samples per set (older ones are removed every 100 rounds).
     #[arg(long)]
     keep: Option<usize>,
-    /// Fold what was stored into the store's nodes every this many rounds (0: never), so that the
-    /// file stops growing with the samples stored before: a quiescent checkpoint, during which
-    /// sampling and scrapes wait (about 0.5 s per million stored values).
-    #[arg(long, default_value_t = 3600)]
-    checkpoint_every: u64,
     /// Stop after this many rounds (default: run until SIGTERM or SIGINT).
     #[arg(long)]
     count: Option<u64>,
@@ -82,8 +77,9 @@ fn run(args: Args) -> Result<(), BoxError> {
         job_id: args.job_id,
         interval_ns: args.interval_ms * 1_000_000,
     };
-    let store =
-        Shared::new(MetricStore::open(&Config { size: 16 << 20, max_size: 64 << 30, ..Config::new(&args.store) })?);
+    // The store's checkpoint rounds run on their own as its rings fill, beside sampling and
+    // scrapes: with retention (--keep) the file stays flat.
+    let store = MetricStore::open(&Config { size: 16 << 20, max_size: 64 << 30, ..Config::new(&args.store) })?;
     let server = match &args.listen {
         Some(addr) => Some(tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?),
         None => None,
@@ -98,69 +94,30 @@ fn run(args: Args) -> Result<(), BoxError> {
         stop.store(true, Ordering::Relaxed);
         result
     })?;
-    store.close()
+    Ok(store.close()?)
 }
 
 type BoxError = Box<dyn std::error::Error>;
 
-/// The store the sampler and the server share: sessions run under the read lock, a checkpoint
-/// (which needs the store alone) under the write lock.
-struct Shared(RwLock<Option<MetricStore>>);
-
-impl Shared {
-    const POISONED: &str = "a thread panicked holding the store";
-    const LOST: &str = "the store was lost in a failed checkpoint";
-
-    fn new(store: MetricStore) -> Shared {
-        Shared(RwLock::new(Some(store)))
-    }
-
-    /// `f` on the store, beside other readers.
-    fn with<R>(&self, f: impl FnOnce(&MetricStore) -> Result<R, BoxError>) -> Result<R, BoxError> {
-        f(self.0.read().map_err(|_| Shared::POISONED)?.as_ref().ok_or(Shared::LOST)?)
-    }
-
-    /// A quiescent checkpoint ([`MetricStore::checkpoint`]): waits for every reader to finish.
-    fn checkpoint(&self) -> Result<(), BoxError> {
-        let mut guard = self.0.write().map_err(|_| Shared::POISONED)?;
-        *guard = Some(guard.take().ok_or(Shared::LOST)?.checkpoint()?);
-        Ok(())
-    }
-
-    fn close(self) -> Result<(), BoxError> {
-        Ok(self.0.into_inner().map_err(|_| Shared::POISONED)?.ok_or(Shared::LOST)?.close()?)
-    }
-}
-
-fn sample_loop(args: &Args, store: &Shared, producer: &Producer, stop: &AtomicBool) -> Result<(), BoxError> {
-    let mut samplers =
-        store.with(|s| Ok(petra_mon::setup(s, &mut s.session()?, &args.proc_root, &args.samplers, producer)?))?;
+fn sample_loop(args: &Args, store: &MetricStore, producer: &Producer, stop: &AtomicBool) -> Result<(), BoxError> {
+    let mut samplers = petra_mon::setup(store, &mut store.session()?, &args.proc_root, &args.samplers, producer)?;
     let interval = Duration::from_millis(args.interval_ms);
     let mut next = Instant::now();
     let mut rounds = 0u64;
     // Relaxed: a flag set by a signal handler; nothing else is published through it.
     while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| rounds < c) {
         rounds += 1;
-        store.with(|store| {
-            let mut session = store.session()?;
-            petra_mon::sample_once(&mut session, &mut samplers, |s, g| {
-                if args.verbose {
-                    println!("stored {} generation {g}", s.name);
-                }
-            })?;
-            if let Some(keep) = args.keep
-                && rounds.is_multiple_of(100)
-            {
-                for s in &samplers {
-                    session.trim(s.set, 0, Some(keep))?;
-                }
-            }
-            Ok(())
-        })?;
-        if args.checkpoint_every > 0 && rounds.is_multiple_of(args.checkpoint_every) {
-            store.checkpoint()?;
+        let mut session = store.session()?;
+        petra_mon::sample_once(&mut session, &mut samplers, |s, g| {
             if args.verbose {
-                println!("checkpoint after {rounds} rounds");
+                println!("stored {} generation {g}", s.name);
+            }
+        })?;
+        if let Some(keep) = args.keep
+            && rounds.is_multiple_of(100)
+        {
+            for s in &samplers {
+                session.trim(s.set, 0, Some(keep))?;
             }
         }
         next += interval;
@@ -174,7 +131,7 @@ fn sample_loop(args: &Args, store: &Shared, producer: &Producer, stop: &AtomicBo
 
 /// Answers /metrics (OpenMetrics text of the latest values) and /ls (petra-ls's listing, JSON,
 /// for the query in the URL) until `stop`.
-fn serve(server: &tiny_http::Server, store: &Shared, stop: &AtomicBool) {
+fn serve(server: &tiny_http::Server, store: &MetricStore, stop: &AtomicBool) {
     let header = |value: &str| tiny_http::Header::from_bytes(&b"Content-Type"[..], value).expect("a valid header");
     let openmetrics = header("application/openmetrics-text; version=1.0.0; charset=utf-8");
     let json = header("application/json");
@@ -184,7 +141,9 @@ fn serve(server: &tiny_http::Server, store: &Shared, stop: &AtomicBool) {
         let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
         let page = match path {
             "/metrics" => store
-                .with(|s| Ok(petra_mon::openmetrics(s, &mut s.session()?)?))
+                .session()
+                .map_err(BoxError::from)
+                .and_then(|mut session| Ok(petra_mon::openmetrics(store, &mut session)?))
                 .map(|text| (text, openmetrics.clone()))
                 .map_err(failed),
             "/ls" => ls_page(store, query).map(|text| (text, json.clone())),
@@ -200,11 +159,12 @@ fn serve(server: &tiny_http::Server, store: &Shared, stop: &AtomicBool) {
 
 /// The listing a URL query asks for, as JSON; or the status and message of a bad query (400), an
 /// unknown set (404) or the daemon's failure (500).
-fn ls_page(store: &Shared, query: &str) -> Result<String, (u16, String)> {
+fn ls_page(store: &MetricStore, query: &str) -> Result<String, (u16, String)> {
     let query = Query::from_url_query(query).map_err(|e| (400, e))?;
-    let sets = store.with(|s| Ok(listing(s, &mut s.session()?, &query)?)).map_err(|e| {
-        let unknown = matches!(e.downcast_ref::<MonError>(), Some(MonError::NoSet(_)));
-        (if unknown { 404 } else { 500 }, e.to_string())
-    })?;
+    let sets =
+        store.session().map_err(BoxError::from).and_then(|mut s| Ok(listing(store, &mut s, &query)?)).map_err(|e| {
+            let unknown = matches!(e.downcast_ref::<MonError>(), Some(MonError::NoSet(_)));
+            (if unknown { 404 } else { 500 }, e.to_string())
+        })?;
     Ok(serde_json::to_string(&sets).expect("a listing is JSON"))
 }

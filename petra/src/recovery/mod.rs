@@ -39,7 +39,7 @@ use crate::pool::{AllocCache, POff, Pool, RebuildReport};
 use crate::structures::list::{self, NEXT};
 use crate::structures::mdlist;
 use crate::structures::skiplist::{MAX_HEIGHT, SkipList, height_of, node_bytes_of};
-use crate::structures::{CHECK, INFO, NORM, VALUE, load_key, norm_check, norm_word, store_key};
+use crate::structures::{CHECK, INFO, NORM, VALUE, load_key, norm_check, store_key, write_record};
 use crate::tx::descriptor::{Desc, blob_matches, persisted_at};
 use crate::tx::info::Info;
 use crate::tx::{
@@ -100,14 +100,16 @@ pub(crate) fn recover<M: PMem + 'static>(
     }
 
     // Every txid handed out before the crash is below the reservation; persisted ones too.
-    let mut max_txid =
-        pool.checkpoint_txid().max(mem.load(meta + META_TXID_RESERVED, Ordering::Acquire).saturating_sub(1));
+    // Writers at or below the checkpoint txid are in the node records.
+    let checkpoint = pool.checkpoint_txid();
+    let mut max_txid = checkpoint.max(mem.load(meta + META_TXID_RESERVED, Ordering::Acquire).saturating_sub(1));
     if pool.was_clean() && mem.load(meta + META_CLEAN, Ordering::Acquire) == epoch {
         return reopen_clean(pool, config, meta, epoch, max_txid, structures);
     }
 
-    // 1. KDMap: (structure, key) -> (txid, state). The valid descriptors: (offset, txid); and
-    // the txid of the last valid descriptor of each ring.
+    // 1. KDMap: (structure, key) -> (txid, state). The valid descriptors above the checkpoint
+    // txid: (offset, txid); and the txid of the last valid descriptor written to each ring, the
+    // largest (a ring is written in order, in laps, and txids grow along it).
     let mut valid: Vec<(u64, u64)> = Vec::new();
     let mut ring_tails: FxHashSet<u64> = FxHashSet::default();
     let mut ops = 0;
@@ -116,14 +118,14 @@ pub(crate) fn recover<M: PMem + 'static>(
         let mut pos = ring.get() + 64;
         let mut tail = None;
         while pos + 64 <= end {
-            let Some((txid, bytes)) = persisted_at(mem, pos, end, epoch as u32) else {
+            let Some((txid, bytes)) = persisted_at(mem, pos, end, epoch as u32, checkpoint) else {
                 pos += 64;
                 continue;
             };
             max_txid = max_txid.max(txid);
             ops += Desc::new(mem, pos).nops();
             valid.push((pos, txid));
-            tail = Some(txid);
+            tail = tail.max(Some(txid));
             pos += bytes;
         }
         ring_tails.extend(tail);
@@ -256,12 +258,13 @@ pub(crate) fn recover<M: PMem + 'static>(
     live.extend(heads(&structures));
     pool.release_cache(&mut cache);
     // The txids handed out from now on start above everything seen: durable before the commit,
-    // since the commit makes the old descriptors (and their txids) unreadable.
-    pool.set_checkpoint_txid(max_txid);
+    // since the commit makes the old descriptors (and their txids) unreadable. (The checkpoint
+    // txid moves only after the commit: it filters the descriptors a crash before the commit
+    // must still read.)
     mem.store(meta + META_TXID_RESERVED, max_txid + 1 + TXID_BLOCK, Ordering::Relaxed);
     mem.flush(meta + META_TXID_RESERVED);
-    // Fence: every new node, the checkpoint txid and the reservation are durable before the epoch
-    // that makes the new nodes the truth.
+    // Fence: every new node and the reservation are durable before the epoch that makes the new
+    // nodes the truth.
     mem.fence();
     // A clean mark of an earlier epoch is void from here on (it is in the epoch's line, so it
     // reaches the media no later than the epoch).
@@ -270,6 +273,8 @@ pub(crate) fn recover<M: PMem + 'static>(
     mem.flush(meta + META_EPOCH);
     // Fence: recovery is committed.
     mem.fence();
+    // Every writer up to here is in the new nodes' records.
+    pool.set_checkpoint_txid(max_txid);
     pool.sync()?;
 
     // 4. Everything not live is free.
@@ -424,13 +429,10 @@ fn link_skiplist<M: PMem>(mem: &M, list: &SkipList, nodes: &[(u64, u128)]) {
     }
 }
 
-/// Writes the common header of a node normalised by recovery: present, FINAL info, value, and the
-/// norm word with its checksum that the next recovery's arena scan trusts.
+/// Writes the common header of a node normalised by recovery: present, FINAL info, and the
+/// record (value, norm word, checksum) that the next recovery's arena scan trusts.
 fn write_normalised<M: PMem>(mem: &M, node: u64, key: u128, wide: bool, value: u64, slot: u8, epoch: u64) {
-    let norm = norm_word(epoch, slot, true);
     store_key(mem, node, key, wide);
     mem.store(node + INFO, Info::final_state(node, true, epoch).0, Ordering::Relaxed);
-    mem.store(node + VALUE, value, Ordering::Relaxed);
-    mem.store(node + NORM, norm, Ordering::Relaxed);
-    mem.store(node + CHECK, norm_check(key, value, norm), Ordering::Relaxed);
+    write_record(mem, node, key, wide, slot, epoch, Some(value));
 }

@@ -5,10 +5,11 @@
 //! ```text
 //! +0   key
 //! +8   info    the packed info word (see tx::info)
-//! +16  value   the value the node was created with, or (after recovery) its normalised value
-//! +24  norm    0, or for a node written by recovery: epoch << 32 | structure << 8 | present
-//! +32  check   for a normalised node: a checksum of key, value and norm (torn or stale nodes
-//!              fail it)
+//! +16  value   the value the node was created with, or the value of its record
+//! +24  norm    its record: 0 (none), or epoch << 32 | structure << 8 | present, written by
+//!              recovery and by checkpoint rounds (see `tx::checkpoint`)
+//! +32  check   for a record: a checksum of key, value and norm (torn or stale records fail
+//!              it)
 //! +40  ...     the structure's links
 //! ```
 //!
@@ -96,6 +97,48 @@ pub(crate) fn retire<M: PMem + 'static>(h: &Handle<M>, node: u64, guard: &Guard)
 /// The norm word of a node normalised in `epoch` for structure `slot`.
 pub(crate) fn norm_word(epoch: u64, slot: u8, present: bool) -> u64 {
     (epoch & 0xFFFF_FFFF) << 32 | (slot as u64) << 8 | present as u64
+}
+
+/// Makes the record of `node` (key `key`, of two words if `wide`, in structure `slot`) say
+/// `state` in `epoch`: the value, the norm word and its checksum for a present key; a zero norm
+/// word for an absent one. Returns whether it changed anything (the caller flushes it then).
+/// Only checkpoint rounds (one at a time) and recovery (alone) write records.
+pub(crate) fn write_record<M: PMem>(
+    mem: &M,
+    node: u64,
+    key: u128,
+    wide: bool,
+    slot: u8,
+    epoch: u64,
+    state: Option<u64>,
+) -> bool {
+    debug_assert!(wide || key >> 64 == 0);
+    // Relaxed (the loads): only the caller writes records.
+    match state {
+        Some(value) => {
+            let norm = norm_word(epoch, slot, true);
+            let check = norm_check(key, value, norm);
+            let same = mem.load(node + VALUE, Ordering::Relaxed) == value
+                && mem.load(node + NORM, Ordering::Relaxed) == norm
+                && mem.load(node + CHECK, Ordering::Relaxed) == check;
+            if same {
+                return false;
+            }
+            // Release: a reader that reads this value through an older FINAL word of the node
+            // also sees the caches the round filled before (see `tx::before_of`).
+            mem.store(node + VALUE, value, Ordering::Release);
+            // Relaxed: published by the caller's CAS of the info word (or recovery's fence).
+            mem.store(node + NORM, norm, Ordering::Relaxed);
+            mem.store(node + CHECK, check, Ordering::Relaxed);
+            true
+        }
+        None if mem.load(node + NORM, Ordering::Relaxed) == 0 => false,
+        None => {
+            // Relaxed: as above.
+            mem.store(node + NORM, 0, Ordering::Relaxed);
+            true
+        }
+    }
 }
 
 /// The checksum of a normalised node.
@@ -241,6 +284,15 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(
 ) {
     debug_assert!(set.removes_nodes(), "removals are scheduled only for structures that remove nodes");
     let Some(node) = set.search(h, key, guard).1 else { return };
+    // A node with a record stays linked until a checkpoint round has cleared the record (and
+    // removes the node itself): a present record must never be left in an unlinked node (see
+    // `tx::checkpoint`). Acquire (the info word, read first): a round's record stores come
+    // before its CAS of the word, which every later CAS of it (ending in the one that wrote
+    // `info`) acquires; so a record written before the node moved on is seen.
+    let mem = h.mem();
+    if mem.load(node + INFO, Ordering::Acquire) != info.0 || mem.load(node + NORM, Ordering::Relaxed) != 0 {
+        return;
+    }
     // AcqRel: the mark is a transition of the info word like any other.
     if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         set.help_remove(h, node, guard);

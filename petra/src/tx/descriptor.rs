@@ -13,7 +13,8 @@
 //!               key, value; or, with the wide flag, nops x 32 bytes: the same three words
 //!               and the key's high word                                     (immutable)
 //! then nops x 24 bytes of volatile per-op words, never flushed:
-//!      prev     the info word the op replaced (NO_NODE for a node it created; UNSET before)
+//!      prev     the info word the op replaced (NO_NODE for a node it created; UNSET before;
+//!               CUT once a checkpoint round cached its before-state, see `tx::checkpoint`)
 //!      cache    VALID | present << 1, once the op's before-state is known
 //!      cvalue   the before-state's value
 //! ```
@@ -75,6 +76,11 @@ pub(crate) const NO_NODE: u64 = 0;
 /// [`NO_NODE`], so that an executor that creates the op's node always changes `prev`, and an
 /// executor that read `prev` before that can no longer retarget it (see `execute_op`).
 pub(crate) const UNSET: u64 = 2;
+/// `prev` of an op whose before-state a checkpoint round cached and whose chain below it the
+/// round cut off (the descriptors it named may be recycled): read the cache. No info word has
+/// this value, and it differs from [`NO_NODE`] and [`UNSET`]. An executor never retargets from
+/// it: an op is cut only once it has executed, and an executed op is never retargeted.
+pub(crate) const CUT: u64 = 4;
 
 /// Transaction status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,9 +371,10 @@ pub(crate) fn write_new<M: PMem>(
 }
 
 /// If the descriptor at `off` is a valid persisted descriptor of ring epoch `epoch` (tag, epoch
-/// and checksum agree, a txid was assigned, it writes): its txid and the bytes it occupies in the
-/// ring. Its ops are read with [`Desc::op`].
-pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -> Option<(u64, u64)> {
+/// and checksum agree, a txid above `checkpoint` was assigned, it writes): its txid and the bytes
+/// it occupies in the ring. Its ops are read with [`Desc::op`]. A descriptor at or below the
+/// checkpoint txid is in the node records already (and its slot may have been written again).
+pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32, checkpoint: u64) -> Option<(u64, u64)> {
     let d = Desc::new(mem, off);
     let header = d.header();
     if header >> 48 != DESC_TAG || (header >> 16) as u32 != epoch {
@@ -379,7 +386,7 @@ pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32) -> 
         return None;
     }
     let txid = d.txid();
-    if txid == 0 || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
+    if txid <= checkpoint || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
         return None;
     }
     Some((txid, bytes))

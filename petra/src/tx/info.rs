@@ -13,7 +13,8 @@
 //!   bit  1      MARK, as above
 //!   bit  2      present
 //!   bits 3..47  node >> 4: the node's own offset, so that the word is unique to its node
-//!   bits 47..64 epoch: the recovery generation that wrote it (wrapping)
+//!   bits 47..64 generation: the recovery epoch that wrote it, or the epoch plus the number of
+//!               the checkpoint round that did (wrapping)
 //! ```
 //!
 //! State table of one node's info word (transitions by CAS only):
@@ -25,10 +26,13 @@
 //! | op(D, i), D committed, | op(D, i) + MARK            | removal of a node made absent by D    |
 //! |   op i Delete/Remove   |                            |                                       |
 //! | anything               | FINAL                      | recovery (single-threaded)            |
+//! | op(D, i), D finished   | FINAL                      | a checkpoint round (one at a time)    |
 //!
-//! An info value never repeats on a node: op references are unique while their descriptor
-//! lives, and FINAL words carry the node and the epoch. Executors rely on this (a CAS from an
-//! old value can never succeed once the word has moved on).
+//! An info value never repeats on a node while a thread can hold it: op references are unique
+//! while their descriptor lives (a checkpoint round recycles it only after every thread that
+//! could hold one has unpinned), and FINAL words carry the node and a generation, which changes
+//! with every round (a thread that stays pinned sees at most two). Executors rely on this (a CAS
+//! from an old value can never succeed once the word has moved on).
 
 use std::fmt;
 
@@ -48,11 +52,11 @@ impl Info {
         Info((desc >> 6) << 8 | (opid as u64) << 2)
     }
 
-    /// A final state of the node at `node`, written in recovery generation `epoch`.
+    /// A final state of the node at `node`, written in `generation` (see the module docs).
     #[inline]
-    pub fn final_state(node: u64, present: bool, epoch: u64) -> Info {
+    pub fn final_state(node: u64, present: bool, generation: u64) -> Info {
         debug_assert!(node.is_multiple_of(16) && node < 1 << 48);
-        Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (epoch & 0x1_FFFF) << 47)
+        Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (generation & 0x1_FFFF) << 47)
     }
 
     /// Whether this is a FINAL state.

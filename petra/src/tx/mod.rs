@@ -32,10 +32,13 @@
 //! still be executing an operation of the removing transaction's predecessors has unpinned: a
 //! late helper can therefore never re-create a node for an operation that already executed.
 
+mod checkpoint;
+pub use checkpoint::{CheckpointReport, CheckpointStats};
 pub mod descriptor;
 pub mod info;
+mod ring;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
@@ -51,8 +54,12 @@ use crate::structures::hashmap::HashMap;
 use crate::structures::list::List;
 use crate::structures::mdlist::MdList;
 use crate::structures::skiplist::SkipList;
-use descriptor::{CHECK, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes};
+use crate::sync::AtomicU64;
+use descriptor::{
+    CHECK, CUT, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes,
+};
 use info::Info;
+use ring::Ring;
 
 /// The kinds of operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -291,15 +298,33 @@ impl Outcome {
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Bytes of a descriptor ring (rounded up to whole chunks). Descriptors are not recycled
-    /// while the pool is open yet: a thread whose ring fills up takes another ring, growing the
-    /// pool, up to its maximum size ([`AllocError::PoolFull`] then); recovery empties them all.
+    /// Bytes of a descriptor ring (rounded up to whole chunks). A thread writes its descriptors
+    /// into one ring, in laps; checkpoint rounds recycle them. A thread whose ring has no room
+    /// for its next descriptor (rounds have not caught up) takes another ring, growing the pool,
+    /// up to its maximum size ([`AllocError::PoolFull`] then).
     pub ring_bytes: u64,
+    /// When a thread's ring holds more than this share of its bytes (in percent) not yet
+    /// recycled, that thread runs a checkpoint round ([`Handle::checkpoint`]) after its
+    /// transaction, unless another round is running. 0: rounds run only when asked for.
+    pub checkpoint_fill: u8,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { ring_bytes: 64 << 20 }
+        EngineConfig { ring_bytes: 64 << 20, checkpoint_fill: 25 }
+    }
+}
+
+impl EngineConfig {
+    /// The default settings with rings of `ring_bytes` bytes.
+    pub fn rings(ring_bytes: u64) -> EngineConfig {
+        EngineConfig { ring_bytes, ..EngineConfig::default() }
+    }
+
+    /// The same settings with automatic checkpoint rounds at `percent` of a ring (0: only when
+    /// asked for).
+    pub fn checkpoint_fill(self, percent: u8) -> EngineConfig {
+        EngineConfig { checkpoint_fill: percent.min(100), ..self }
     }
 }
 
@@ -326,28 +351,15 @@ pub(crate) const META_CLEAN: u64 = 32;
 /// Txids reserved durably at a time: one flush and fence per this many transactions.
 pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 
+/// A ring known to the engine, and whether a handle writes to it.
 #[derive(Debug)]
 struct RingSlot {
-    off: u64,
-    len: u64,
-    cursor: u64,
+    ring: Arc<Ring>,
     /// A handle writes to it.
     taken: bool,
-}
-
-impl RingSlot {
-    /// Whether a descriptor of `len` bytes fits after the cursor.
-    fn has_room(&self, len: u64) -> bool {
-        self.cursor + len <= self.off + self.len
-    }
-
-    /// Gives back `ring` (a handle's, if it holds one) with the handle's `cursor`: another handle
-    /// resumes it if it has room, and its descriptors stay where recovery reads them.
-    fn release(rings: &mut [RingSlot], ring: Option<usize>, cursor: u64) {
-        if let Some(ring) = ring {
-            (rings[ring].cursor, rings[ring].taken) = (cursor, false);
-        }
-    }
+    /// Given up for good: a panic unwound through a transaction of the handle that held it (see
+    /// [`Handle`]'s `unfinished`).
+    dead: bool,
 }
 
 /// Runs `$body` with `$set` bound to the structure behind a [`Structure`], whatever its kind:
@@ -508,7 +520,10 @@ pub(crate) struct Inner<M: PMem> {
     meta: u64,
     /// The committed recovery epoch: descriptors carry it, FINAL states and normalised nodes too.
     pub(crate) epoch: u64,
-    rings: Mutex<Vec<RingSlot>>,
+    /// The rings, under a lock that loom sees (it orders their positions between handles).
+    rings: crate::sync::Mutex<Vec<RingSlot>>,
+    /// The checkpoint rounds' state.
+    pub(crate) checkpointer: checkpoint::Checkpointer,
     /// The structures by root slot: set once when created (or recovered), then only read, so
     /// that looking one up is a plain load, not a shared lock's read-modify-write.
     pub(crate) structures: Vec<OnceLock<Structure>>,
@@ -595,7 +610,7 @@ impl<M: PMem + 'static> Engine<M> {
         let rings = pool
             .regions(RING_TAG)
             .into_iter()
-            .map(|(off, len)| RingSlot { off: off.get(), len, cursor: off.get() + 64, taken: false })
+            .map(|(off, len)| RingSlot { ring: Arc::new(Ring::new(off.get(), len)), taken: false, dead: false })
             .collect();
         let slots: Vec<OnceLock<Structure>> = (0..crate::pool::header::ROOT_ENTRIES).map(|_| OnceLock::new()).collect();
         for (slot, s) in structures.into_iter().enumerate() {
@@ -613,7 +628,8 @@ impl<M: PMem + 'static> Engine<M> {
                 txid_reserved: AtomicU64::new(txid_reserved),
                 meta,
                 epoch,
-                rings: Mutex::new(rings),
+                rings: crate::sync::Mutex::new(rings),
+                checkpointer: checkpoint::Checkpointer::default(),
                 structures: slots,
                 create_lock: Mutex::new(()),
                 config,
@@ -638,9 +654,9 @@ impl<M: PMem + 'static> Engine<M> {
         if Arc::strong_count(&self.inner) > 1 {
             return Err(EngineError::InUse);
         }
-        // Every handle is gone, so every ring's cursor is back in its slot.
-        let written = self.inner.rings.lock().iter().any(|r| r.cursor > r.off + 64);
-        let engine = if written { self.checkpoint()?.0 } else { self };
+        // Relaxed: every handle is gone (and published its ring's head when it was dropped).
+        let written = self.inner.rings.lock().iter().any(|r| r.ring.head.load(Ordering::Relaxed) > 0);
+        let engine = if written { self.rewrite()? } else { self };
         let inner = Arc::try_unwrap(engine.inner).map_err(|_| EngineError::InUse)?;
         let mem = inner.pool.mem();
         // Relaxed: the engine is alone here; the fence below orders the mark.
@@ -653,16 +669,32 @@ impl<M: PMem + 'static> Engine<M> {
         Ok(())
     }
 
-    /// A quiescent checkpoint: with every handle gone, folds the descriptors written since the
-    /// open into normalised nodes (recovery's rewrite, run here) and returns the engine over the
-    /// same pool, its rings empty for reuse, with what the rewrite did. The pool file stops
-    /// growing with the transactions run before it. [`EngineError::InUse`] while a clone or a
-    /// [`Handle`] of it lives (the engine is then dropped by this call, and lives on in them).
-    pub fn checkpoint(self) -> Result<(Engine<M>, crate::recovery::RecoveryReport), EngineError> {
+    /// Runs a checkpoint round now (see [`Handle::checkpoint`]), on a handle of its own: folds
+    /// every finished transaction's descriptor into the node records, so that recovery reads only
+    /// what comes after, and recycles their ring slots once no thread can read them. `None` if a
+    /// round is running or the last one's slots are still waiting to be recycled. Rounds also
+    /// run on their own as rings fill ([`EngineConfig::checkpoint_fill`]).
+    pub fn checkpoint(&self) -> Result<Option<CheckpointReport>, EngineError> {
+        Ok(self.handle()?.checkpoint())
+    }
+
+    /// What the checkpoint rounds did since the engine was opened.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.inner.checkpointer.stats()
+    }
+
+    /// The descriptor rings the pool holds (each [`EngineConfig::ring_bytes`] long).
+    pub fn rings(&self) -> usize {
+        self.inner.rings.lock().len()
+    }
+
+    /// With every handle gone, folds every committed transaction into new normalised nodes
+    /// (recovery's rewrite, run here) and returns the engine over the same pool, its rings empty.
+    fn rewrite(self) -> Result<Engine<M>, EngineError> {
         let inner = Arc::try_unwrap(self.inner).map_err(|_| EngineError::InUse)?;
         // An open engine never has its clean word set (it is cleared at open), so this is the
         // full rewrite.
-        crate::recovery::recover(inner.pool, inner.config)
+        Ok(crate::recovery::recover(inner.pool, inner.config)?.0)
     }
 
     /// Gives the pool back, to close it (or, in tests, to drop it as a crash would). Fails,
@@ -682,8 +714,7 @@ impl<M: PMem + 'static> Engine<M> {
             inner: Arc::clone(&self.inner),
             epoch: self.inner.collector.register(),
             ring: None,
-            cursor: 0,
-            ring_end: 0,
+            head: 0,
             unfinished: false,
             cache: AllocCache::new(),
             help_stack: Vec::new(),
@@ -810,10 +841,11 @@ pub(crate) enum Step {
 pub struct Handle<M: PMem + 'static> {
     pub(crate) inner: Arc<Inner<M>>,
     pub(crate) epoch: LocalHandle,
-    /// The descriptor ring this handle writes to, taken at its first descriptor.
-    ring: Option<usize>,
-    cursor: u64,
-    ring_end: u64,
+    /// The descriptor ring this handle writes to (its index among the engine's), taken at its
+    /// first descriptor.
+    ring: Option<(usize, Arc<Ring>)>,
+    /// The ring's head as this handle, its one writer, knows it.
+    head: u64,
     pub(crate) cache: AllocCache,
     /// Descriptors this thread is executing, innermost last: the owner's, then those it helps.
     help_stack: Vec<u64>,
@@ -827,17 +859,14 @@ pub struct Handle<M: PMem + 'static> {
 
 impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Handle").field("ring", &self.ring).field("cursor", &self.cursor).finish()
+        f.debug_struct("Handle").field("ring", &self.ring.as_ref().map(|r| r.0)).field("head", &self.head).finish()
     }
 }
 
 impl<M: PMem + 'static> Drop for Handle<M> {
     fn drop(&mut self) {
         self.inner.pool.release_cache(&mut self.cache);
-        if self.unfinished {
-            self.cursor = self.ring_end;
-        }
-        RingSlot::release(&mut self.inner.rings.lock(), self.ring.take(), self.cursor);
+        self.release_ring();
     }
 }
 
@@ -856,27 +885,73 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(self.inner.structure(s)?.keys())
     }
 
+    /// Gives back the ring this handle holds, if any: another handle resumes it once it has
+    /// room, and its descriptors stay where checkpoint rounds and recovery read them. A ring
+    /// whose last descriptor's transaction never returned (see `unfinished`) is given up for good.
+    fn release_ring(&mut self) {
+        if let Some((i, _)) = self.ring.take() {
+            let dead = std::mem::take(&mut self.unfinished);
+            let mut rings = self.inner.rings.lock();
+            rings[i].taken = false;
+            rings[i].dead |= dead;
+        }
+    }
+
     /// Takes, in place of the ring it holds, a ring with room for a descriptor of `desc_len`
     /// bytes that no handle holds, or a new one (the pool grows for it).
     fn take_ring(&mut self, desc_len: u64) -> Result<(), EngineError> {
-        let inner = &self.inner;
+        self.release_ring();
+        let inner = Arc::clone(&self.inner);
         let mut rings = inner.rings.lock();
-        RingSlot::release(&mut rings, self.ring.take(), self.cursor);
-        let ring = match rings.iter().position(|r| !r.taken && r.has_room(desc_len)) {
+        let i = match rings.iter().position(|r| !r.taken && !r.dead && r.ring.has_room(desc_len)) {
             Some(i) => i,
             None => {
                 // The pool refuses it if it would not leave the room recovery needs.
                 let layout = inner.pool.header().layout;
                 let len = inner.config.ring_bytes.max(1).div_ceil(layout.chunk_size) * layout.chunk_size;
                 let off = inner.pool.alloc_region(RING_TAG, len)?.get();
-                rings.push(RingSlot { off, len, cursor: off + 64, taken: false });
+                rings.push(RingSlot { ring: Arc::new(Ring::new(off, len)), taken: false, dead: false });
                 rings.len() - 1
             }
         };
-        let slot = &mut rings[ring];
-        slot.taken = true;
-        (self.ring, self.cursor, self.ring_end) = (Some(ring), slot.cursor, slot.off + slot.len);
+        rings[i].taken = true;
+        let ring = Arc::clone(&rings[i].ring);
+        // Relaxed: the ring's last writer published its head under the rings lock, held here.
+        self.head = ring.head.load(Ordering::Relaxed);
+        self.ring = Some((i, ring));
         Ok(())
+    }
+
+    /// Where this handle writes its next descriptor, of `len` bytes: in its ring, or in another
+    /// one it takes for it. Pads the ring's lap if it must.
+    fn place_descriptor(&mut self, len: u64) -> Result<u64, EngineError> {
+        let mut placed =
+            self.ring.as_ref().and_then(|(_, r)| r.place(self.head, len).map(|start| (Arc::clone(r), start)));
+        if placed.is_none() && self.ring.is_some() {
+            // A round's end may be due: let it recycle this ring's slots before taking another.
+            self.advance_epoch();
+            placed = self.ring.as_ref().and_then(|(_, r)| r.place(self.head, len).map(|start| (Arc::clone(r), start)));
+        }
+        let (ring, start) = match placed {
+            Some(p) => p,
+            None => {
+                self.take_ring(len)?;
+                let ring = Arc::clone(&self.ring.as_ref().expect("just taken").1);
+                let start = ring.place(self.head, len).expect("a ring is taken only with room");
+                (ring, start)
+            }
+        };
+        ring.pad(self.mem(), self.head, start);
+        self.head = start + len;
+        Ok(ring.at(start))
+    }
+
+    /// Publishes the descriptor just written (up to this handle's head) to checkpoint rounds.
+    fn publish_head(&self) {
+        if let Some((_, ring)) = &self.ring {
+            // Release: a round that reads the head sees the descriptors (and pad) before it.
+            ring.head.store(self.head, Ordering::Release);
+        }
     }
 
     /// Executes `tx`: Committed with each op's result, or Aborted with nothing changed.
@@ -885,7 +960,10 @@ impl<M: PMem + 'static> Handle<M> {
     /// [`execute_with`](Handle::execute_with), which keeps them from being freed meanwhile.
     pub fn execute(&mut self, tx: &Transaction) -> Result<Outcome, EngineError> {
         let guard = self.epoch.pin();
-        self.execute_pinned(tx, &guard)
+        let out = self.execute_pinned(tx, &guard);
+        drop(guard);
+        self.maybe_checkpoint();
+        out
     }
 
     /// Executes `tx`, then calls `f` with the outcome and a reader of the byte values its results
@@ -897,7 +975,10 @@ impl<M: PMem + 'static> Handle<M> {
     ) -> Result<R, EngineError> {
         let guard = self.epoch.pin();
         let out = self.execute_pinned(tx, &guard)?;
-        Ok(f(&out, &Blobs { pool: &self.inner.pool, _guard: &guard }))
+        let r = f(&out, &Blobs { pool: &self.inner.pool, _guard: &guard });
+        drop(guard);
+        self.maybe_checkpoint();
+        Ok(r)
     }
 
     /// Executes `tx` until it is decided: again each time it is aborted to break a helping cycle
@@ -977,13 +1058,8 @@ impl<M: PMem + 'static> Handle<M> {
         let added = |pos: usize| order.as_ref().map_or(pos, |o| o[pos]);
         let wide = tx.ops.iter().any(|op| op.key >> 64 != 0);
         let desc_len = desc_bytes(n, wide);
-        if std::mem::take(&mut self.unfinished) {
-            self.cursor = self.ring_end;
-        }
-        // A handle without a ring, or whose ring has no room left, takes one that has room.
-        if self.ring.is_none() || self.cursor + desc_len > self.ring_end {
-            self.take_ring(desc_len)?;
-            debug_assert!(self.cursor + desc_len <= self.ring_end, "a ring of one chunk holds the largest descriptor");
+        if self.unfinished {
+            self.release_ring();
         }
         // Byte values go to blobs, written now; whoever persists the descriptor flushes them with
         // it, under its fence.
@@ -1005,8 +1081,15 @@ impl<M: PMem + 'static> Handle<M> {
                 }
             }
         }
-        let d = self.cursor;
-        self.cursor += desc_len;
+        // A handle without a ring, or whose ring has no room left, takes one that has room.
+        let d = match self.place_descriptor(desc_len) {
+            Ok(d) => d,
+            Err(e) => {
+                self.free_blobs(&blobs);
+                self.blobs = blobs;
+                return Err(e);
+            }
+        };
         let stored = (0..n).map(|pos| {
             let i = added(pos);
             let op = &tx.ops[i];
@@ -1018,6 +1101,7 @@ impl<M: PMem + 'static> Handle<M> {
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         });
         descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), wide, stored);
+        self.publish_head();
         self.unfinished = true;
         self.help_stack.push(d);
         let failed = self.run(d, 0, guard);
@@ -1276,10 +1360,7 @@ impl<M: PMem + 'static> Handle<M> {
         let mem = self.mem();
         loop {
             if cur.is_final() {
-                // Acquire: the value was written before the FINAL word was published.
-                return cur
-                    .final_present()
-                    .then(|| mem.load(cur.final_node() + crate::structures::VALUE, Ordering::Acquire));
+                return final_value(mem, cur);
             }
             let (d2, j) = (cur.desc(), cur.opid());
             let desc2 = Desc::new(mem, d2);
@@ -1306,29 +1387,19 @@ impl<M: PMem + 'static> Handle<M> {
                 return present.then_some(w.value);
             }
             // The state before op j of d2.
-            if let Some(cached) = read_cache(mem, &desc2, j) {
-                return cached;
+            match before_of(mem, &desc2, j) {
+                Before::Known(state) => return state,
+                Before::Of(prev) => cur = prev,
             }
-            // Acquire: pairs with the executor's AcqRel retarget of `prev`.
-            let prev = mem.load(desc2.prev_off(j), Ordering::Acquire);
-            debug_assert_ne!(prev, UNSET, "an op is named by a node only after it set prev");
-            if prev == NO_NODE {
-                return None;
-            }
-            cur = Info(prev);
         }
     }
 
     /// The before-state of op `i` of `d`, which has executed.
     fn before_state(&self, d: u64, i: usize, guard: &Guard) -> Option<u64> {
-        let desc = Desc::new(self.mem(), d);
-        if let Some(cached) = read_cache(self.mem(), &desc, i) {
-            return cached;
+        match before_of(self.mem(), &Desc::new(self.mem(), d), i) {
+            Before::Known(state) => state,
+            Before::Of(prev) => self.resolve(prev, Some(d), guard),
         }
-        // Acquire: as in `resolve`.
-        let prev = self.mem().load(desc.prev_off(i), Ordering::Acquire);
-        debug_assert_ne!(prev, UNSET, "the op has executed");
-        if prev == NO_NODE { None } else { self.resolve(Info(prev), Some(d), guard) }
     }
 
     /// After the transaction finished: queue the nodes it left absent (deleted or removed keys,
@@ -1422,6 +1493,49 @@ impl<M: PMem> Blobs<'_, M> {
     }
 }
 
+/// The state a FINAL word stands for: absent, or present with its node's value.
+fn final_value<M: PMem>(mem: &M, w: Info) -> Option<u64> {
+    // Acquire: the value was written before the FINAL word was published; and a value a
+    // checkpoint round wrote since (see `before_of`) comes with the caches it filled first.
+    w.final_present().then(|| mem.load(w.final_node() + crate::structures::VALUE, Ordering::Acquire))
+}
+
+/// The state before an executed op, as far as the op itself tells it.
+enum Before {
+    /// Known: absent, or present with this value.
+    Known(Option<u64>),
+    /// The state the op's `prev`, a reference to another op, stands for.
+    Of(Info),
+}
+
+/// The state before op `i` of `desc`, which has executed: its cache, or what its `prev` names.
+///
+/// A `prev` that is a FINAL word names a node's value, which a checkpoint round may rewrite (see
+/// [`checkpoint`]); a round fills the cache of every op whose `prev` leads to that value before it
+/// rewrites it, so a value read here that the round wrote comes with a cache that says what the
+/// value was: the cache is read again after the value, and wins.
+fn before_of<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Before {
+    loop {
+        if let Some(cached) = read_cache(mem, desc, i) {
+            return Before::Known(cached);
+        }
+        // Acquire: pairs with the executor's AcqRel retarget of `prev`, and with a round's
+        // Release store of CUT (after it filled the cache).
+        let prev = mem.load(desc.prev_off(i), Ordering::Acquire);
+        debug_assert_ne!(prev, UNSET, "an op is named by a node only after it set prev");
+        match prev {
+            NO_NODE => return Before::Known(None),
+            // The cache is filled: read it again.
+            CUT => continue,
+            p if Info(p).is_final() => {
+                let value = final_value(mem, Info(p));
+                return Before::Known(read_cache(mem, desc, i).unwrap_or(value));
+            }
+            p => return Before::Of(Info(p)),
+        }
+    }
+}
+
 /// Op `i`'s cached before-state, if recorded.
 fn read_cache<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Option<Option<u64>> {
     let at = desc.cache_off(i);
@@ -1433,10 +1547,11 @@ fn read_cache<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Option<Option<u
     Some((flags & 2 != 0).then(|| mem.load(at + 8, Ordering::Relaxed)))
 }
 
-/// Records op `i`'s before-state. Only the executor whose CAS took the node calls this; every
-/// value it could write is the same (the before-state is fixed once the op executed). Never
-/// called for a before-state that an earlier op of the same transaction produced: that one holds
-/// only if the transaction commits, and readers of an aborted one must look past it.
+/// Records op `i`'s before-state. Only the executor whose CAS took the node calls this, and a
+/// checkpoint round for an op on a node's chain; every value they could write is the same (the
+/// before-state is fixed once the op executed). Never called for a before-state that an earlier
+/// op of the same transaction produced: that one holds only if the transaction commits, and
+/// readers of an aborted one must look past it.
 pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64>) {
     let desc = Desc::new(mem, d);
     let at = desc.cache_off(i);

@@ -1,0 +1,357 @@
+//! Checkpoint rounds: fold finished descriptors into node records while transactions run, so
+//! that the rings can be recycled and recovery reads only what came after.
+//!
+//! Every node has a *record*: its value, norm and check words (see
+//! [`structures`](crate::structures)). A valid record (the norm word names the epoch in force and
+//! the checksum holds) says the key is present with that value; a zero norm word says nothing. The
+//! pool header's *checkpoint txid* `C` promises: every committed writer with a txid at or below
+//! `C` is reflected in the records. Recovery therefore reads only the descriptors above `C`
+//! (KDMap), and takes a key's state from KDMap if it names the key, else from its record.
+//!
+//! A round, run by one thread at a time (a try-lock: no thread ever waits for it), and only after
+//! the previous round's descriptors were recycled:
+//!
+//! 1. **Batch.** `T0` is read from the txid counter, then each ring is read from where the last
+//!    round stopped up to its published head: finished descriptors are taken (committed ones
+//!    persisted first, as any reader would), up to the first that is active or has a txid of
+//!    `T0` or more. Only a ring's newest descriptor can be active, txids grow along a ring, and a
+//!    writer that had no txid when `T0` was read gets a larger one: so the batch holds every
+//!    committed writer below `T0`.
+//! 2. **Keys.** For every key an op of the batch names, its node (if it has one: a key without
+//!    a node is absent and has no record, see below) is brought up to date under a pin:
+//!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
+//!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
+//!      before-state cached (the executor does that too, right after its CAS; the round does it
+//!      for an executor that has not yet), and its `prev` replaced by [`CUT`], so that no reader
+//!      follows it into a descriptor the round will recycle;
+//!    - the node's committed state, as a reader outside any transaction resolves it, goes into
+//!      the record (nothing is written if the record already says it), and the lines are
+//!      flushed;
+//!    - the info word is CASed from the value read to a FINAL word of that state if it names a
+//!      finished transaction, else to itself. A failed CAS means the node moved on: the round
+//!      reads it again and rewrites the record. So when the round leaves a node, its record held
+//!      the state of the info word at an instant when the word was still the one read, and
+//!      everything that changes the node after that instant happens after the record's stores.
+//! 3. **Commit.** One fence makes the records durable; then `C = T0 - 1` is stored, flushed
+//!    and fenced.
+//! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the batch's slots
+//!    are recycled, both deferred through the epoch collector: no thread that could still read a
+//!    batch descriptor (through an info word or a `prev` read before the round changed it) is
+//!    pinned any more when it happens.
+//!
+//! Why recovery stays exact (for every key, at every instant: its state is KDMap's if a
+//! descriptor above `C` writes it, else its one valid present record, or absent if it has none):
+//! - A record changes only when the node's state differs from it, which only a writer the
+//!   records do not reflect yet can cause: one above `C` (by `C`'s promise), still in its ring.
+//!   So a crash in the middle of a round, torn records included, is covered by KDMap.
+//! - A present record stays in a node that stays linked: a transaction's removal of a node left
+//!   absent (`remove_if`) gives up if the node has a record, and the round clears the record
+//!   (and later removes the node) once the node's state is absent. The CAS of step 2 orders the
+//!   record's stores before any later change of the node, so a remover that acts on a later
+//!   change sees the record.
+//! - So a freed block never holds a valid present record that is not covered by KDMap, and a
+//!   key has at most one present record outside KDMap: in its linked node.
+//!
+//! Why readers stay right: a FINAL word means the node's value word, which a round rewrites when
+//! a key's value changed. Readers that hold an older FINAL word of the node (read before the
+//! node moved on) read a value that was the node's committed state at an instant during their
+//! read; executors holding it fail their CAS; scans see the info word change. A reader that
+//! resolves an op's before-state through a `prev` that is a FINAL word reads the value and then
+//! the op's cache again: the round filled that cache before it rewrote the value (both stores
+//! Release, the value read Acquire), so it sees the cache and uses it (see `before_of`).
+//! FINAL words carry a generation, one per round, and a round starts only after the previous
+//! one's deferred end ran: a thread that stays pinned sees at most two rounds, so a FINAL word it
+//! read cannot come back on its node (info words never repeat while a thread can hold them).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::Guard;
+use parking_lot::Mutex;
+
+use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes};
+use super::info::Info;
+use super::ring::{PAD, Ring};
+use super::{Handle, StructId, read_cache, write_cache};
+use crate::mem::{PMem, WORD};
+use crate::structures::{CHECK, INFO, KEY_HI, write_record};
+
+/// The end of a node's record (its check word): a record is flushed from the node's key to here.
+const RECORD_END: u64 = CHECK + WORD;
+
+/// The rounds' shared state.
+#[derive(Debug, Default)]
+pub(crate) struct Checkpointer {
+    /// Held by the round in progress; only ever taken with `try_lock`.
+    lock: Mutex<()>,
+    /// Rounds started.
+    started: AtomicU64,
+    /// Rounds whose deferred end (removals queued, slots recycled) has run.
+    recycled: Arc<AtomicU64>,
+    /// What the rounds did so far.
+    stats: Mutex<CheckpointStats>,
+}
+
+impl Checkpointer {
+    /// What the rounds did so far.
+    pub(crate) fn stats(&self) -> CheckpointStats {
+        *self.stats.lock()
+    }
+
+    /// Whether a round may start: none is running and the last one's slots were recycled.
+    pub(crate) fn ready(&self) -> bool {
+        // Acquire (both): pairs with the Release stores of the round and of its deferred end.
+        self.recycled.load(Ordering::Acquire) == self.started.load(Ordering::Acquire)
+    }
+}
+
+/// What a checkpoint round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// Descriptors folded into records (their slots are recycled once no thread can read them).
+    pub descriptors: u64,
+    /// Keys whose nodes were brought up to date.
+    pub keys: u64,
+    /// Records written or cleared (each flushed).
+    pub records: u64,
+    /// Nodes of absent keys queued for removal.
+    pub removals: u64,
+    /// The checkpoint txid in force after the round: every committed writer at or below it is in
+    /// the records.
+    pub txid: u64,
+}
+
+/// What the checkpoint rounds of an engine did since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Rounds that folded anything.
+    pub rounds: u64,
+    /// Descriptors folded.
+    pub descriptors: u64,
+    /// Records written or cleared.
+    pub records: u64,
+    /// Time spent in rounds (by whichever threads ran them).
+    pub busy: std::time::Duration,
+}
+
+/// A node of an absent key to remove once the round's end is due: its structure, key and the
+/// FINAL word the round gave it.
+type Removal = (StructId, u128, Info);
+
+impl<M: PMem + 'static> Handle<M> {
+    /// Runs a checkpoint round now (see the [module docs](self)) and returns what it did, or
+    /// `None` if another round is running or the last round's descriptors are still waiting to
+    /// be recycled (nothing is done then). Transactions of every thread go on meanwhile.
+    ///
+    /// A round's batch is recycled once every thread pinned during it has moved on: this handle
+    /// helps that along before and after its round, without waiting for anyone.
+    pub fn checkpoint(&mut self) -> Option<CheckpointReport> {
+        self.advance_epoch();
+        let report = self.checkpoint_round();
+        self.advance_epoch();
+        report
+    }
+
+    /// Starts the automatic round this handle's ring calls for, if any (see
+    /// [`EngineConfig::checkpoint_fill`](super::EngineConfig)).
+    pub(crate) fn maybe_checkpoint(&mut self) {
+        let fill = self.inner.config.checkpoint_fill as u64;
+        let Some((_, ring)) = &self.ring else { return };
+        if fill == 0 || ring.used(self.head) * 100 <= ring.cap * fill || !self.inner.checkpointer.ready() {
+            return;
+        }
+        self.checkpoint_round();
+    }
+
+    /// A few attempts to let the epoch collector run what is due (the end of the last round).
+    pub(crate) fn advance_epoch(&self) {
+        for _ in 0..4 {
+            if self.inner.checkpointer.ready() {
+                return;
+            }
+            self.epoch.pin().flush();
+        }
+    }
+
+    fn checkpoint_round(&mut self) -> Option<CheckpointReport> {
+        let inner = Arc::clone(&self.inner);
+        let ckpt = &inner.checkpointer;
+        let _round = ckpt.lock.try_lock()?;
+        if !ckpt.ready() {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let mem = inner.pool.mem();
+        // 1. The batch. Acquire: txids below it were handed out before the rings are read.
+        let t0 = inner.next_txid.load(Ordering::Acquire);
+        let rings: Vec<Arc<Ring>> = inner.rings.lock().iter().map(|r| Arc::clone(&r.ring)).collect();
+        let mut batch: Vec<u64> = Vec::new();
+        let mut ends = Vec::with_capacity(rings.len());
+        for ring in &rings {
+            // Acquire: the descriptors before the head were written before it was published.
+            let head = ring.head.load(Ordering::Acquire);
+            // Relaxed: only rounds, one at a time, move it.
+            let mut v = ring.next.load(Ordering::Relaxed);
+            while v < head {
+                let d = ring.at(v);
+                // Relaxed: published with the head.
+                if mem.load(d, Ordering::Relaxed) == PAD {
+                    v += ring.cap - v % ring.cap;
+                    continue;
+                }
+                let desc = Desc::new(mem, d);
+                let s = desc.state();
+                match s.status {
+                    TxStatus::Active => break,
+                    TxStatus::Aborted => {}
+                    TxStatus::Committed => {
+                        if s.pstatus != PersistStatus::Persisted {
+                            self.persist(d);
+                        }
+                        if desc.txid() >= t0 {
+                            break;
+                        }
+                    }
+                }
+                batch.push(d);
+                v += desc_bytes(desc.nops(), desc.wide());
+            }
+            ends.push(v);
+        }
+        let mut report = CheckpointReport { descriptors: batch.len() as u64, ..CheckpointReport::default() };
+        if batch.is_empty() {
+            report.txid = inner.pool.checkpoint_txid();
+            return Some(report);
+        }
+        // AcqRel: `ready` compares it with `recycled`, which the round's end raises to it.
+        let round = ckpt.started.fetch_add(1, Ordering::AcqRel) + 1;
+
+        // 2. The keys.
+        let mut keys: Vec<(u8, u128)> = Vec::new();
+        for &d in &batch {
+            let desc = Desc::new(mem, d);
+            keys.extend((0..desc.nops()).map(|i| desc.op(i)).map(|op| (op.structure, op.key)));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        report.keys = keys.len() as u64;
+        let generation = inner.epoch + round;
+        let mut removals: Vec<Removal> = Vec::new();
+        for &(s, key) in &keys {
+            self.checkpoint_key(StructId(s), key, generation, &mut report, &mut removals);
+        }
+
+        // 3. Commit: the records are durable before the checkpoint txid says so.
+        mem.fence();
+        let txid = (t0 - 1).max(inner.pool.checkpoint_txid());
+        inner.pool.set_checkpoint_txid(txid);
+        report.txid = txid;
+        report.removals = removals.len() as u64;
+
+        // 4. The end, once no thread can still read what the round changed or recycles.
+        let guard = self.epoch.pin();
+        for item in removals {
+            let deferred = Arc::clone(&inner.deferred);
+            guard.defer(move || deferred.removals.push(item));
+        }
+        let recycle: Vec<(Arc<Ring>, u64)> = rings.into_iter().zip(ends).collect();
+        for (ring, end) in &recycle {
+            // Relaxed: only rounds, one at a time, read it.
+            ring.next.store(*end, Ordering::Relaxed);
+        }
+        let recycled = Arc::clone(&ckpt.recycled);
+        guard.defer(move || {
+            for (ring, end) in recycle {
+                // Release: a writer that sees the tail reuses slots nobody reads any more.
+                ring.tail.store(end, Ordering::Release);
+            }
+            // Release: the next round starts after this one's end.
+            recycled.store(round, Ordering::Release);
+        });
+        guard.flush();
+        let mut stats = ckpt.stats.lock();
+        stats.rounds += 1;
+        stats.descriptors += report.descriptors;
+        stats.records += report.records;
+        stats.busy += started.elapsed();
+        Some(report)
+    }
+
+    /// Brings the node of `key` in structure `s` up to date: its `prev` chain cached and cut,
+    /// its record the node's committed state, and its info word FINAL (of `generation`) if it
+    /// names a finished transaction. See the [module docs](self).
+    fn checkpoint_key(
+        &mut self,
+        s: StructId,
+        key: u128,
+        generation: u64,
+        report: &mut CheckpointReport,
+        removals: &mut Vec<Removal>,
+    ) {
+        let Ok(structure) = self.inner.structure(s) else { return };
+        let guard = self.epoch.pin();
+        let Some(node) = structure.find_node(self, key, &guard) else { return };
+        let inner = Arc::clone(&self.inner);
+        let mem = inner.pool.mem();
+        loop {
+            // Acquire: see the descriptor the word names.
+            let cur = Info(mem.load(node + INFO, Ordering::Acquire));
+            let (state, finished) = if cur.is_marked() || cur.is_final() {
+                (if cur.is_marked() { None } else { self.resolve(cur, None, &guard) }, false)
+            } else {
+                // Finished, read before the state: a transaction that finishes after this read
+                // may have been resolved as active (its before-state), which is no final state.
+                let finished = Desc::new(mem, cur.desc()).state().status != TxStatus::Active;
+                self.cache_chain(cur, &guard);
+                (self.resolve(cur, None, &guard), finished)
+            };
+            let wide = structure.set.wide();
+            if write_record(mem, node, key, wide, s.0, inner.epoch, state) {
+                // The key too: its checksum covers it, and nothing else ever flushes it (the node
+                // may have been a block of another key's, recorded before).
+                mem.flush_range(node, RECORD_END);
+                if wide {
+                    mem.flush_range(node + KEY_HI, WORD);
+                }
+                report.records += 1;
+            }
+            let next = if finished { Info::final_state(node, state.is_some(), generation) } else { cur };
+            // AcqRel: the record's stores come before whatever changes the node after this; and
+            // see the word's writer.
+            if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if finished && state.is_none() && structure.removes_nodes::<M>() {
+                    removals.push((s, key, next));
+                }
+                return;
+            }
+        }
+    }
+
+    /// Walks the `prev` chain below the info word `top` down to a FINAL word, the node's
+    /// creation or an op already cut: caches the before-state of every op whose `prev` names
+    /// another transaction's op or a FINAL word (unless cached already) and cuts its `prev`.
+    fn cache_chain(&self, top: Info, guard: &Guard) {
+        let mem = self.mem();
+        let mut cur = top;
+        while !cur.is_final() {
+            let (x, k) = (cur.desc(), cur.opid());
+            let desc = Desc::new(mem, x);
+            // Acquire: as every read of `prev`.
+            let prev = mem.load(desc.prev_off(k), Ordering::Acquire);
+            if prev == CUT || prev == NO_NODE {
+                return;
+            }
+            let p = Info(prev);
+            if p.is_final() || p.desc() != x {
+                if read_cache(mem, &desc, k).is_none() {
+                    write_cache(mem, x, k, self.resolve(p, Some(x), guard));
+                }
+                // Release: a reader that reads the cut reads the cache.
+                mem.store(desc.prev_off(k), CUT, Ordering::Release);
+            }
+            // An op's `prev` that names an earlier op of its own transaction is never cached
+            // (that state holds only if the transaction commits): go on below it.
+            cur = p;
+        }
+    }
+}
