@@ -282,17 +282,13 @@ impl TxWorker for PetraWorker<'_> {
 /// Runs one configuration on a fresh PETRA structure in a pool file under `dir`.
 fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
     let w = case.workload;
-    // Descriptors are not recycled yet: a ring must hold every descriptor of a run, and one of
-    // the workers reuses the prefill's ring after it.
-    let prefill_txs = (w.key_range as f64 * case.prefill) as u64 / 8 + 64;
-    let desc_bytes = |n| petra::tx::descriptor::desc_bytes(n, case.wide_keys);
-    let ring_bytes = (case.txs_per_thread + 64) * desc_bytes(w.tx_size) + prefill_txs * desc_bytes(16) + (1 << 20);
     let path =
         dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure.name(), case.mode.name(), case.threads, w.tx_size));
     let _ = std::fs::remove_file(&path);
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
     let pool = crate::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);
-    let engine = Engine::create(pool, EngineConfig::rings(ring_bytes)).map_err(|e| e.to_string())?;
+    // Default rings (64 MiB): checkpoint rounds run as they fill, as in any long run.
+    let engine = Engine::create(pool, EngineConfig::default()).map_err(|e| e.to_string())?;
     let kind = match case.structure {
         StructureKind::List => petra::StructureKind::List,
         StructureKind::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },

@@ -48,9 +48,9 @@
 //! cost in proportion to their number; in an unsorted store buckets are by hash.
 //!
 //! # Limits today
-//! Descriptors are recycled only when the store is reopened, so a store's file grows with the
-//! writes made since it was opened, up to its maximum size ([`KvError::Full`]). An unsorted store
-//! does not resize its hash map.
+//! An unsorted store does not resize its hash map. A store's file grows up to its maximum size
+//! ([`KvError::Full`]) with what it holds; the engine's checkpoint rounds recycle the room its
+//! writes' descriptors take, as they go.
 
 pub mod error;
 mod format;

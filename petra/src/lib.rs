@@ -48,15 +48,18 @@
 //! - volatile (benchmarks only): nothing is durable.
 //!
 //! # Recovery
-//! [`Engine::open`] recovers at every open: it rebuilds each structure from the persisted
-//! descriptors and the nodes the previous recovery normalised, trusting no link, then rebuilds the
-//! allocator from what is live. See [`recovery`].
+//! [`Engine::open`] recovers at every open but one after [`Engine::close`]: it rebuilds each
+//! structure from the node records and the persisted descriptors above the checkpoint txid,
+//! trusting no link, then rebuilds the allocator from what is live. See [`recovery`].
+//!
+//! # Checkpoints
+//! Checkpoint rounds fold finished descriptors into node records while transactions run, and
+//! recycle their ring slots: a thread runs one when its descriptor ring is a quarter full
+//! ([`EngineConfig::checkpoint_fill`]), or on demand ([`Engine::checkpoint`]). No transaction
+//! waits for a round. So a steady workload keeps the pool, its rings and the next recovery's
+//! reading bounded. See [`tx::checkpoint`].
 //!
 //! # Limits today
-//! Descriptors are not recycled while the pool is open: a thread whose ring (64 MiB by default)
-//! fills up takes another, so the pool grows with the transactions run since it was opened, up to
-//! its maximum size (then transactions are refused with [`error::AllocError::PoolFull`]);
-//! recovery at the next open empties every ring for reuse.
 //! Keys are of one word (`u64`, byte arrays of up to 8 bytes) or two (`u128`, byte arrays of up
 //! to 16 bytes, byte strings of up to 15: [`ShortKey`]), fixed per structure ([`key`]); values
 //! are a word or, in a structure created with [`Values::Bytes`], a byte string. The structures

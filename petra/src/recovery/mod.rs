@@ -1,22 +1,22 @@
 //! Recovery: rebuild every structure from the persisted descriptors and the last normalised
 //! nodes, as DESIGN section 6 lays out, without trusting a single link.
 //!
-//! Recovery runs at every open but one after [`Engine::close`] (descriptors are not checkpointed
-//! during normal operation yet, so recovery, at an open or in a clean close, is the checkpoint).
-//! After a clean close the open only rebuilds the allocator from the normalised nodes (see
-//! `reopen_clean`). Otherwise recovery reads:
+//! Recovery runs at every open but one after [`Engine::close`] (which runs recovery's rewrite
+//! itself). After a clean close the open only rebuilds the allocator from the normalised nodes
+//! (see `reopen_clean`). Otherwise recovery reads:
 //!
 //! 1. **KDMap.** Every valid descriptor of the committed epoch in every ring (tag, epoch and
-//!    checksum agree, a txid was assigned): for each (structure, key), the latest writing op by
-//!    txid. A descriptor whose persist did not complete fails its checksum or has no txid, and is
+//!    checksum agree, a txid above the checkpoint txid was assigned: checkpoint rounds folded
+//!    those at or below it into node records): for each (structure, key), the latest writing op
+//!    by txid. A descriptor whose persist did not complete fails its checksum or has no txid, and is
 //!    ignored with its whole transaction; so is one whose lines all reached the media while a
 //!    byte value it wrote did not (the value fails the hash its op carries, and its op is the
 //!    last writer of its key). Only the last valid descriptor of a ring can be torn that way, so
 //!    only those descriptors' values are read. A value that fails its hash under a later writer
 //!    was replaced, freed and reused, which voids nothing.
 //! 2. **Baseline.** Every block of every node slab chunk: a node whose norm word carries the
-//!    committed epoch and whose checksum holds was written by the last recovery, and gives its
-//!    key's state as of then. A key no transaction touched since keeps that state; a key whose
+//!    committed epoch and whose checksum holds has a record, written by the last recovery or a
+//!    checkpoint round, and gives its key's state as of then. A key no transaction touched since keeps that state; a key whose
 //!    last toucher was not persisted too (its op is ignored, and the state before it is the one
 //!    before any op since the last recovery).
 //!

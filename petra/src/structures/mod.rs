@@ -358,7 +358,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                     // A before-state that comes from an earlier op of this same transaction holds
                     // only if the transaction commits; it is not cached.
                     if cur.is_final() || cur.desc() != d {
-                        write_cache(h.mem(), d, i, before);
+                        write_cache(h.mem(), d, i, before, node);
                     }
                     return Step::Done;
                 }
@@ -389,7 +389,7 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                 mem.store(node + CHECK, 0, Ordering::Relaxed);
                 set.init_links(mem, node, op.key);
                 if set.link(h, &pos, node, guard) {
-                    write_cache(h.mem(), d, i, None);
+                    write_cache(h.mem(), d, i, None, node);
                     return Step::Done;
                 }
                 let pool = &h.inner.pool;

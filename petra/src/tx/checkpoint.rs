@@ -22,7 +22,7 @@
 //!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
 //!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
 //!      before-state cached (the executor does that too, right after its CAS; the round does it
-//!      for an executor that has not yet), and its `prev` replaced by [`CUT`], so that no reader
+//!      for an executor that has not yet), and its `prev` replaced by `CUT`, so that no reader
 //!      follows it into a descriptor the round will recycle;
 //!    - the node's committed state, as a reader outside any transaction resolves it, goes into
 //!      the record (nothing is written if the record already says it), and the lines are
@@ -68,11 +68,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
+use rustc_hash::FxHashSet;
 
 use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes};
 use super::info::Info;
 use super::ring::{PAD, Ring};
-use super::{Handle, StructId, read_cache, write_cache};
+use super::{Handle, Inner, StructId, cached_node, read_cache, write_cache};
 use crate::mem::{PMem, WORD};
 use crate::structures::{CHECK, INFO, KEY_HI, write_record};
 
@@ -138,6 +139,24 @@ pub struct CheckpointStats {
 /// FINAL word the round gave it.
 type Removal = (StructId, u128, Info);
 
+/// Keys brought up to date under one pin.
+const KEYS_PER_PIN: u64 = 64;
+
+/// Batch descriptors whose nodes are loaded together.
+const WINDOW: usize = 16;
+
+/// A round's state while it goes through its keys.
+#[derive(Debug, Default)]
+struct Round {
+    /// The generation of the FINAL words it writes.
+    generation: u64,
+    /// Nodes whose records changed (and whether their keys are two words): flushed before the
+    /// round commits.
+    flush: Vec<(u64, bool)>,
+    /// Nodes of absent keys to remove after it.
+    removals: Vec<Removal>,
+}
+
 impl<M: PMem + 'static> Handle<M> {
     /// Runs a checkpoint round now (see the [module docs](self)) and returns what it did, or
     /// `None` if another round is running or the last round's descriptors are still waiting to
@@ -182,75 +201,111 @@ impl<M: PMem + 'static> Handle<M> {
         }
         let started = std::time::Instant::now();
         let mem = inner.pool.mem();
-        // 1. The batch. Acquire: txids below it were handed out before the rings are read.
+        // 1. The batch, and 2. its keys, each descriptor's as the scan reaches it (its lines are
+        // in cache then). Acquire: txids below it were handed out before the rings are read.
         let t0 = inner.next_txid.load(Ordering::Acquire);
         let rings: Vec<Arc<Ring>> = inner.rings.lock().iter().map(|r| Arc::clone(&r.ring)).collect();
-        let mut batch: Vec<u64> = Vec::new();
+        let mut report = CheckpointReport::default();
         let mut ends = Vec::with_capacity(rings.len());
+        // Relaxed: only the round holding the lock moves it.
+        let number = ckpt.started.load(Ordering::Relaxed) + 1;
+        let mut round = Round { generation: inner.epoch + number, ..Round::default() };
+        let mut seen: FxHashSet<(u8, u128)> = FxHashSet::default();
+        // One pin for a few keys: each pin and unpin is a locked instruction.
+        let mut guard = self.epoch.pin();
+        // The batch descriptors are taken a window at a time: the scan runs ahead of the keys,
+        // and the nodes the window's ops name are loaded at once, not one miss after another.
+        let mut window: Vec<u64> = Vec::with_capacity(WINDOW);
         for ring in &rings {
             // Acquire: the descriptors before the head were written before it was published.
             let head = ring.head.load(Ordering::Acquire);
             // Relaxed: only rounds, one at a time, move it.
             let mut v = ring.next.load(Ordering::Relaxed);
-            while v < head {
-                let d = ring.at(v);
-                // Relaxed: published with the head.
-                if mem.load(d, Ordering::Relaxed) == PAD {
-                    v += ring.cap - v % ring.cap;
-                    continue;
-                }
-                let desc = Desc::new(mem, d);
-                let s = desc.state();
-                match s.status {
-                    TxStatus::Active => break,
-                    TxStatus::Aborted => {}
-                    TxStatus::Committed => {
-                        if s.pstatus != PersistStatus::Persisted {
-                            self.persist(d);
+            loop {
+                window.clear();
+                let more = loop {
+                    if v >= head || window.len() == WINDOW {
+                        break v < head;
+                    }
+                    let d = ring.at(v);
+                    // Relaxed: published with the head.
+                    if mem.load(d, Ordering::Relaxed) == PAD {
+                        v += ring.cap - v % ring.cap;
+                        continue;
+                    }
+                    let desc = Desc::new(mem, d);
+                    let s = desc.state();
+                    match s.status {
+                        TxStatus::Active => break false,
+                        TxStatus::Aborted => {}
+                        TxStatus::Committed => {
+                            if s.pstatus != PersistStatus::Persisted {
+                                self.persist(d);
+                            }
+                            if desc.txid() >= t0 {
+                                break false;
+                            }
                         }
-                        if desc.txid() >= t0 {
-                            break;
+                    }
+                    window.push(d);
+                    v += desc_bytes(desc.nops(), desc.wide());
+                };
+                for &d in &window {
+                    let desc = Desc::new(mem, d);
+                    for i in 0..desc.nops() {
+                        if let Some(node) = cached_node(mem, &desc, i) {
+                            mem.prefetch(node);
                         }
                     }
                 }
-                batch.push(d);
-                v += desc_bytes(desc.nops(), desc.wide());
+                for &d in &window {
+                    let desc = Desc::new(mem, d);
+                    report.descriptors += 1;
+                    for i in 0..desc.nops() {
+                        let op = desc.op(i);
+                        if seen.insert((op.structure, op.key)) {
+                            report.keys += 1;
+                            if report.keys.is_multiple_of(KEYS_PER_PIN) {
+                                guard.repin();
+                            }
+                            let hint = cached_node(mem, &desc, i).map(|node| (node, Info::op(d, i)));
+                            self.checkpoint_key(&inner, &mut round, &guard, (StructId(op.structure), op.key), hint);
+                        }
+                    }
+                }
+                if !more {
+                    break;
+                }
             }
             ends.push(v);
         }
-        let mut report = CheckpointReport { descriptors: batch.len() as u64, ..CheckpointReport::default() };
-        if batch.is_empty() {
+        drop(guard);
+        if report.descriptors == 0 {
             report.txid = inner.pool.checkpoint_txid();
             return Some(report);
         }
-        // AcqRel: `ready` compares it with `recycled`, which the round's end raises to it.
-        let round = ckpt.started.fetch_add(1, Ordering::AcqRel) + 1;
+        // Release: `ready` compares it with `recycled`, which the round's end raises to it.
+        ckpt.started.store(number, Ordering::Release);
 
-        // 2. The keys.
-        let mut keys: Vec<(u8, u128)> = Vec::new();
-        for &d in &batch {
-            let desc = Desc::new(mem, d);
-            keys.extend((0..desc.nops()).map(|i| desc.op(i)).map(|op| (op.structure, op.key)));
+        // 3. Commit: the records are durable before the checkpoint txid says so. Their lines are
+        // flushed here, back to back, not as each is written: a locked instruction (the next CAS,
+        // a pin) waits for the flushes before it, and a flush may evict the line a CAS needs.
+        for &(node, wide) in &round.flush {
+            mem.flush_range(node, RECORD_END);
+            if wide {
+                mem.flush_range(node + KEY_HI, WORD);
+            }
         }
-        keys.sort_unstable();
-        keys.dedup();
-        report.keys = keys.len() as u64;
-        let generation = inner.epoch + round;
-        let mut removals: Vec<Removal> = Vec::new();
-        for &(s, key) in &keys {
-            self.checkpoint_key(StructId(s), key, generation, &mut report, &mut removals);
-        }
-
-        // 3. Commit: the records are durable before the checkpoint txid says so.
+        report.records = round.flush.len() as u64;
         mem.fence();
         let txid = (t0 - 1).max(inner.pool.checkpoint_txid());
         inner.pool.set_checkpoint_txid(txid);
         report.txid = txid;
-        report.removals = removals.len() as u64;
+        report.removals = round.removals.len() as u64;
 
         // 4. The end, once no thread can still read what the round changed or recycles.
         let guard = self.epoch.pin();
-        for item in removals {
+        for item in round.removals {
             let deferred = Arc::clone(&inner.deferred);
             guard.defer(move || deferred.removals.push(item));
         }
@@ -266,7 +321,7 @@ impl<M: PMem + 'static> Handle<M> {
                 ring.tail.store(end, Ordering::Release);
             }
             // Release: the next round starts after this one's end.
-            recycled.store(round, Ordering::Release);
+            recycled.store(number, Ordering::Release);
         });
         guard.flush();
         let mut stats = ckpt.stats.lock();
@@ -279,58 +334,70 @@ impl<M: PMem + 'static> Handle<M> {
 
     /// Brings the node of `key` in structure `s` up to date: its `prev` chain cached and cut,
     /// its record the node's committed state, and its info word FINAL (of `generation`) if it
-    /// names a finished transaction. See the [module docs](self).
+    /// names a finished transaction. A changed record goes on `round`'s list to flush. See the
+    /// [module docs](self).
+    ///
+    /// `hint`: a node, and the op word it holds if it is the key's node. An op's cache names the
+    /// node it took or created (the executor that won, or a round walking that node, wrote it).
+    /// If that node's info word is still that op's, it is the key's linked node: a node leaves
+    /// its structure only after a mark on its info word, and a freed block never gets that op
+    /// word again (no executor of a finished transaction runs once the node can be freed, see
+    /// invariant 7). Otherwise the key is searched for.
     fn checkpoint_key(
         &mut self,
-        s: StructId,
-        key: u128,
-        generation: u64,
-        report: &mut CheckpointReport,
-        removals: &mut Vec<Removal>,
+        inner: &Inner<M>,
+        round: &mut Round,
+        guard: &Guard,
+        (s, key): (StructId, u128),
+        hint: Option<(u64, Info)>,
     ) {
-        let Ok(structure) = self.inner.structure(s) else { return };
-        let guard = self.epoch.pin();
-        let Some(node) = structure.find_node(self, key, &guard) else { return };
-        let inner = Arc::clone(&self.inner);
+        let Ok(structure) = inner.structure(s) else { return };
         let mem = inner.pool.mem();
+        // Acquire (the check): as any read of an info word.
+        let node = match hint {
+            Some((node, op)) if mem.load(node + INFO, Ordering::Acquire) == op.0 => node,
+            _ => match structure.find_node(self, key, guard) {
+                Some(node) => node,
+                None => return,
+            },
+        };
+        let wide = structure.set.wide();
+        // Whether a record store was made (by any pass of the loop): its lines get flushed.
+        let mut written = false;
         loop {
             // Acquire: see the descriptor the word names.
             let cur = Info(mem.load(node + INFO, Ordering::Acquire));
             let (state, finished) = if cur.is_marked() || cur.is_final() {
-                (if cur.is_marked() { None } else { self.resolve(cur, None, &guard) }, false)
+                (if cur.is_marked() { None } else { self.resolve(cur, None, guard) }, false)
             } else {
                 // Finished, read before the state: a transaction that finishes after this read
                 // may have been resolved as active (its before-state), which is no final state.
                 let finished = Desc::new(mem, cur.desc()).state().status != TxStatus::Active;
-                self.cache_chain(cur, &guard);
-                (self.resolve(cur, None, &guard), finished)
+                self.cache_chain(cur, node, guard);
+                (self.resolve(cur, None, guard), finished)
             };
-            let wide = structure.set.wide();
-            if write_record(mem, node, key, wide, s.0, inner.epoch, state) {
-                // The key too: its checksum covers it, and nothing else ever flushes it (the node
-                // may have been a block of another key's, recorded before).
-                mem.flush_range(node, RECORD_END);
-                if wide {
-                    mem.flush_range(node + KEY_HI, WORD);
-                }
-                report.records += 1;
-            }
-            let next = if finished { Info::final_state(node, state.is_some(), generation) } else { cur };
+            written |= write_record(mem, node, key, wide, s.0, inner.epoch, state);
+            let next = if finished { Info::final_state(node, state.is_some(), round.generation) } else { cur };
             // AcqRel: the record's stores come before whatever changes the node after this; and
             // see the word's writer.
             if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if finished && state.is_none() && structure.removes_nodes::<M>() {
-                    removals.push((s, key, next));
+                    round.removals.push((s, key, next));
+                }
+                if written {
+                    // The key too, when flushed: the checksum covers it, and nothing else ever
+                    // flushes it (the node may be a block another key's record was in).
+                    round.flush.push((node, wide));
                 }
                 return;
             }
         }
     }
 
-    /// Walks the `prev` chain below the info word `top` down to a FINAL word, the node's
+    /// Walks the `prev` chain below the info word `top` of `node` down to a FINAL word, the node's
     /// creation or an op already cut: caches the before-state of every op whose `prev` names
     /// another transaction's op or a FINAL word (unless cached already) and cuts its `prev`.
-    fn cache_chain(&self, top: Info, guard: &Guard) {
+    fn cache_chain(&self, top: Info, node: u64, guard: &Guard) {
         let mem = self.mem();
         let mut cur = top;
         while !cur.is_final() {
@@ -344,7 +411,7 @@ impl<M: PMem + 'static> Handle<M> {
             let p = Info(prev);
             if p.is_final() || p.desc() != x {
                 if read_cache(mem, &desc, k).is_none() {
-                    write_cache(mem, x, k, self.resolve(p, Some(x), guard));
+                    write_cache(mem, x, k, self.resolve(p, Some(x), guard), node);
                 }
                 // Release: a reader that reads the cut reads the cache.
                 mem.store(desc.prev_off(k), CUT, Ordering::Release);

@@ -15,7 +15,8 @@
 //! then nops x 24 bytes of volatile per-op words, never flushed:
 //!      prev     the info word the op replaced (NO_NODE for a node it created; UNSET before;
 //!               CUT once a checkpoint round cached its before-state, see `tx::checkpoint`)
-//!      cache    VALID | present << 1, once the op's before-state is known
+//!      cache    VALID | present << 1 | the node the op took or created (16-byte aligned),
+//!               once the op's before-state is known
 //!      cvalue   the before-state's value
 //! ```
 //!

@@ -32,7 +32,7 @@
 //! still be executing an operation of the removing transaction's predecessors has unpinned: a
 //! late helper can therefore never re-create a node for an operation that already executed.
 
-mod checkpoint;
+pub mod checkpoint;
 pub use checkpoint::{CheckpointReport, CheckpointStats};
 pub mod descriptor;
 pub mod info;
@@ -1547,17 +1547,28 @@ fn read_cache<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Option<Option<u
     Some((flags & 2 != 0).then(|| mem.load(at + 8, Ordering::Relaxed)))
 }
 
+/// The node op `i` took or created, if its before-state was cached (see [`write_cache`]).
+fn cached_node<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Option<u64> {
+    // Relaxed: a hint, checked against the node's info word before it is used.
+    let flags = mem.load(desc.cache_off(i), Ordering::Relaxed);
+    (flags & 1 != 0).then_some(flags & !0xF)
+}
+
 /// Records op `i`'s before-state. Only the executor whose CAS took the node calls this, and a
 /// checkpoint round for an op on a node's chain; every value they could write is the same (the
 /// before-state is fixed once the op executed). Never called for a before-state that an earlier
 /// op of the same transaction produced: that one holds only if the transaction commits, and
 /// readers of an aborted one must look past it.
-pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64>) {
+///
+/// The flags word also names `node`, the node the op took or created (nodes are 16-byte
+/// aligned): a checkpoint round finds the node there instead of searching for it.
+pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64>, node: u64) {
+    debug_assert!(node.is_multiple_of(16) && node != 0);
     let desc = Desc::new(mem, d);
     let at = desc.cache_off(i);
     mem.store(at + 8, before.unwrap_or(0), Ordering::Relaxed);
     // Release: publish the value word with the flags.
-    mem.store(at, 1 | (before.is_some() as u64) << 1, Ordering::Release);
+    mem.store(at, node | 1 | (before.is_some() as u64) << 1, Ordering::Release);
 }
 
 impl From<AllocError> for EngineError {
