@@ -273,6 +273,10 @@ struct MicroArgs {
     /// written as k in both words). Not for the mdlist, whose keys are one word.
     #[arg(long, default_value_t = 8)]
     key_bytes: usize,
+    /// Checkpoint rounds start when a thread's descriptor ring (64 MiB) is this full, percent;
+    /// 0 turns them off (what bounding the pool and recovery costs).
+    #[arg(long = "checkpoint-fill", default_value_t = 25)]
+    checkpoint_fill: u8,
     /// Also write the results to this directory: micro.csv, micro.json, and SVG plots of tx/s
     /// against threads (micro-threads.svg) and against transaction size (micro-txsize.svg)
     /// when more than one of each was run.
@@ -371,6 +375,7 @@ fn micro(args: MicroArgs) -> Result<(), String> {
                         seed: args.seed,
                         value_size: args.value_size,
                         wide_keys,
+                        checkpoint_fill: args.checkpoint_fill,
                     };
                     let r = run(case, &dir)?;
                     progress.inc(1);
@@ -488,6 +493,7 @@ fn lftt(args: LfttArgs) -> Result<(), String> {
         seed: 1,
         value_size: 0,
         key_bytes: 8,
+        checkpoint_fill: 25,
         out: None,
     })
 }

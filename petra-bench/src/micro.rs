@@ -111,6 +111,9 @@ pub struct MicroCase {
     pub value_size: usize,
     /// Two-word keys: key `k` of the workload is `k << 64 | k`.
     pub wide_keys: bool,
+    /// The engine's [`EngineConfig::checkpoint_fill`]: 0 turns checkpoint rounds off (the
+    /// rings then hold every descriptor of the run).
+    pub checkpoint_fill: u8,
 }
 
 /// What a configuration measured.
@@ -288,7 +291,8 @@ fn run_petra(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, Stri
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
     let pool = crate::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);
     // Default rings (64 MiB): checkpoint rounds run as they fill, as in any long run.
-    let engine = Engine::create(pool, EngineConfig::default()).map_err(|e| e.to_string())?;
+    let config = EngineConfig::default().checkpoint_fill(case.checkpoint_fill);
+    let engine = Engine::create(pool, config).map_err(|e| e.to_string())?;
     let kind = match case.structure {
         StructureKind::List => petra::StructureKind::List,
         StructureKind::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },

@@ -49,11 +49,11 @@ use crate::error::{AllocError, EngineError};
 use crate::key::{Key, KeyWidth};
 use crate::mem::PMem;
 use crate::pool::{AllocCache, Pool, RootEntry};
-use crate::structures::LinkedSet;
 use crate::structures::hashmap::HashMap;
 use crate::structures::list::List;
 use crate::structures::mdlist::MdList;
 use crate::structures::skiplist::SkipList;
+use crate::structures::{LinkedSet, NORM};
 use crate::sync::AtomicU64;
 use descriptor::{
     CHECK, CUT, Desc, MAX_OPS, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET, desc_bytes,
@@ -1417,7 +1417,16 @@ impl<M: PMem + 'static> Handle<M> {
                 Some(present) => !present,
                 None => absent_before,
             };
-            if absent_after && self.inner.structure(StructId(op.structure)).is_ok_and(|s| s.removes_nodes::<M>()) {
+            // A node with a record stays until a checkpoint round clears it and removes the node
+            // itself (`remove_if` would give up): no removal to run then. Relaxed: a record
+            // written before this transaction took the node is seen (its CAS acquired the
+            // round's), and none is written while the node is absent.
+            let recorded =
+                || cached_node(self.mem(), &desc, i).is_some_and(|n| self.mem().load(n + NORM, Ordering::Relaxed) != 0);
+            if absent_after
+                && self.inner.structure(StructId(op.structure)).is_ok_and(|s| s.removes_nodes::<M>())
+                && !recorded()
+            {
                 any = true;
                 let deferred = Arc::clone(&self.inner.deferred);
                 let item = (StructId(op.structure), op.key, Info::op(d, i));
