@@ -68,14 +68,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
-use rustc_hash::FxHashSet;
 
 use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes};
 use super::info::Info;
 use super::ring::{PAD, Ring};
-use super::{Handle, Inner, StructId, cached_node, read_cache, write_cache};
+use super::{Handle, Inner, OpKind, StructId, cached_node, read_cache, write_cache};
 use crate::mem::{PMem, WORD};
-use crate::structures::{CHECK, INFO, KEY_HI, write_record};
+use crate::structures::{CHECK, INFO, KEY_HI, load_key, write_record};
 
 /// The end of a node's record (its check word): a record is flushed from the node's key to here.
 const RECORD_END: u64 = CHECK + WORD;
@@ -111,7 +110,8 @@ impl Checkpointer {
 pub struct CheckpointReport {
     /// Descriptors folded into records (their slots are recycled once no thread can read them).
     pub descriptors: u64,
-    /// Keys whose nodes were brought up to date.
+    /// Keys whose nodes were brought up to date (a key written by several descriptors of the
+    /// batch is usually visited once: its node then holds this round's FINAL word).
     pub keys: u64,
     /// Records written or cleared (each flushed).
     pub records: u64,
@@ -150,6 +150,8 @@ const WINDOW: usize = 16;
 struct Round {
     /// The generation of the FINAL words it writes.
     generation: u64,
+    /// Nodes brought up to date.
+    nodes: u64,
     /// Nodes whose records changed (and whether their keys are two words): flushed before the
     /// round commits.
     flush: Vec<(u64, bool)>,
@@ -210,9 +212,9 @@ impl<M: PMem + 'static> Handle<M> {
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
         let mut round = Round { generation: inner.epoch + number, ..Round::default() };
-        let mut seen: FxHashSet<(u8, u128)> = FxHashSet::default();
         // One pin for a few keys: each pin and unpin is a locked instruction.
         let mut guard = self.epoch.pin();
+        let mut ops = 0u64;
         // The batch descriptors are taken a window at a time: the scan runs ahead of the keys,
         // and the nodes the window's ops name are loaded at once, not one miss after another.
         let mut window: Vec<u64> = Vec::with_capacity(WINDOW);
@@ -261,16 +263,17 @@ impl<M: PMem + 'static> Handle<M> {
                 for &d in &window {
                     let desc = Desc::new(mem, d);
                     report.descriptors += 1;
+                    let committed = desc.state().status == TxStatus::Committed;
                     for i in 0..desc.nops() {
                         let op = desc.op(i);
-                        if seen.insert((op.structure, op.key)) {
-                            report.keys += 1;
-                            if report.keys.is_multiple_of(KEYS_PER_PIN) {
-                                guard.repin();
-                            }
-                            let hint = cached_node(mem, &desc, i).map(|node| (node, Info::op(d, i)));
-                            self.checkpoint_key(&inner, &mut round, &guard, (StructId(op.structure), op.key), hint);
+                        ops += 1;
+                        if ops.is_multiple_of(KEYS_PER_PIN) {
+                            guard.repin();
                         }
+                        let hint = cached_node(mem, &desc, i).map(|node| (node, Info::op(d, i)));
+                        let writes = committed && !OpKind::from_code(op.kind).is_read();
+                        let key = (StructId(op.structure), op.key);
+                        self.checkpoint_key(&inner, &mut round, &guard, key, hint, writes);
                     }
                 }
                 if !more {
@@ -297,6 +300,7 @@ impl<M: PMem + 'static> Handle<M> {
             }
         }
         report.records = round.flush.len() as u64;
+        report.keys = round.nodes;
         mem.fence();
         let txid = (t0 - 1).max(inner.pool.checkpoint_txid());
         inner.pool.set_checkpoint_txid(txid);
@@ -337,6 +341,8 @@ impl<M: PMem + 'static> Handle<M> {
     /// names a finished transaction. A changed record goes on `round`'s list to flush. See the
     /// [module docs](self).
     ///
+    /// `writes`: whether the op changed the key (a write of a committed transaction).
+    ///
     /// `hint`: a node, and the op word it holds if it is the key's node. An op's cache names the
     /// node it took or created (the executor that won, or a round walking that node, wrote it).
     /// If that node's info word is still that op's, it is the key's linked node: a node leaves
@@ -350,17 +356,41 @@ impl<M: PMem + 'static> Handle<M> {
         guard: &Guard,
         (s, key): (StructId, u128),
         hint: Option<(u64, Info)>,
+        writes: bool,
     ) {
         let Ok(structure) = inner.structure(s) else { return };
         let mem = inner.pool.mem();
         // Acquire (the check): as any read of an info word.
         let node = match hint {
-            Some((node, op)) if mem.load(node + INFO, Ordering::Acquire) == op.0 => node,
-            _ => match structure.find_node(self, key, guard) {
+            Some((node, op)) => {
+                let now = Info(mem.load(node + INFO, Ordering::Acquire));
+                if now == op {
+                    node
+                } else if now.is_final()
+                    && now.final_node() == node
+                    && now.final_generation() == round.generation & 0x1_FFFF
+                    && load_key(mem, node, structure.set.wide()) == key
+                {
+                    // This round gave the key's node its FINAL word already (a later op of the
+                    // batch on the key): every batch transaction had finished before that.
+                    return;
+                } else if !writes {
+                    // The op changed nothing (a read, or an op of an aborted transaction), and no
+                    // node names it any more (its node moved on, or left): nothing to do.
+                    return;
+                } else {
+                    match structure.find_node(self, key, guard) {
+                        Some(node) => node,
+                        None => return,
+                    }
+                }
+            }
+            None => match structure.find_node(self, key, guard) {
                 Some(node) => node,
                 None => return,
             },
         };
+        round.nodes += 1;
         let wide = structure.set.wide();
         // Whether a record store was made (by any pass of the loop): its lines get flushed.
         let mut written = false;

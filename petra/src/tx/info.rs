@@ -77,6 +77,12 @@ impl Info {
         ((self.0 >> 3) & ((1 << 44) - 1)) << 4
     }
 
+    /// For a FINAL state: the generation that wrote it (17 bits).
+    #[inline]
+    pub fn final_generation(self) -> u64 {
+        self.0 >> 47
+    }
+
     /// For an op reference: the descriptor's offset.
     #[inline]
     pub fn desc(self) -> u64 {
@@ -132,6 +138,7 @@ mod tests {
         assert_eq!((m.desc(), m.opid(), m.is_marked()), (0x1234_5678_9AC0, 63, true));
         let f = Info::final_state(0xABC_DEF0, true, 5);
         assert_eq!((f.is_final(), f.final_present(), f.final_node(), f.is_marked()), (true, true, 0xABC_DEF0, false));
+        assert_eq!((f.final_generation(), Info::final_state(0x10, false, 0x2_0003).final_generation()), (5, 3));
         assert_ne!(Info::final_state(0x10, true, 1), Info::final_state(0x20, true, 1), "unique per node");
         assert_ne!(Info::final_state(0x10, true, 1), Info::final_state(0x10, true, 2), "and per epoch");
         assert_ne!(Info::op(64, 0).0, 0, "no reference is zero");
