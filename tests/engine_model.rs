@@ -221,6 +221,33 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let (out, flushes, fences) = count(&mut h, &tx);
     assert_eq!(out, Outcome::Aborted { failed_op: Some(1) });
     assert_eq!((flushes, fences), (0, 0), "an aborted transaction persists nothing");
+    // Checkpoint rounds: fold what came before, then count rounds over known batches.
+    let round = |h: &mut petra::Handle<Counting<SimMem>>| {
+        let before = MemCounts::current();
+        let report = h.checkpoint().expect("no other round");
+        let d = MemCounts::current() - before;
+        (report, d.flushes, d.fences)
+    };
+    round(&mut h);
+    // Nothing written since: nothing to do, nothing flushed or fenced.
+    let (report, flushes, fences) = round(&mut h);
+    assert_eq!((report.descriptors, flushes, fences), (0, 0, 0), "{report:?}");
+    // Four new keys: four records, their lines, one fence for them; the checkpoint txid's line
+    // and its fence.
+    for k in 0..4u64 {
+        assert!(kinds::execute(&mut h, Transaction::new().put(s, 9000 + k, k)).unwrap().is_committed());
+    }
+    let (report, flushes, fences) = round(&mut h);
+    assert_eq!((report.descriptors, report.keys, report.records), (4, 4, 4), "{report:?}");
+    let per_record = if op_bytes == 32 { 2..=3 } else { 1..=2 };
+    assert!((4 * per_record.start()..=4 * per_record.end()).contains(&report.lines), "{report:?}");
+    assert_eq!((flushes, fences), (report.lines + 1, 2), "{report:?}");
+    // Reads change no record: only the checkpoint txid's line and fence.
+    let mut tx = Transaction::new();
+    tx.get(s, 9000u64).get(s, 9001u64);
+    assert!(kinds::execute(&mut h, &tx).unwrap().is_committed());
+    let (report, flushes, fences) = round(&mut h);
+    assert_eq!((report.descriptors, report.records, flushes, fences), (1, 0, 1, 1), "{report:?}");
 }
 
 #[test]

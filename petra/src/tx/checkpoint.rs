@@ -32,8 +32,8 @@
 //!      reads it again and rewrites the record. So when the round leaves a node, its record held
 //!      the state of the info word at an instant when the word was still the one read, and
 //!      everything that changes the node after that instant happens after the record's stores.
-//! 3. **Commit.** One fence makes the records durable; then `C = T0 - 1` is stored, flushed
-//!    and fenced.
+//! 3. **Commit.** One fence makes the records durable (if any changed); then `C = T0 - 1` is
+//!    stored, flushed and fenced.
 //! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the batch's slots
 //!    are recycled, both deferred through the epoch collector: no thread that could still read a
 //!    batch descriptor (through an info word or a `prev` read before the round changed it) is
@@ -73,7 +73,7 @@ use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes}
 use super::info::Info;
 use super::ring::{PAD, Ring};
 use super::{Handle, Inner, OpKind, StructId, cached_node, read_cache, write_cache};
-use crate::mem::{PMem, WORD};
+use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::structures::{CHECK, INFO, KEY_HI, load_key, write_record};
 
 /// The end of a node's record (its check word): a record is flushed from the node's key to here.
@@ -115,6 +115,9 @@ pub struct CheckpointReport {
     pub keys: u64,
     /// Records written or cleared (each flushed).
     pub records: u64,
+    /// Cache lines the records' flushes covered (from each node's key to its check word: one or
+    /// two, and one more for a two-word key's high word).
+    pub lines: u64,
     /// Nodes of absent keys queued for removal.
     pub removals: u64,
     /// The checkpoint txid in force after the round: every committed writer at or below it is in
@@ -293,15 +296,20 @@ impl<M: PMem + 'static> Handle<M> {
         // 3. Commit: the records are durable before the checkpoint txid says so. Their lines are
         // flushed here, back to back, not as each is written: a locked instruction (the next CAS,
         // a pin) waits for the flushes before it, and a flush may evict the line a CAS needs.
+        let lines = |from: u64, to: u64| (to - 1) / CACHE_LINE - from / CACHE_LINE + 1;
         for &(node, wide) in &round.flush {
             mem.flush_range(node, RECORD_END);
+            report.lines += lines(node, node + RECORD_END);
             if wide {
                 mem.flush_range(node + KEY_HI, WORD);
+                report.lines += 1;
             }
         }
         report.records = round.flush.len() as u64;
         report.keys = round.nodes;
-        mem.fence();
+        if report.records > 0 {
+            mem.fence();
+        }
         let txid = (t0 - 1).max(inner.pool.checkpoint_txid());
         inner.pool.set_checkpoint_txid(txid);
         report.txid = txid;
