@@ -372,19 +372,27 @@ impl<M: PMem + 'static> Handle<M> {
         let node = match hint {
             Some((node, op)) => {
                 let now = Info(mem.load(node + INFO, Ordering::Acquire));
+                let same_key = || load_key(mem, node, structure.set.wide()) == key;
                 if now == op {
                     node
                 } else if now.is_final()
                     && now.final_node() == node
                     && now.final_generation() == round.generation & 0x1_FFFF
-                    && load_key(mem, node, structure.set.wide()) == key
+                    && same_key()
                 {
                     // This round gave the key's node its FINAL word already (a later op of the
                     // batch on the key): every batch transaction had finished before that.
                     return;
                 } else if !writes {
-                    // The op changed nothing (a read, or an op of an aborted transaction), and no
-                    // node names it any more (its node moved on, or left): nothing to do.
+                    // The op changed nothing (a read, or an op of an aborted transaction): its
+                    // node's record needs nothing from it. But if the node moved on to another
+                    // op, that op's `prev` (or one further down) may name this one: its chain is
+                    // cached and cut, or the recycled slot would be followed. (A node marked, or
+                    // whose block holds another key, has left: nothing leads there any more but
+                    // from threads pinned since, which the recycling waits for.)
+                    if !now.is_final() && !now.is_marked() && same_key() {
+                        self.cache_chain(now, node, guard);
+                    }
                     return;
                 } else {
                     match structure.find_node(self, key, guard) {
@@ -447,6 +455,7 @@ impl<M: PMem + 'static> Handle<M> {
                 return;
             }
             let p = Info(prev);
+            super::debug_assert_took_from(mem, x, p);
             if p.is_final() || p.desc() != x {
                 if read_cache(mem, &desc, k).is_none() {
                     write_cache(mem, x, k, self.resolve(p, Some(x), guard), node);

@@ -1389,7 +1389,10 @@ impl<M: PMem + 'static> Handle<M> {
             // The state before op j of d2.
             match before_of(mem, &desc2, j) {
                 Before::Known(state) => return state,
-                Before::Of(prev) => cur = prev,
+                Before::Of(prev) => {
+                    debug_assert_took_from(mem, d2, prev);
+                    cur = prev
+                }
             }
         }
     }
@@ -1499,6 +1502,24 @@ impl<M: PMem> Blobs<'_, M> {
         let mut buf = Vec::new();
         self.read_into(word, &mut buf);
         buf
+    }
+}
+
+/// Checks, in debug builds, that an op of `d` took its node from `prev`, an op of a descriptor
+/// that is still there: one of `d` itself, or of a finished transaction (a node is taken from
+/// another transaction only once it finished), whose descriptor has that op. A reference into a
+/// recycled slot would usually fail it.
+#[inline]
+pub(crate) fn debug_assert_took_from<M: PMem>(mem: &M, d: u64, prev: Info) {
+    if cfg!(debug_assertions) && !prev.is_final() && prev.desc() != d {
+        let other = Desc::new(mem, prev.desc());
+        let header = other.header();
+        assert!(
+            header >> 48 == descriptor::DESC_TAG
+                && prev.opid() < other.nops()
+                && other.state().status != TxStatus::Active,
+            "an op of {d:#x} names {prev:?}, which is no finished descriptor's op (header {header:#x})"
+        );
     }
 }
 
