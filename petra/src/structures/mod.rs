@@ -294,7 +294,7 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(
         return;
     }
     // AcqRel: the mark is a transition of the info word like any other.
-    if h.mem().compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+    if mem.compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         set.help_remove(h, node, guard);
     }
 }

@@ -70,7 +70,7 @@ use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
 
 use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes};
-use super::info::Info;
+use super::info::{GENERATION_MASK, Info};
 use super::ring::{PAD, Ring};
 use super::{Handle, Inner, OpKind, StructId, cached_node, read_cache, write_cache};
 use crate::mem::{CACHE_LINE, PMem, WORD};
@@ -227,34 +227,7 @@ impl<M: PMem + 'static> Handle<M> {
             // Relaxed: only rounds, one at a time, move it.
             let mut v = ring.next.load(Ordering::Relaxed);
             loop {
-                window.clear();
-                let more = loop {
-                    if v >= head || window.len() == WINDOW {
-                        break v < head;
-                    }
-                    let d = ring.at(v);
-                    // Relaxed: published with the head.
-                    if mem.load(d, Ordering::Relaxed) == PAD {
-                        v += ring.cap - v % ring.cap;
-                        continue;
-                    }
-                    let desc = Desc::new(mem, d);
-                    let s = desc.state();
-                    match s.status {
-                        TxStatus::Active => break false,
-                        TxStatus::Aborted => {}
-                        TxStatus::Committed => {
-                            if s.pstatus != PersistStatus::Persisted {
-                                self.persist(d);
-                            }
-                            if desc.txid() >= t0 {
-                                break false;
-                            }
-                        }
-                    }
-                    window.push(d);
-                    v += desc_bytes(desc.nops(), desc.wide());
-                };
+                let more = self.take_window(ring, &mut v, head, t0, &mut window);
                 for &d in &window {
                     let desc = Desc::new(mem, d);
                     for i in 0..desc.nops() {
@@ -264,20 +237,8 @@ impl<M: PMem + 'static> Handle<M> {
                     }
                 }
                 for &d in &window {
-                    let desc = Desc::new(mem, d);
                     report.descriptors += 1;
-                    let committed = desc.state().status == TxStatus::Committed;
-                    for i in 0..desc.nops() {
-                        let op = desc.op(i);
-                        ops += 1;
-                        if ops.is_multiple_of(KEYS_PER_PIN) {
-                            guard.repin();
-                        }
-                        let hint = cached_node(mem, &desc, i).map(|node| (node, Info::op(d, i)));
-                        let writes = committed && !OpKind::from_code(op.kind).is_read();
-                        let key = (StructId(op.structure), op.key);
-                        self.checkpoint_key(&inner, &mut round, &guard, key, hint, writes);
-                    }
+                    self.fold_descriptor(&inner, &mut round, &mut guard, &mut ops, d);
                 }
                 if !more {
                     break;
@@ -344,6 +305,61 @@ impl<M: PMem + 'static> Handle<M> {
         Some(report)
     }
 
+    /// Fills `window` with the batch's next descriptors in `ring`, from position `v` (moved past
+    /// them) up to `head`: finished ones (committed ones persisted first, as any reader would),
+    /// up to the first that is active or has a txid of `t0` or more. Returns whether the batch
+    /// may go on in this ring after the window.
+    fn take_window(&mut self, ring: &Ring, v: &mut u64, head: u64, t0: u64, window: &mut Vec<u64>) -> bool {
+        let mem = self.inner.pool.mem();
+        window.clear();
+        while *v < head && window.len() < WINDOW {
+            let d = ring.at(*v);
+            // Relaxed: published with the head.
+            if mem.load(d, Ordering::Relaxed) == PAD {
+                *v = ring.next_lap(*v);
+                continue;
+            }
+            let desc = Desc::new(mem, d);
+            let s = desc.state();
+            match s.status {
+                TxStatus::Active => return false,
+                TxStatus::Aborted => {}
+                TxStatus::Committed => {
+                    if s.pstatus != PersistStatus::Persisted {
+                        self.persist(d);
+                    }
+                    if desc.txid() >= t0 {
+                        return false;
+                    }
+                }
+            }
+            window.push(d);
+            *v += desc_bytes(desc.nops(), desc.wide());
+        }
+        *v < head
+    }
+
+    /// Brings the key of every op of the batch descriptor `d` up to date ([`checkpoint_key`]),
+    /// pinning again every [`KEYS_PER_PIN`] ops (`ops` counts them over the round).
+    ///
+    /// [`checkpoint_key`]: Handle::checkpoint_key
+    fn fold_descriptor(&mut self, inner: &Inner<M>, round: &mut Round, guard: &mut Guard, ops: &mut u64, d: u64) {
+        let mem = inner.pool.mem();
+        let desc = Desc::new(mem, d);
+        let committed = desc.state().status == TxStatus::Committed;
+        for i in 0..desc.nops() {
+            let op = desc.op(i);
+            *ops += 1;
+            if ops.is_multiple_of(KEYS_PER_PIN) {
+                guard.repin();
+            }
+            let hint = cached_node(mem, &desc, i).map(|node| (node, Info::op(d, i)));
+            let writes = committed && !OpKind::from_code(op.kind).is_read();
+            let key = (StructId(op.structure), op.key);
+            self.checkpoint_key(inner, round, guard, key, hint, writes);
+        }
+    }
+
     /// Brings the node of `key` in structure `s` up to date: its `prev` chain cached and cut,
     /// its record the node's committed state, and its info word FINAL (of `generation`) if it
     /// names a finished transaction. A changed record goes on `round`'s list to flush. See the
@@ -377,7 +393,7 @@ impl<M: PMem + 'static> Handle<M> {
                     node
                 } else if now.is_final()
                     && now.final_node() == node
-                    && now.final_generation() == round.generation & 0x1_FFFF
+                    && now.final_generation() == round.generation & GENERATION_MASK
                     && same_key()
                 {
                     // This round gave the key's node its FINAL word already (a later op of the

@@ -39,6 +39,8 @@ use std::fmt;
 const FINAL: u64 = 1;
 const MARK: u64 = 1 << 1;
 const PRESENT: u64 = 1 << 2;
+/// The bits of a generation a FINAL word keeps (17): generations compare modulo this.
+pub(crate) const GENERATION_MASK: u64 = 0x1_FFFF;
 
 /// A node info word. See the [module docs](self).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,7 +58,7 @@ impl Info {
     #[inline]
     pub fn final_state(node: u64, present: bool, generation: u64) -> Info {
         debug_assert!(node.is_multiple_of(16) && node < 1 << 48);
-        Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (generation & 0x1_FFFF) << 47)
+        Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (generation & GENERATION_MASK) << 47)
     }
 
     /// Whether this is a FINAL state.

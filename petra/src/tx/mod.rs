@@ -925,12 +925,13 @@ impl<M: PMem + 'static> Handle<M> {
     /// Where this handle writes its next descriptor, of `len` bytes: in its ring, or in another
     /// one it takes for it. Pads the ring's lap if it must.
     fn place_descriptor(&mut self, len: u64) -> Result<u64, EngineError> {
-        let mut placed =
-            self.ring.as_ref().and_then(|(_, r)| r.place(self.head, len).map(|start| (Arc::clone(r), start)));
+        let place =
+            |h: &Self| h.ring.as_ref().and_then(|(_, r)| r.place(h.head, len).map(|start| (Arc::clone(r), start)));
+        let mut placed = place(self);
         if placed.is_none() && self.ring.is_some() {
             // A round's end may be due: let it recycle this ring's slots before taking another.
             self.advance_epoch();
-            placed = self.ring.as_ref().and_then(|(_, r)| r.place(self.head, len).map(|start| (Arc::clone(r), start)));
+            placed = place(self);
         }
         let (ring, start) = match placed {
             Some(p) => p,

@@ -65,11 +65,16 @@ impl Ring {
     /// it before its unrecycled slots.
     #[inline]
     pub(crate) fn place(&self, head: u64, len: u64) -> Option<u64> {
-        let in_lap = head % self.cap;
-        let start = if in_lap + len > self.cap { head + (self.cap - in_lap) } else { head };
+        let start = if head % self.cap + len > self.cap { self.next_lap(head) } else { head };
         // Acquire: the slots below the tail were recycled after every reader of them was done.
         let tail = self.tail.load(Ordering::Acquire);
         (start + len - tail <= self.cap).then_some(start)
+    }
+
+    /// The position where the lap after the one holding position `v` begins.
+    #[inline]
+    pub(crate) fn next_lap(&self, v: u64) -> u64 {
+        v + (self.cap - v % self.cap)
     }
 
     /// Whether a descriptor of `len` bytes fits now.
