@@ -40,7 +40,9 @@ fn config() -> PoolConfig {
     PoolConfig { initial_size: 1 << 20, max_size: 1 << 30, chunk_size: 64 << 10, mapping: Mapping::default() }
 }
 
-/// Runs transactions until the scanner is done (at most `txs`).
+/// Runs transactions until the scanner is done (at most ten times `txs`): the scanner needs
+/// writers running while it looks for scans that overlap commits, however the cores were shared
+/// out meanwhile (on a loaded machine the writers could finish a fixed budget first).
 fn writer<M: PMem + 'static>(
     engine: &Engine<M>,
     ids: &[StructId],
@@ -52,7 +54,7 @@ fn writer<M: PMem + 'static>(
     let mut h = engine.handle().unwrap();
     let mut committed = Vec::new();
     let mut tx = Transaction::new();
-    for i in 0..txs {
+    for i in 0..10 * txs {
         if flags.done.load(Ordering::Relaxed) {
             break;
         }
