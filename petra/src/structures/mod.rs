@@ -392,6 +392,11 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                     write_cache(h.mem(), d, i, None, node);
                     return Step::Done;
                 }
+                // The block was never reachable, but an earlier node in it may be named by a
+                // stale op cache (a checkpoint round's hint): marked, it reads as a node that
+                // left, not as one naming this op, whose slot may be recycled long before the
+                // block is reused. Relaxed: the slot is recycled only after this thread unpins.
+                h.mem().store(node + INFO, me.marked().0, Ordering::Relaxed);
                 let pool = &h.inner.pool;
                 pool.free(&mut h.cache, crate::pool::POff::new(node));
             }
