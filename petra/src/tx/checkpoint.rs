@@ -9,16 +9,28 @@
 //! (KDMap), and takes a key's state from KDMap if it names the key, else from its record.
 //!
 //! A round, run by one thread at a time (a try-lock: no thread ever waits for it), and only after
-//! the previous round's descriptors were recycled:
+//! the previous round's deferred end ran, **folds** (steps 2 to 4) the batch the previous round
+//! **found** (step 1), then finds the next batch:
 //!
 //! 1. **Batch.** `T0` is read from the txid counter, then each ring is read from where the last
-//!    round stopped up to its published head: finished descriptors are taken (committed ones
+//!    batch ended up to its published head: finished descriptors are taken (committed ones
 //!    persisted first, as any reader would), up to the first that is active or has a txid of
 //!    `T0` or more. Only a ring's newest descriptor can be active, txids grow along a ring, and a
 //!    writer that had no txid when `T0` was read gets a larger one: so the batch holds every
 //!    committed writer below `T0`.
-//! 2. **Keys.** For every key an op of the batch names, its node (if it has one: a key without
-//!    a node is absent and has no record, see below) is brought up to date under a pin:
+//!
+//!    The grace between finding a batch and folding it matters. An executor reads that its
+//!    transaction is active, then searches, then CASes the node, so it may take a node after
+//!    the transaction finished (an aborted one whose op had not run yet); and it caches the
+//!    node it took right after its CAS. Every thread pinned when the batch was found has
+//!    unpinned before the next round starts (that round waits for this one's deferred end),
+//!    and a thread that pins later sees every batch transaction finished and executes none of
+//!    them. So when a batch is folded, no op of it takes a node any more, and every node one
+//!    took is known: the op's cache names it, or (an op whose before-state came from an earlier
+//!    op of its own transaction, which is not cached) the cache of that transaction's first op
+//!    on the key does, the same node. An op with neither took no node.
+//! 2. **Keys.** For every node an op of the batch took (a key without a node is absent and has
+//!    no record, see below), the key's node is brought up to date under a pin:
 //!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
 //!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
 //!      before-state cached (the executor does that too, right after its CAS; the round does it
@@ -28,16 +40,20 @@
 //!      the record (nothing is written if the record already says it), and the lines are
 //!      flushed;
 //!    - the info word is CASed from the value read to a FINAL word of that state if it names a
-//!      finished transaction, else to itself. A failed CAS means the node moved on: the round
+//!      batch descriptor (finished before the fold began, so the state read is final; and such
+//!      a word never comes back once the node moved on, so the round gives a node its FINAL
+//!      word at most once and FINAL words never repeat), else to itself. A failed CAS means the
+//!      node moved on: the round
 //!      reads it again and rewrites the record. So when the round leaves a node, its record held
 //!      the state of the info word at an instant when the word was still the one read, and
 //!      everything that changes the node after that instant happens after the record's stores.
 //! 3. **Commit.** One fence makes the records durable (if any changed); then `C = T0 - 1` is
 //!    stored, flushed and fenced.
-//! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the batch's slots
-//!    are recycled, both deferred through the epoch collector: no thread that could still read a
-//!    batch descriptor (through an info word or a `prev` read before the round changed it) is
-//!    pinned any more when it happens.
+//! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the folded
+//!    batch's slots are recycled, both deferred through the epoch collector (with the end of the
+//!    grace of the batch just found): no thread that could still read a folded descriptor
+//!    (through an info word or a `prev` read before the round changed it) is pinned any more
+//!    when it happens.
 //!
 //! Why recovery stays exact (for every key, at every instant: its state is KDMap's if a
 //! descriptor above `C` writes it, else its one valid present record, or absent if it has none):
@@ -70,7 +86,7 @@ use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
 
 use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes};
-use super::info::{GENERATION_MASK, Info};
+use super::info::Info;
 use super::ring::{PAD, Ring};
 use super::{Handle, Inner, OpKind, StructId, cached_node, read_cache, write_cache};
 use crate::mem::{CACHE_LINE, PMem, WORD};
@@ -82,8 +98,9 @@ const RECORD_END: u64 = CHECK + WORD;
 /// The rounds' shared state.
 #[derive(Debug, Default)]
 pub(crate) struct Checkpointer {
-    /// Held by the round in progress; only ever taken with `try_lock`.
-    lock: Mutex<()>,
+    /// Held by the round in progress (only ever taken with `try_lock`), with the batch the last
+    /// round found, which the next one folds.
+    lock: Mutex<Option<Found>>,
     /// Rounds started.
     started: AtomicU64,
     /// Rounds whose deferred end (removals queued, slots recycled) has run.
@@ -125,6 +142,20 @@ pub struct CheckpointReport {
     pub txid: u64,
 }
 
+impl CheckpointReport {
+    /// What this round and the `next` one did together.
+    fn then(self, next: CheckpointReport) -> CheckpointReport {
+        CheckpointReport {
+            descriptors: self.descriptors + next.descriptors,
+            keys: self.keys + next.keys,
+            records: self.records + next.records,
+            lines: self.lines + next.lines,
+            removals: self.removals + next.removals,
+            txid: next.txid,
+        }
+    }
+}
+
 /// What the checkpoint rounds of an engine did since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CheckpointStats {
@@ -136,6 +167,15 @@ pub struct CheckpointStats {
     pub records: u64,
     /// Time spent in rounds (by whichever threads ran them).
     pub busy: std::time::Duration,
+}
+
+/// A batch a round found: in each of its rings, every descriptor from where the rounds have
+/// folded (the ring's `next`) up to the end given, all finished, holding every committed writer
+/// below `t0`.
+#[derive(Debug)]
+struct Found {
+    t0: u64,
+    ends: Vec<(Arc<Ring>, u64)>,
 }
 
 /// A node of an absent key to remove once the round's end is due: its structure, key and the
@@ -160,18 +200,59 @@ struct Round {
     flush: Vec<(u64, bool)>,
     /// Nodes of absent keys to remove after it.
     removals: Vec<Removal>,
+    /// Where the batch it folds lies: per ring, the offset of its data area, the area's length,
+    /// and the batch's first position and length there.
+    spans: Vec<(u64, u64, u64, u64)>,
+}
+
+impl Round {
+    /// Whether the descriptor at `d` is one of the batch's.
+    fn holds(&self, d: u64) -> bool {
+        self.spans.iter().any(|&(base, cap, start, len)| {
+            (base..base + cap).contains(&d) && (d - base + cap - start % cap) % cap < len
+        })
+    }
+}
+
+/// Where a walk down a node's `prev` chain from its info word stopped (see
+/// [`Handle::chain_below`]).
+enum ChainEnd {
+    /// At the op sought.
+    Op,
+    /// At a FINAL word.
+    Final,
+    /// At the op that made the node.
+    Created,
+    /// At an op whose `prev` was cut.
+    Cut,
 }
 
 impl<M: PMem + 'static> Handle<M> {
-    /// Runs a checkpoint round now (see the [module docs](self)) and returns what it did, or
-    /// `None` if another round is running or the last round's descriptors are still waiting to
-    /// be recycled (nothing is done then). Transactions of every thread go on meanwhile.
+    /// Folds every transaction that finished before the call into the records, unless another
+    /// round is running, and returns what was done: `None` if a round is running or the last
+    /// round's end still waits for a thread to move on (nothing is done then). Transactions of
+    /// every thread go on meanwhile.
     ///
-    /// A round's batch is recycled once every thread pinned during it has moved on: this handle
-    /// helps that along before and after its round, without waiting for anyone.
+    /// A batch is folded by the round after the one that found it (see the [module docs](self)),
+    /// so this runs two rounds, the second once every thread pinned during the first has moved
+    /// on, which this handle helps along without waiting for anyone. If that has not happened
+    /// yet, the batch the first round found waits for the next round (automatic, or another
+    /// call), and the report says what the first round did.
     pub fn checkpoint(&mut self) -> Option<CheckpointReport> {
+        let first = self.checkpoint_round()?;
+        Some(match self.checkpoint_round() {
+            Some(second) => first.then(second),
+            None => first,
+        })
+    }
+
+    /// Runs one checkpoint round now: folds the batch the last round found, then finds the next
+    /// (see the [module docs](self)). `None`, doing nothing, if another round is running or the
+    /// last round's end still waits for a thread to move on. This handle helps the epoch
+    /// collector along before and after it, without waiting for anyone.
+    pub fn checkpoint_round(&mut self) -> Option<CheckpointReport> {
         self.advance_epoch();
-        let report = self.checkpoint_round();
+        let report = self.round();
         self.advance_epoch();
         report
     }
@@ -184,7 +265,7 @@ impl<M: PMem + 'static> Handle<M> {
         if fill == 0 || ring.used(self.head) * 100 <= ring.cap * fill || !self.inner.checkpointer.ready() {
             return;
         }
-        self.checkpoint_round();
+        self.round();
     }
 
     /// A few attempts to let the epoch collector run what is due (the end of the last round).
@@ -197,37 +278,105 @@ impl<M: PMem + 'static> Handle<M> {
         }
     }
 
-    fn checkpoint_round(&mut self) -> Option<CheckpointReport> {
+    fn round(&mut self) -> Option<CheckpointReport> {
         let inner = Arc::clone(&self.inner);
         let ckpt = &inner.checkpointer;
-        let _round = ckpt.lock.try_lock()?;
+        let mut found = ckpt.lock.try_lock()?;
         if !ckpt.ready() {
             return None;
         }
         let started = std::time::Instant::now();
-        let mem = inner.pool.mem();
-        // 1. The batch, and 2. its keys, each descriptor's as the scan reaches it (its lines are
-        // in cache then). Acquire: txids below it were handed out before the rings are read.
-        let t0 = inner.next_txid.load(Ordering::Acquire);
-        let rings: Vec<Arc<Ring>> = inner.rings.lock().iter().map(|r| Arc::clone(&r.ring)).collect();
-        let mut report = CheckpointReport::default();
-        let mut ends = Vec::with_capacity(rings.len());
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
         let mut round = Round { generation: inner.epoch + number, ..Round::default() };
-        // One pin for a few keys: each pin and unpin is a locked instruction.
-        let mut guard = self.epoch.pin();
-        let mut ops = 0u64;
-        // The batch descriptors are taken a window at a time: the scan runs ahead of the keys,
-        // and the nodes the window's ops name are loaded at once, not one miss after another.
-        let mut window: Vec<u64> = Vec::with_capacity(WINDOW);
-        for ring in &rings {
+        // 2. and 3.: fold the batch the last round found.
+        let batch = found.take();
+        let mut report = CheckpointReport::default();
+        if let Some(batch) = &batch {
+            self.fold(&inner, batch, &mut round, &mut report);
+        }
+        report.txid = inner.pool.checkpoint_txid();
+        report.removals = round.removals.len() as u64;
+        // 1. Find the next batch, from where the folded one ended.
+        *found = self.find(&inner);
+        if batch.is_none() && found.is_none() {
+            return Some(report);
+        }
+        // Release: `ready` compares it with `recycled`, which the round's end raises to it.
+        ckpt.started.store(number, Ordering::Release);
+
+        // 4. The end, once no thread can still read what the round changed or recycles, nor
+        // still runs a transaction of the batch it found.
+        let guard = self.epoch.pin();
+        for item in round.removals {
+            let deferred = Arc::clone(&inner.deferred);
+            guard.defer(move || deferred.removals.push(item));
+        }
+        let recycle = batch.map_or_else(Vec::new, |b| b.ends);
+        let recycled = Arc::clone(&ckpt.recycled);
+        guard.defer(move || {
+            for (ring, end) in recycle {
+                // Release: a writer that sees the tail reuses slots nobody reads any more.
+                ring.tail.store(end, Ordering::Release);
+            }
+            // Release: the next round starts after this one's end.
+            recycled.store(number, Ordering::Release);
+        });
+        guard.flush();
+        let mut stats = ckpt.stats.lock();
+        stats.rounds += 1;
+        stats.descriptors += report.descriptors;
+        stats.records += report.records;
+        stats.busy += started.elapsed();
+        Some(report)
+    }
+
+    /// Step 1: the batch of finished descriptors from where the last batch ended, `None` if
+    /// there is none.
+    fn find(&mut self, inner: &Inner<M>) -> Option<Found> {
+        // Acquire: txids below it were handed out before the rings are read.
+        let t0 = inner.next_txid.load(Ordering::Acquire);
+        let rings: Vec<Arc<Ring>> = inner.rings.lock().iter().map(|r| Arc::clone(&r.ring)).collect();
+        let mut ends = Vec::new();
+        let mut window = Vec::with_capacity(WINDOW);
+        for ring in rings {
             // Acquire: the descriptors before the head were written before it was published.
             let head = ring.head.load(Ordering::Acquire);
             // Relaxed: only rounds, one at a time, move it.
+            let start = ring.next.load(Ordering::Relaxed);
+            let mut v = start;
+            while self.take_window(&ring, &mut v, head, t0, &mut window) {}
+            if v > start {
+                ends.push((ring, v));
+            }
+        }
+        (!ends.is_empty()).then_some(Found { t0, ends })
+    }
+
+    /// Steps 2 and 3: brings the key of every op of `batch` up to date, makes the records durable
+    /// and advances the checkpoint txid; moves each ring's `next` to the batch's end there.
+    fn fold(&mut self, inner: &Inner<M>, batch: &Found, round: &mut Round, report: &mut CheckpointReport) {
+        let mem = inner.pool.mem();
+        // One pin for a few keys: each pin and unpin is a locked instruction.
+        let mut guard = self.epoch.pin();
+        let mut ops = 0u64;
+        // The batch descriptors are taken a window at a time: the nodes the window's ops name
+        // are loaded at once, not one miss after another.
+        let mut window: Vec<u64> = Vec::with_capacity(WINDOW);
+        round.spans = batch
+            .ends
+            .iter()
+            // Relaxed: only rounds, one at a time, move it.
+            .map(|(ring, end)| {
+                (ring.at(0), ring.cap, ring.next.load(Ordering::Relaxed), end - ring.next.load(Ordering::Relaxed))
+            })
+            .collect();
+        for (ring, end) in &batch.ends {
+            // Relaxed: only rounds, one at a time, move it.
             let mut v = ring.next.load(Ordering::Relaxed);
             loop {
-                let more = self.take_window(ring, &mut v, head, t0, &mut window);
+                // Every descriptor up to the end qualifies (it did when found, and still does).
+                let more = self.take_window(ring, &mut v, *end, batch.t0, &mut window);
                 for &d in &window {
                     let desc = Desc::new(mem, d);
                     for i in 0..desc.nops() {
@@ -238,21 +387,17 @@ impl<M: PMem + 'static> Handle<M> {
                 }
                 for &d in &window {
                     report.descriptors += 1;
-                    self.fold_descriptor(&inner, &mut round, &mut guard, &mut ops, d);
+                    self.fold_descriptor(inner, round, &mut guard, &mut ops, d);
                 }
                 if !more {
                     break;
                 }
             }
-            ends.push(v);
+            debug_assert_eq!(v, *end, "a found batch is folded whole");
+            // Relaxed: only rounds, one at a time, read it.
+            ring.next.store(*end, Ordering::Relaxed);
         }
         drop(guard);
-        if report.descriptors == 0 {
-            report.txid = inner.pool.checkpoint_txid();
-            return Some(report);
-        }
-        // Release: `ready` compares it with `recycled`, which the round's end raises to it.
-        ckpt.started.store(number, Ordering::Release);
 
         // 3. Commit: the records are durable before the checkpoint txid says so. Their lines are
         // flushed here, back to back, not as each is written: a locked instruction (the next CAS,
@@ -271,38 +416,8 @@ impl<M: PMem + 'static> Handle<M> {
         if report.records > 0 {
             mem.fence();
         }
-        let txid = (t0 - 1).max(inner.pool.checkpoint_txid());
+        let txid = (batch.t0 - 1).max(inner.pool.checkpoint_txid());
         inner.pool.set_checkpoint_txid(txid);
-        report.txid = txid;
-        report.removals = round.removals.len() as u64;
-
-        // 4. The end, once no thread can still read what the round changed or recycles.
-        let guard = self.epoch.pin();
-        for item in round.removals {
-            let deferred = Arc::clone(&inner.deferred);
-            guard.defer(move || deferred.removals.push(item));
-        }
-        let recycle: Vec<(Arc<Ring>, u64)> = rings.into_iter().zip(ends).collect();
-        for (ring, end) in &recycle {
-            // Relaxed: only rounds, one at a time, read it.
-            ring.next.store(*end, Ordering::Relaxed);
-        }
-        let recycled = Arc::clone(&ckpt.recycled);
-        guard.defer(move || {
-            for (ring, end) in recycle {
-                // Release: a writer that sees the tail reuses slots nobody reads any more.
-                ring.tail.store(end, Ordering::Release);
-            }
-            // Release: the next round starts after this one's end.
-            recycled.store(number, Ordering::Release);
-        });
-        guard.flush();
-        let mut stats = ckpt.stats.lock();
-        stats.rounds += 1;
-        stats.descriptors += report.descriptors;
-        stats.records += report.records;
-        stats.busy += started.elapsed();
-        Some(report)
     }
 
     /// Fills `window` with the batch's next descriptors in `ring`, from position `v` (moved past
@@ -340,7 +455,8 @@ impl<M: PMem + 'static> Handle<M> {
     }
 
     /// Brings the key of every op of the batch descriptor `d` up to date ([`checkpoint_key`]),
-    /// pinning again every [`KEYS_PER_PIN`] ops (`ops` counts them over the round).
+    /// pinning again every [`KEYS_PER_PIN`] ops (`ops` counts them over the round). An op that
+    /// took no node is passed over (see the module docs, step 1).
     ///
     /// [`checkpoint_key`]: Handle::checkpoint_key
     fn fold_descriptor(&mut self, inner: &Inner<M>, round: &mut Round, guard: &mut Guard, ops: &mut u64, d: u64) {
@@ -349,78 +465,86 @@ impl<M: PMem + 'static> Handle<M> {
         let committed = desc.state().status == TxStatus::Committed;
         for i in 0..desc.nops() {
             let op = desc.op(i);
+            let key = (StructId(op.structure), op.key);
+            let same_key = |j: usize| {
+                let o = desc.op(j);
+                (StructId(o.structure), o.key) == key
+            };
+            // The node op i took: its own cache's, or that of the first op of `d` on the key.
+            let Some(node) = cached_node(mem, &desc, i)
+                .or_else(|| (0..i).filter(|&j| same_key(j)).find_map(|j| cached_node(mem, &desc, j)))
+            else {
+                continue;
+            };
             *ops += 1;
             if ops.is_multiple_of(KEYS_PER_PIN) {
                 guard.repin();
             }
-            let hint = cached_node(mem, &desc, i).map(|node| (node, Info::op(d, i)));
             let writes = committed && !OpKind::from_code(op.kind).is_read();
-            let key = (StructId(op.structure), op.key);
-            self.checkpoint_key(inner, round, guard, key, hint, writes);
+            self.checkpoint_key(inner, round, guard, key, (node, Info::op(d, i)), writes);
         }
     }
 
     /// Brings the node of `key` in structure `s` up to date: its `prev` chain cached and cut,
     /// its record the node's committed state, and its info word FINAL (of `generation`) if it
-    /// names a finished transaction. A changed record goes on `round`'s list to flush. See the
+    /// names a batch descriptor. A changed record goes on `round`'s list to flush. See the
     /// [module docs](self).
     ///
     /// `writes`: whether the op changed the key (a write of a committed transaction).
     ///
-    /// `hint`: a node, and the op word it holds if it is the key's node. An op's cache names the
-    /// node it took or created (the executor that won, or a round walking that node, wrote it).
-    /// If that node's info word is still that op's, it is the key's linked node: a node leaves
-    /// its structure only after a mark on its info word, and a freed block never gets that op
-    /// word again (no executor of a finished transaction runs once the node can be freed, see
-    /// invariant 7). Otherwise the key is searched for.
+    /// `(node, op)`: the node the op took and the op's word. If the node's info word is still
+    /// that op's, it is the key's linked node: a node leaves its structure only after a mark on
+    /// its info word, and a freed block never gets that op word again (no executor of a batch
+    /// transaction runs any more, see step 1). Otherwise the node moved on: the cases below say
+    /// when it is still the key's node, when nothing is to be done, and when (rarely) the key is
+    /// searched for.
     fn checkpoint_key(
         &mut self,
         inner: &Inner<M>,
         round: &mut Round,
         guard: &Guard,
         (s, key): (StructId, u128),
-        hint: Option<(u64, Info)>,
+        (node, op): (u64, Info),
         writes: bool,
     ) {
         let Ok(structure) = inner.structure(s) else { return };
         let mem = inner.pool.mem();
         // Acquire (the check): as any read of an info word.
-        let node = match hint {
-            Some((node, op)) => {
-                let now = Info(mem.load(node + INFO, Ordering::Acquire));
-                let same_key = || load_key(mem, node, structure.set.wide()) == key;
-                if now == op {
-                    node
-                } else if now.is_final()
-                    && now.final_node() == node
-                    && now.final_generation() == round.generation & GENERATION_MASK
-                    && same_key()
-                {
-                    // This round gave the key's node its FINAL word already (a later op of the
-                    // batch on the key): every batch transaction had finished before that.
-                    return;
-                } else if !writes {
-                    // The op changed nothing (a read, or an op of an aborted transaction): its
-                    // node's record needs nothing from it. But if the node moved on to another
-                    // op, that op's `prev` (or one further down) may name this one: its chain is
-                    // cached and cut, or the recycled slot would be followed. (A node marked, or
-                    // whose block holds another key, has left: nothing leads there any more but
-                    // from threads pinned since, which the recycling waits for.)
-                    if !now.is_final() && !now.is_marked() && same_key() {
-                        self.cache_chain(now, node, guard);
-                    }
-                    return;
-                } else {
-                    match structure.find_node(self, key, guard) {
-                        Some(node) => node,
-                        None => return,
-                    }
-                }
+        let now = Info(mem.load(node + INFO, Ordering::Acquire));
+        let same_key = || load_key(mem, node, structure.set.wide()) == key;
+        let node = if now == op {
+            node
+        } else if now.is_marked() || !same_key() {
+            // The node left its structure (marked, or its block freed and holding another key),
+            // removed while absent and without a record (a record keeps a node linked until a
+            // round clears it). So this op's write, if any, was superseded by that absence,
+            // whose writer is in this batch (its own op brings the key up to date) or above the
+            // checkpoint txid (recovery reads it). Nothing leads to the node any more but from
+            // threads pinned since, which the recycling waits for.
+            return;
+        } else if now.is_final() {
+            // A round made the node FINAL after this op took it (the op's word was on it before,
+            // and words never repeat on a node): its record holds the node's state since.
+            return;
+        } else if !writes {
+            // The op changed nothing (a read, or an op of an aborted transaction): its node's
+            // record needs nothing from it. But the node moved on to another op, whose `prev` (or
+            // one further down) may name this one: its chain is cached and cut, or the recycled
+            // slot would be followed.
+            self.cache_chain(now, node, guard);
+            return;
+        } else {
+            match self.chain_below(now, op) {
+                // The node moved on through ops that each took it from the one below, by a CAS
+                // while it was unmarked: it is still the key's linked node.
+                ChainEnd::Op => node,
+                // As above: a round made it FINAL, or the block was made anew, since the op.
+                ChainEnd::Final | ChainEnd::Created => return,
+                ChainEnd::Cut => match structure.find_node(self, key, guard) {
+                    Some(node) => node,
+                    None => return,
+                },
             }
-            None => match structure.find_node(self, key, guard) {
-                Some(node) => node,
-                None => return,
-            },
         };
         round.nodes += 1;
         let wide = structure.set.wide();
@@ -429,21 +553,21 @@ impl<M: PMem + 'static> Handle<M> {
         loop {
             // Acquire: see the descriptor the word names.
             let cur = Info(mem.load(node + INFO, Ordering::Acquire));
-            let (state, finished) = if cur.is_marked() || cur.is_final() {
+            let (state, folded) = if cur.is_marked() || cur.is_final() {
                 (if cur.is_marked() { None } else { self.resolve(cur, None, guard) }, false)
             } else {
-                // Finished, read before the state: a transaction that finishes after this read
-                // may have been resolved as active (its before-state), which is no final state.
-                let finished = Desc::new(mem, cur.desc()).state().status != TxStatus::Active;
                 self.cache_chain(cur, node, guard);
-                (self.resolve(cur, None, guard), finished)
+                (self.resolve(cur, None, guard), round.holds(cur.desc()))
             };
             written |= write_record(mem, node, key, wide, s.0, inner.epoch, state);
-            let next = if finished { Info::final_state(node, state.is_some(), round.generation) } else { cur };
+            // Only a word naming a batch descriptor becomes FINAL (another is left for the round
+            // that folds its descriptor): such a word never comes back once the node moved on, so
+            // the round gives a node its FINAL word at most once and that word never repeats.
+            let next = if folded { Info::final_state(node, state.is_some(), round.generation) } else { cur };
             // AcqRel: the record's stores come before whatever changes the node after this; and
             // see the word's writer.
             if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                if finished && state.is_none() && structure.removes_nodes::<M>() {
+                if folded && state.is_none() && structure.removes_nodes::<M>() {
                     round.removals.push((s, key, next));
                 }
                 if written {
@@ -452,6 +576,30 @@ impl<M: PMem + 'static> Handle<M> {
                     round.flush.push((node, wide));
                 }
                 return;
+            }
+        }
+    }
+
+    /// Where the `prev` chain below the info word `top` meets the op word `op`, a FINAL word, a
+    /// creation or a cut, whichever comes first. The chain is safe to walk: every op on it took
+    /// the node after `op` did, so its descriptor is in the batch being folded or newer, and a
+    /// batch folded earlier left no `prev` naming its ops uncut.
+    fn chain_below(&self, top: Info, op: Info) -> ChainEnd {
+        let mem = self.mem();
+        let mut cur = top;
+        loop {
+            if cur == op {
+                return ChainEnd::Op;
+            }
+            if cur.is_final() {
+                return ChainEnd::Final;
+            }
+            let desc = Desc::new(mem, cur.desc());
+            // Acquire: as every read of `prev`.
+            match mem.load(desc.prev_off(cur.opid()), Ordering::Acquire) {
+                CUT => return ChainEnd::Cut,
+                NO_NODE => return ChainEnd::Created,
+                prev => cur = Info(prev),
             }
         }
     }

@@ -40,7 +40,7 @@ const FINAL: u64 = 1;
 const MARK: u64 = 1 << 1;
 const PRESENT: u64 = 1 << 2;
 /// The bits of a generation a FINAL word keeps (17): generations compare modulo this.
-pub(crate) const GENERATION_MASK: u64 = 0x1_FFFF;
+const GENERATION_MASK: u64 = 0x1_FFFF;
 
 /// A node info word. See the [module docs](self).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -12,11 +12,12 @@
 //!   [.. tail)       recycled: the slots may be written again
 //!   [tail .. next)  folded into node records by a checkpoint round, waiting for the epoch
 //!                   grace after which no thread can still read them
-//!   [next .. head)  written, not yet checkpointed (only the newest may still be active)
+//!   [next .. head)  written, not yet folded: first the batch the last round found (all
+//!                   finished), then the rest (only the newest may still be active)
 //! ```
 //!
 //! `head` is advanced by the ring's one writer (the handle holding the ring) after each
-//! descriptor is written, `next` by the checkpointer as it takes a batch, `tail` by the deferred
+//! descriptor is written, `next` by the checkpointer as it folds a batch, `tail` by the deferred
 //! end of a round. A writer may use the slots up to `tail + cap`. Recovery does not use the
 //! positions: it reads every valid descriptor of the epoch whose txid is above the checkpoint
 //! txid, wherever it lies (a recycled slot's old contents are at or below it).
@@ -41,7 +42,7 @@ pub(crate) struct Ring {
     pub(crate) cap: u64,
     /// After the last descriptor written.
     pub(crate) head: AtomicU64,
-    /// Where the next checkpoint round starts reading.
+    /// Where the batch the next checkpoint round folds starts.
     pub(crate) next: AtomicU64,
     /// Below it, slots may be written again.
     pub(crate) tail: AtomicU64,
