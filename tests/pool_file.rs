@@ -212,6 +212,30 @@ fn growth_keeps_offsets_and_contents_and_stops_at_the_maximum() {
 }
 
 #[test]
+fn new_file_space_in_memory_is_faulted_in_at_creation_and_growth() {
+    // On tmpfs a page is allocated when first faulted; the pool faults its new file space in at
+    // once (one call, not a fault per page), so the file's allocated bytes equal its length after
+    // creation and after each growth. (On a file system nothing is faulted in early.)
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    let on_tmpfs = dir.path().starts_with("/dev/shm");
+    let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+    if on_tmpfs {
+        assert_eq!(allocated(), pool.len(), "created");
+    }
+    let mut local = pool.local();
+    let initial = pool.len();
+    while pool.len() < 2 * initial {
+        local.alloc_blob(&[7; 40_000]).unwrap();
+    }
+    if on_tmpfs {
+        assert_eq!(allocated(), pool.len(), "grown");
+    }
+}
+
+#[test]
 fn large_blobs_take_runs_of_chunks() {
     let pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
     let mut local = pool.local();

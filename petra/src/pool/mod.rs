@@ -107,6 +107,7 @@ impl Pool<MmapMem> {
             file.try_lock().map_err(|e| io(e.into()))?;
             file.set_len(initial_len(&layout, config.initial_size)).map_err(io)?;
             let mem = MmapMem::map(file, &mmap_options(&config.mapping, layout.max_len())).map_err(io)?;
+            mem.populate(0, initial_len(&layout, config.initial_size));
             let mut pool = Pool::format(mem, layout)?;
             pool.path = Some(path.to_owned());
             Ok(pool)
