@@ -703,11 +703,12 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
         tmp.path().display()
     );
     println!(
-        "{:<15} {:>12} {:>12} {:>16} {:>16} {:>10}",
+        "{:<15} {:>12} {:>12} {:>16} {:>16} {:>16} {:>10}",
         "engine",
         "samples/s",
         "latest us",
         format!("range {} us", args.range_len),
+        "reused Vec us",
         format!("scan {} us", args.range_len),
         "file MiB"
     );
@@ -716,11 +717,12 @@ fn metrics(args: MetricsArgs) -> Result<(), String> {
         let r = run_on(engine, &case, &path, 64 << 30)?;
         let _ = std::fs::remove_file(&path);
         println!(
-            "{:<15} {:>12.0} {:>12.2} {:>16.1} {:>16.1} {:>10.1}",
+            "{:<15} {:>12.0} {:>12.2} {:>16.1} {:>16.1} {:>16.1} {:>10.1}",
             engine.name(),
             r.ingest_per_sec,
             r.latest_micros,
             r.range_micros,
+            r.reused_micros,
             r.scan_micros,
             r.file_bytes as f64 / (1 << 20) as f64
         );

@@ -38,8 +38,11 @@ pub struct MetricsResult {
     pub ingest_per_sec: f64,
     /// Mean latest-sample read of one set, microseconds (decoded values included).
     pub latest_micros: f64,
-    /// Mean range query on one set, microseconds: the samples decoded and collected.
+    /// Mean range query on one set, microseconds: the samples decoded and collected into a new
+    /// `Vec`.
     pub range_micros: f64,
+    /// The same, into one `Vec` reused across the queries (its samples' allocations too).
+    pub reused_micros: f64,
     /// Mean scan of the same ranges, microseconds: each sample decoded, visited and dropped.
     pub scan_micros: f64,
     /// The pool file's size after the run, bytes.
@@ -98,6 +101,8 @@ trait MetricSessionOf {
     fn latest(&mut self, set: usize) -> Result<Option<u64>, String>;
     /// The samples of set `set` stamped `from..=to`, decoded and collected: how many.
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String>;
+    /// The same, collected into a `Vec` the session keeps and reuses: how many.
+    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String>;
     /// The same samples decoded and visited one at a time: how many.
     fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String>;
 }
@@ -209,8 +214,9 @@ fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsRes
         Ok(start.elapsed().as_secs_f64() * 1e6 / case.ranges.max(1) as f64)
     };
     let range_micros = ranges(&mut |from, to| session.range(0, from, to))?;
+    let reused_micros = ranges(&mut |from, to| session.range_reused(0, from, to))?;
     let scan_micros = ranges(&mut |from, to| session.scan(0, from, to))?;
-    Ok(MetricsResult { ingest_per_sec, latest_micros, range_micros, scan_micros, file_bytes: 0 })
+    Ok(MetricsResult { ingest_per_sec, latest_micros, range_micros, reused_micros, scan_micros, file_bytes: 0 })
 }
 
 struct PetraTarget {
@@ -222,13 +228,19 @@ impl MetricTarget for PetraTarget {
     type Session<'a> = PetraSession<'a>;
 
     fn session(&self) -> Result<PetraSession<'_>, String> {
-        Ok(PetraSession { session: self.store.session().map_err(|e| e.to_string())?, sets: &self.sets })
+        Ok(PetraSession {
+            session: self.store.session().map_err(|e| e.to_string())?,
+            sets: &self.sets,
+            out: Vec::new(),
+        })
     }
 }
 
 struct PetraSession<'s> {
     session: MetricSession<'s>,
     sets: &'s [SetId],
+    /// Reused by `range_reused`.
+    out: Vec<Sample>,
 }
 
 impl MetricSessionOf for PetraSession<'_> {
@@ -242,6 +254,11 @@ impl MetricSessionOf for PetraSession<'_> {
 
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         Ok(self.session.range(self.sets[set], from, to).map_err(|e| e.to_string())?.len())
+    }
+
+    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+        self.session.range_into(self.sets[set], from, to, &mut self.out).map_err(|e| e.to_string())?;
+        Ok(self.out.len())
     }
 
     fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
@@ -276,27 +293,35 @@ fn encode(sample: &Sample, out: &mut Vec<u8>) -> Result<(), String> {
 
 /// Decodes what [`encode`] wrote.
 fn decode(bytes: &[u8]) -> Sample {
+    let mut sample = Sample { timestamp: 0, duration: 0, generation: 0, consistent: false, values: Vec::new() };
+    decode_into(bytes, &mut sample);
+    sample
+}
+
+/// Decodes what [`encode`] wrote into `sample`, reusing its values' allocation.
+fn decode_into(bytes: &[u8], sample: &mut Sample) {
     let word = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    Sample {
-        timestamp: word(0),
-        duration: word(1),
-        generation: word(2),
-        consistent: word(3) != 0,
-        values: (4..bytes.len() / 8).map(|i| Value::U(word(i))).collect(),
-    }
+    sample.timestamp = word(0);
+    sample.duration = word(1);
+    sample.generation = word(2);
+    sample.consistent = word(3) != 0;
+    sample.values.clear();
+    sample.values.extend((4..bytes.len() / 8).map(|i| Value::U(word(i))));
 }
 
 impl MetricTarget for RedbDb {
     type Session<'a> = RedbSession<'a>;
 
     fn session(&self) -> Result<RedbSession<'_>, String> {
-        Ok(RedbSession { db: self, buf: Vec::new() })
+        Ok(RedbSession { db: self, buf: Vec::new(), out: Vec::new() })
     }
 }
 
 struct RedbSession<'d> {
     db: &'d RedbDb,
     buf: Vec<u8>,
+    /// Reused by `range_reused`.
+    out: Vec<Sample>,
 }
 
 impl MetricSessionOf for RedbSession<'_> {
@@ -320,14 +345,29 @@ impl MetricSessionOf for RedbSession<'_> {
 
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         let mut samples = Vec::new();
-        self.visit(set, from, to, |s| samples.push(s))?;
+        self.visit(set, from, to, |bytes| samples.push(decode(bytes)))?;
         Ok(samples.len())
+    }
+
+    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+        let mut out = std::mem::take(&mut self.out);
+        let mut n = 0;
+        let visited = self.visit(set, from, to, |bytes| {
+            match out.get_mut(n) {
+                Some(sample) => decode_into(bytes, sample),
+                None => out.push(decode(bytes)),
+            }
+            n += 1;
+        });
+        out.truncate(n);
+        self.out = out;
+        visited.map(|()| n)
     }
 
     fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         let mut n = 0;
-        self.visit(set, from, to, |s| {
-            std::hint::black_box(s);
+        self.visit(set, from, to, |bytes| {
+            std::hint::black_box(decode(bytes));
             n += 1;
         })?;
         Ok(n)
@@ -335,13 +375,14 @@ impl MetricSessionOf for RedbSession<'_> {
 }
 
 impl RedbSession<'_> {
-    /// `f` on each decoded sample of set `set` stamped `from..=to`, in one read transaction.
-    fn visit(&self, set: usize, from: u64, to: u64, mut f: impl FnMut(Sample)) -> Result<(), String> {
+    /// `f` on the encoded bytes of each sample of set `set` stamped `from..=to`, in one read
+    /// transaction.
+    fn visit(&self, set: usize, from: u64, to: u64, mut f: impl FnMut(&[u8])) -> Result<(), String> {
         self.db.read(|tx| {
             let table = tx.open_table(HISTORY).map_err(redb_err)?;
             for entry in table.range((set as u64, from)..=(set as u64, to)).map_err(redb_err)? {
                 let (_, v) = entry.map_err(redb_err)?;
-                f(decode(v.value()));
+                f(v.value());
             }
             Ok(())
         })

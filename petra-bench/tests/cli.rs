@@ -340,7 +340,7 @@ fn metrics_runs_the_same_samples_on_the_store_and_on_redb() {
     for name in ["petra", "redb-none", "redb-immediate"] {
         let row: Vec<&str> =
             text.lines().find(|l| l.starts_with(&format!("{name} "))).expect(name).split_whitespace().collect();
-        assert_eq!(row.len(), 6, "{text}");
+        assert_eq!(row.len(), 7, "{text}");
         assert!(row[1..].iter().all(|f| f.parse::<f64>().is_ok_and(|x| x > 0.0)), "{text}");
     }
 }
@@ -357,7 +357,7 @@ fn metrics_stores_many_sets_from_many_threads() {
     for name in ["petra", "redb-none"] {
         let row: Vec<&str> =
             text.lines().find(|l| l.starts_with(&format!("{name} "))).expect(name).split_whitespace().collect();
-        assert_eq!(row.len(), 6, "{text}");
+        assert_eq!(row.len(), 7, "{text}");
     }
 }
 

@@ -555,30 +555,31 @@ fn word(bytes: &[u8], i: usize) -> u64 {
 
 /// Decodes a sample from its blob.
 fn decode(schema: &Schema, bytes: &[u8]) -> Sample {
+    let mut sample = Sample { timestamp: 0, duration: 0, generation: 0, consistent: false, values: Vec::new() };
+    decode_into(schema, bytes, &mut sample);
+    sample
+}
+
+/// Decodes a sample from its blob into `sample`, reusing its values' allocation.
+fn decode_into(schema: &Schema, bytes: &[u8], sample: &mut Sample) {
     let word = |i: usize| word(bytes, i);
     let mut at = HEADER_WORDS;
-    let values = schema
-        .metrics
-        .iter()
-        .map(|m| match m.array {
-            None => {
-                at += 1;
-                m.scalar.decode(word(at - 1))
-            }
-            Some(n) => {
-                let items = (at..at + n as usize).map(|i| m.scalar.decode(word(i))).collect();
-                at += n as usize;
-                Value::Array(items)
-            }
-        })
-        .collect();
-    Sample {
-        timestamp: word(0),
-        duration: word(1),
-        generation: word(2),
-        consistent: word(3) & FLAG_CONSISTENT != 0,
-        values,
-    }
+    sample.timestamp = word(0);
+    sample.duration = word(1);
+    sample.generation = word(2);
+    sample.consistent = word(3) & FLAG_CONSISTENT != 0;
+    sample.values.clear();
+    sample.values.extend(schema.metrics.iter().map(|m| match m.array {
+        None => {
+            at += 1;
+            m.scalar.decode(word(at - 1))
+        }
+        Some(n) => {
+            let items = (at..at + n as usize).map(|i| m.scalar.decode(word(i))).collect();
+            at += n as usize;
+            Value::Array(items)
+        }
+    }));
 }
 
 /// A thread's access to a [`MetricStore`].
@@ -670,6 +671,45 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
 
     /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
     pub fn scan(&mut self, set: SetId, from: u64, to: u64, mut f: impl FnMut(Sample) -> ControlFlow<()>) -> Result<()> {
+        self.scan_blobs(set, from, to, |schema, bytes| f(decode(schema, bytes)))
+    }
+
+    /// The set's samples with timestamps in `from..=to`, oldest first.
+    pub fn range(&mut self, set: SetId, from: u64, to: u64) -> Result<Vec<Sample>> {
+        let mut out = Vec::new();
+        self.range_into(set, from, to, &mut out)?;
+        Ok(out)
+    }
+
+    /// As [`range`](Self::range), into `out` (replacing what it held), reusing the samples it
+    /// holds and their values' allocations: a caller answering many queries with one `Vec`
+    /// allocates almost nothing once it has grown. (A fresh `Vec` per query of 1 000 samples of
+    /// 144 metrics allocates and frees 4.6 MB; glibc gives the top of its heap back to the
+    /// system after each, and the next query faults it in again, which costs several times
+    /// what the store's own work does.)
+    pub fn range_into(&mut self, set: SetId, from: u64, to: u64, out: &mut Vec<Sample>) -> Result<()> {
+        let mut n = 0;
+        let result = self.scan_blobs(set, from, to, |schema, bytes| {
+            match out.get_mut(n) {
+                Some(sample) => decode_into(schema, bytes, sample),
+                None => out.push(decode(schema, bytes)),
+            }
+            n += 1;
+            ControlFlow::Continue(())
+        });
+        out.truncate(n);
+        result
+    }
+
+    /// `f` on the schema and blob of each of the set's samples with timestamps in `from..=to`,
+    /// oldest first, until it breaks.
+    fn scan_blobs(
+        &mut self,
+        set: SetId,
+        from: u64,
+        to: u64,
+        mut f: impl FnMut(&Schema, &[u8]) -> ControlFlow<()>,
+    ) -> Result<()> {
         let entry = self.store.entry(set)?;
         let sample_bytes = 8 * (HEADER_WORDS + entry.schema.words());
         let mut buf = Vec::new();
@@ -683,23 +723,13 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
                         blobs.prefetch(next, sample_bytes);
                     }
                     blobs.read_into(w, &mut buf);
-                    if f(decode(&entry.schema, &buf)).is_break() {
+                    if f(&entry.schema, &buf).is_break() {
                         return;
                     }
                 }
             },
         )?;
         Ok(())
-    }
-
-    /// The set's samples with timestamps in `from..=to`, oldest first.
-    pub fn range(&mut self, set: SetId, from: u64, to: u64) -> Result<Vec<Sample>> {
-        let mut out = Vec::new();
-        self.scan(set, from, to, |s| {
-            out.push(s);
-            ControlFlow::Continue(())
-        })?;
-        Ok(out)
     }
 
     /// Minimum, maximum, mean and rate of change of each scalar data metric over the samples in

@@ -123,6 +123,13 @@ fn samples_are_stored_once_queried_and_kept_across_reopening() {
     assert_eq!(s.previous(b).unwrap(), None);
     let mid: Vec<u64> = s.range(a, 3 * SEC, 5 * SEC).unwrap().iter().map(|x| x.generation).collect();
     assert_eq!(mid, [3, 4, 5]);
+    // One buffer reused across queries that return more, fewer, none, then another set's.
+    let mut reused = Vec::new();
+    for (set, from, to) in [(a, 3, 5), (a, 1, 10), (a, 9, 9), (a, 11, 20), (a, 2, 7), (b, 0, 20)] {
+        s.range_into(set, from * SEC, to * SEC, &mut reused).unwrap();
+        assert_eq!(reused, s.range(set, from * SEC, to * SEC).unwrap(), "{set:?} {from}..={to}");
+    }
+    assert_eq!(reused, [sample(1, 5 * SEC, 1)]);
     let w = s.window(a, 2 * SEC, 6 * SEC).unwrap();
     let names: Vec<&str> = w.iter().map(|x| x.metric.as_str()).collect();
     assert_eq!(names, ["MemFree", "Delta", "Load"], "meta and array metrics have no window statistics");
