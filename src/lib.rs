@@ -218,6 +218,15 @@ pub mod kinds {
         })
     }
 
+    /// [`Handle::get_with`] of one-word key `k` (as its [`wide_key`] on a structure of two-word
+    /// keys), with a byte value read back as a word.
+    pub fn get<M: PMem + 'static>(h: &mut Handle<M>, s: StructId, k: u64) -> Result<Option<u64>, EngineError> {
+        let bytes = h.values(s)? == Values::Bytes;
+        let value =
+            move |state: Option<u64>, blobs: &Blobs<'_, M>| state.map(|w| if bytes { read(blobs, w) } else { w });
+        if h.keys(s)? == KeyWidth::U64 { h.get_with(s, k, value) } else { h.get_with(s, wide_key(k), value) }
+    }
+
     /// [`Handle::range`] over one-word keys, with two-word keys mapped back and byte values read
     /// back as words.
     pub fn range<M: PMem + 'static>(

@@ -143,7 +143,15 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
             }
         }
         for &s in &ids {
-            prop_assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "after {:?}", step);
+            let entries = model.entries(s);
+            prop_assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), entries.clone(), "after {:?}", step);
+            // Single reads without a transaction: every present key, and the absent keys beside them.
+            for &(k, v) in &entries {
+                prop_assert_eq!(petra_suite::kinds::get(&mut h, s, k).unwrap(), Some(v), "get {} after {:?}", k, step);
+                if entries.binary_search_by_key(&(k + 1), |e| e.0).is_err() {
+                    prop_assert_eq!(petra_suite::kinds::get(&mut h, s, k + 1).unwrap(), None, "get {}", k + 1);
+                }
+            }
         }
     }
     Ok(())
@@ -363,6 +371,9 @@ fn two_word_keys_keep_their_order_across_reopens_and_a_key_of_the_wrong_width_is
     let err = h.execute(Transaction::new().put(words, 1u64, 1).put(words, 2u128, 2)).unwrap_err();
     assert!(matches!(err, EngineError::WrongKey { expected: KeyWidth::U64, .. }), "{err}");
     assert!(matches!(h.range::<u64>(list, ..), Err(EngineError::WrongKey { .. })));
+    assert!(matches!(h.get(list, 1u64), Err(EngineError::WrongKey { .. })));
+    assert!(matches!(h.get(words, 1u128), Err(EngineError::WrongKey { .. })));
+    assert!(matches!(h.get(StructId(99), 1u64), Err(EngineError::UnknownStructure(99))));
     assert!(engine.entries::<u128>(list).unwrap().is_empty() && engine.entries::<u64>(words).unwrap().is_empty());
 
     // Byte strings that are prefixes of each other and hold zero bytes, put in a scrambled

@@ -383,7 +383,9 @@ pub(crate) fn execute_op<M: PMem + 'static, S: LinkedSet<M>>(
                 };
                 let mem = h.mem();
                 store_key(mem, node, op.key, set.wide());
-                mem.store(node + INFO, me.0, Ordering::Relaxed);
+                // Release: a checkpoint round that reaches the unlinked block through a stale
+                // op cache and reads this word sees the key and the op's `prev` set before it.
+                mem.store(node + INFO, me.0, Ordering::Release);
                 mem.store(node + VALUE, if kind.writes() == Some(true) { op.value } else { 0 }, Ordering::Relaxed);
                 mem.store(node + NORM, 0, Ordering::Relaxed);
                 mem.store(node + CHECK, 0, Ordering::Relaxed);

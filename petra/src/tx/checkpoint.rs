@@ -85,7 +85,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
 
-use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, desc_bytes};
+use super::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
 use super::info::Info;
 use super::ring::{PAD, Ring};
 use super::{Handle, Inner, OpKind, StructId, cached_node, read_cache, write_cache};
@@ -159,7 +159,7 @@ impl CheckpointReport {
 /// What the checkpoint rounds of an engine did since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CheckpointStats {
-    /// Rounds that folded anything.
+    /// Rounds that did anything (folded a batch, found one, or both).
     pub rounds: u64,
     /// Descriptors folded.
     pub descriptors: u64,
@@ -528,10 +528,14 @@ impl<M: PMem + 'static> Handle<M> {
             return;
         } else if !writes {
             // The op changed nothing (a read, or an op of an aborted transaction): its node's
-            // record needs nothing from it. But the node moved on to another op, whose `prev` (or
-            // one further down) may name this one: its chain is cached and cut, or the recycled
-            // slot would be followed.
-            self.cache_chain(now, node, guard);
+            // record needs nothing from it. But if the node moved on through ops whose chain
+            // leads down to this one, a `prev` on it names this op: the chain is cached and cut,
+            // or the recycled slot would be followed. A chain that does not lead there is left
+            // alone: it may be a block an executor is still making for the key (its word set,
+            // its link not yet done), whose op has not executed.
+            if let ChainEnd::Op = self.chain_below(now, op) {
+                self.cache_chain(now, node, guard);
+            }
             return;
         } else {
             match self.chain_below(now, op) {
@@ -598,7 +602,8 @@ impl<M: PMem + 'static> Handle<M> {
             // Acquire: as every read of `prev`.
             match mem.load(desc.prev_off(cur.opid()), Ordering::Acquire) {
                 CUT => return ChainEnd::Cut,
-                NO_NODE => return ChainEnd::Created,
+                // UNSET: not on a linked node's chain (see `execute_op`), as NO_NODE.
+                NO_NODE | UNSET => return ChainEnd::Created,
                 prev => cur = Info(prev),
             }
         }

@@ -669,11 +669,13 @@ impl<M: PMem + 'static> Engine<M> {
         Ok(())
     }
 
-    /// Runs a checkpoint round now (see [`Handle::checkpoint`]), on a handle of its own: folds
-    /// every finished transaction's descriptor into the node records, so that recovery reads only
-    /// what comes after, and recycles their ring slots once no thread can read them. `None` if a
-    /// round is running or the last one's slots are still waiting to be recycled. Rounds also
-    /// run on their own as rings fill ([`EngineConfig::checkpoint_fill`]).
+    /// Checkpoints now (see [`Handle::checkpoint`]), on a handle of its own: folds the
+    /// descriptors of the transactions finished before the call into the node records, so that
+    /// recovery reads only what comes after, and recycles their ring slots once no thread can
+    /// read them. That takes two rounds, the second once every thread pinned during the first
+    /// has moved on; if none has yet, the next round folds them. `None` if a round is running or
+    /// the last one's end is still waiting. Rounds also run on their own as rings fill
+    /// ([`EngineConfig::checkpoint_fill`]).
     pub fn checkpoint(&self) -> Result<Option<CheckpointReport>, EngineError> {
         Ok(self.handle()?.checkpoint())
     }
@@ -982,6 +984,31 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(r)
     }
 
+    /// The state of `key` in structure `s`: its value word if present (on a structure of byte
+    /// values, a blob word: read the bytes with [`get_with`](Handle::get_with)). What a
+    /// transaction of one Get returns, without building one: a single read answered without a
+    /// descriptor, linearised at its read of the key's node, allocating nothing.
+    pub fn get<K: Key>(&mut self, s: StructId, key: K) -> Result<Option<u64>, EngineError> {
+        self.get_with(s, key, |state, _| state)
+    }
+
+    /// As [`get`](Handle::get), then `f` with the state and a reader of the byte value it names,
+    /// while that cannot be freed.
+    pub fn get_with<K: Key, R>(
+        &mut self,
+        s: StructId,
+        key: K,
+        f: impl FnOnce(Option<u64>, &Blobs<'_, M>) -> R,
+    ) -> Result<R, EngineError> {
+        let structure = self.inner.structure(s)?;
+        check_key(&structure, s, K::WIDTH, key.to_bits())?;
+        let guard = self.epoch.pin();
+        let state = self.read_state(&structure, key.to_bits(), &guard);
+        let r = f(state, &Blobs { pool: &self.inner.pool, _guard: &guard });
+        drop(guard);
+        Ok(r)
+    }
+
     /// Executes `tx` until it is decided: again each time it is aborted to break a helping cycle
     /// (which says nothing about its ops), then `f` with its results and a reader of the byte
     /// values they name, while those cannot be freed. `Ok(Err(i))` if its strict op `i` failed.
@@ -1016,10 +1043,7 @@ impl<M: PMem + 'static> Handle<M> {
         let mut bytes = false;
         for (op, span) in tx.ops.iter().zip(&tx.spans) {
             let structure = self.inner.structure(op.structure)?;
-            let keys = structure.keys();
-            if op.width != keys || (op.width == KeyWidth::U64 && op.key > u64::MAX as u128) {
-                return Err(EngineError::WrongKey { structure: op.structure.0, expected: keys });
-            }
+            check_key(&structure, op.structure, op.width, op.key)?;
             bytes |= structure.values == Values::Bytes;
             on_set!(&structure.set, set => set.prefetch(self.mem(), op.key));
             if op.kind.writes() != Some(true) {
@@ -1045,10 +1069,12 @@ impl<M: PMem + 'static> Handle<M> {
             return Ok(Outcome::Committed { results: Vec::new(), txid: None });
         }
         let bytes = self.check(tx)?;
-        self.run_removals(guard);
         if n == 1 && tx.ops[0].kind.is_read() {
             return self.read_one(&tx.ops[0], guard);
         }
+        // Writers, not single reads, run the removals and frees that came due: a read stays
+        // free of shared queues.
+        self.run_removals(n, guard);
         // Execution order: as added, or stably sorted by (structure, key); `added(pos)` maps an
         // executed position back to the op's place in the transaction.
         let mut order: Option<Vec<usize>> = tx.sort.then(|| {
@@ -1183,14 +1209,19 @@ impl<M: PMem + 'static> Handle<M> {
     /// A single read, answered without a descriptor: linearised at the read of the node's info.
     fn read_one(&mut self, op: &Op, guard: &Guard) -> Result<Outcome, EngineError> {
         let structure = self.inner.structure(op.structure)?;
-        let state = match structure.find_node(self, op.key, guard) {
-            None => None,
-            Some(node) => self.node_state(node, guard),
-        };
+        let state = self.read_state(&structure, op.key, guard);
         Ok(match (op.kind, state) {
             (OpKind::Find, None) => Outcome::Aborted { failed_op: Some(0) },
             _ => Outcome::Committed { results: vec![state], txid: None },
         })
+    }
+
+    /// The state of `key` in `structure` as a reader outside any transaction sees it.
+    fn read_state(&mut self, structure: &Structure, key: u128, guard: &Guard) -> Option<u64> {
+        match structure.find_node(self, key, guard) {
+            None => None,
+            Some(node) => self.node_state(node, guard),
+        }
     }
 
     /// The state of a node as a reader outside any transaction sees it.
@@ -1442,17 +1473,20 @@ impl<M: PMem + 'static> Handle<M> {
         }
     }
 
-    /// Frees the nodes, and removes the keys, that the epoch made due (a few per transaction).
-    fn run_removals(&mut self, guard: &Guard) {
-        for _ in 0..16 {
+    /// Frees the nodes, and removes the keys, that the epoch made due: a few, and two per op of
+    /// the transaction `ops` long about to run, so that the queues drain at least as fast as
+    /// transactions fill them. (A removal names an op word: a queue left to grow for a whole lap
+    /// of a ring would remove the node of the descriptor that reuses the slot.)
+    fn run_removals(&mut self, ops: usize, guard: &Guard) {
+        for _ in 0..16 + 2 * ops {
             let Some(node) = self.inner.deferred.frees.pop() else { break };
             self.inner.pool.free(&mut self.cache, crate::pool::POff::new(node));
         }
-        for _ in 0..16 {
+        for _ in 0..16 + 2 * ops {
             let Some(blob) = self.inner.deferred.blob_frees.pop() else { break };
             self.inner.pool.free_blob(&mut self.cache, crate::pool::POff::new(blob));
         }
-        for _ in 0..8 {
+        for _ in 0..8 + 2 * ops {
             let Some((s, key, info)) = self.inner.deferred.removals.pop() else { return };
             if let Ok(structure) = self.inner.structure(s) {
                 structure.remove_if(self, key, info, guard);
@@ -1565,6 +1599,15 @@ fn before_of<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Before {
             p => return Before::Of(Info(p)),
         }
     }
+}
+
+/// Refuses a key of the wrong width for `structure` (number `s`).
+fn check_key(structure: &Structure, s: StructId, width: KeyWidth, key: u128) -> Result<(), EngineError> {
+    let keys = structure.keys();
+    if width != keys || (width == KeyWidth::U64 && key > u64::MAX as u128) {
+        return Err(EngineError::WrongKey { structure: s.0, expected: keys });
+    }
+    Ok(())
 }
 
 /// Op `i`'s cached before-state, if recorded.
