@@ -298,8 +298,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
     pub fn get_with<R>(&mut self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         check_key(key)?;
         let slot = self.store.placement.slot(key);
-        self.tx.clear().get(self.store.data, slot.bits());
-        if !self.read_blob()? {
+        if !self.read_blob(slot.bits())? {
             return Ok(None);
         }
         Ok(match slot {
@@ -318,10 +317,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         // A short key's presence needs no value copied.
         check_key(key)?;
         match self.store.placement.slot(key) {
-            Slot::Own(bits) => {
-                self.tx.clear().get(self.store.data, bits);
-                self.run(|results, _| results[0].is_some())
-            }
+            Slot::Own(bits) => Ok(self.h.get(self.store.data, bits)?.is_some()),
             Slot::Bucket(_) => Ok(self.get_with(key, |_| ())?.is_some()),
         }
     }
@@ -404,19 +400,17 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         format::run_total(&mut self.h, &self.tx, f)
     }
 
-    /// Runs the single get in `self.tx`; copies the value's blob into `self.buf`. Returns
-    /// whether the key's engine entry is present.
-    fn read_blob(&mut self) -> Result<bool> {
-        let mut buf = std::mem::take(&mut self.buf);
-        let present = self.run(|results, blobs| match results[0] {
+    /// Reads the engine entry `bits` (a single read, no transaction); copies its value's blob
+    /// into `self.buf`. Returns whether it is present.
+    fn read_blob(&mut self, bits: u128) -> Result<bool> {
+        let buf = &mut self.buf;
+        Ok(self.h.get_with(self.store.data, bits, |state, blobs| match state {
             Some(word) => {
-                blobs.read_into(word, &mut buf);
+                blobs.read_into(word, buf);
                 true
             }
             None => false,
-        });
-        self.buf = buf;
-        present
+        })?)
     }
 
     /// Walks the engine entries that can hold keys within `lo`..`hi`, calling `f` with each key
