@@ -222,8 +222,9 @@ fn new_file_space_in_memory_is_faulted_in_at_creation_and_growth() {
     let pool = Pool::create(&path, &small()).unwrap();
     let on_tmpfs = dir.path().starts_with("/dev/shm");
     let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+    // At least the length: a tmpfs of huge pages allocates in 2 MiB steps.
     if on_tmpfs {
-        assert_eq!(allocated(), pool.len(), "created");
+        assert!(allocated() >= pool.len(), "created: {} of {} bytes allocated", allocated(), pool.len());
     }
     let mut local = pool.local();
     let initial = pool.len();
@@ -231,7 +232,7 @@ fn new_file_space_in_memory_is_faulted_in_at_creation_and_growth() {
         local.alloc_blob(&[7; 40_000]).unwrap();
     }
     if on_tmpfs {
-        assert_eq!(allocated(), pool.len(), "grown");
+        assert!(allocated() >= pool.len(), "grown: {} of {} bytes allocated", allocated(), pool.len());
     }
 }
 

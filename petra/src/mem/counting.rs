@@ -127,6 +127,9 @@ impl<M: PMem> PMem for Counting<M> {
     fn grow(&self, new_len: u64) -> Result<(), GrowError> {
         self.inner.grow(new_len)
     }
+    fn populate(&self, from: u64, to: u64) {
+        self.inner.populate(from, to)
+    }
     fn max_len(&self) -> u64 {
         self.inner.max_len()
     }

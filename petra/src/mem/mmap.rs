@@ -112,7 +112,7 @@ pub struct MmapMem {
     flush: FlushKind,
     durability: Durability,
     /// Whether the file's pages are memory (tmpfs or DAX): new file space is then faulted in
-    /// writable at once ([`populate`](MmapMem::populate)).
+    /// writable at once ([`PMem::populate`]).
     in_memory: bool,
     file: File,
     /// Serialises growth: extend the file, then map the new part.
@@ -277,35 +277,6 @@ impl MmapMem {
         Ok(())
     }
 
-    /// Faults mapped bytes `[from, to)` in writable now, if the file's pages are memory (tmpfs or
-    /// DAX), so that the first store to each page does not take a page fault of its own: one
-    /// call for the range costs a fraction of a fault per page. The pool calls it for new file
-    /// space (at creation and growth), never for an existing file's, which it may never touch.
-    /// A file system's file is left alone: its pages would all be dirtied and written back.
-    /// Best effort: a kernel without `MADV_POPULATE_WRITE` (before 5.14) faults lazily.
-    pub fn populate(&self, from: u64, to: u64) {
-        #[cfg(target_os = "linux")]
-        {
-            let len = self.len.load(Ordering::Acquire);
-            let to = to.min(len);
-            if !self.in_memory || from >= to {
-                return;
-            }
-            // SAFETY: `[from, to)` lies inside the mapped range `[0, len)`; MADV_POPULATE_WRITE
-            // only installs page table entries as a write fault would, without storing to the
-            // memory, so no byte of it changes and no reference is affected.
-            unsafe {
-                libc::madvise(
-                    self.base.as_ptr().add(from as usize).cast(),
-                    (to - from) as usize,
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = (from, to);
-    }
-
     /// The flush instruction in use.
     pub fn flush_kind(&self) -> FlushKind {
         self.flush
@@ -442,8 +413,37 @@ impl PMem for MmapMem {
         // Release is not needed for correctness of the mapping itself (mmap is a syscall, a full
         // barrier), only for documentation: later loads of `len` see the new value.
         self.len.store(new_len, Ordering::Release);
-        self.populate(old_len, new_len);
         Ok(())
+    }
+
+    /// Faults mapped bytes `[from, to)` in writable now, if the file's pages are memory (tmpfs or
+    /// DAX), so that the first store to each page does not take a page fault of its own: one
+    /// call for the range costs a fraction of a fault per page. The pool calls it for new file
+    /// space (at creation, and after growth once its locks are released), never for an existing
+    /// file's, which it may never touch.
+    /// A file system's file is left alone: its pages would all be dirtied and written back.
+    /// Best effort: a kernel without `MADV_POPULATE_WRITE` (before 5.14) faults lazily.
+    fn populate(&self, from: u64, to: u64) {
+        #[cfg(target_os = "linux")]
+        {
+            let len = self.len.load(Ordering::Acquire);
+            let to = to.min(len);
+            if !self.in_memory || from >= to {
+                return;
+            }
+            // SAFETY: `[from, to)` lies inside the mapped range `[0, len)`; MADV_POPULATE_WRITE
+            // only installs page table entries as a write fault would, without storing to the
+            // memory, so no byte of it changes and no reference is affected.
+            unsafe {
+                libc::madvise(
+                    self.base.as_ptr().add(from as usize).cast(),
+                    (to - from) as usize,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (from, to);
     }
 
     fn max_len(&self) -> u64 {
@@ -488,7 +488,11 @@ fn on_tmpfs(file: &File) -> bool {
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: fstatfs writes only into the struct we pass, about a descriptor we own.
         let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
-        rc == 0 && st.f_type == libc::TMPFS_MAGIC
+        // Both sides widened: the field's and the constant's C types differ between targets
+        // (both i64 on x86-64 glibc, not on musl or s390x).
+        #[allow(clippy::unnecessary_cast)]
+        let tmpfs = st.f_type as i64 == libc::TMPFS_MAGIC as i64;
+        rc == 0 && tmpfs
     }
     #[cfg(not(target_os = "linux"))]
     {

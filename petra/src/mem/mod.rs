@@ -191,6 +191,13 @@ pub trait PMem: Send + Sync {
     /// growth granule) without moving any existing byte. New bytes read as zero.
     fn grow(&self, new_len: u64) -> Result<(), GrowError>;
 
+    /// Faults bytes `[from, to)` in now, where that spares each page a fault of its own later
+    /// (memory-backed files; see `MmapMem`). A hint: it changes no byte, and the default does
+    /// nothing.
+    fn populate(&self, from: u64, to: u64) {
+        let _ = (from, to);
+    }
+
     /// The largest length [`grow`](PMem::grow) can reach.
     fn max_len(&self) -> u64;
 
@@ -292,6 +299,9 @@ impl<M: PMem + ?Sized> PMem for std::sync::Arc<M> {
     }
     fn grow(&self, new_len: u64) -> Result<(), GrowError> {
         (**self).grow(new_len)
+    }
+    fn populate(&self, from: u64, to: u64) {
+        (**self).populate(from, to)
     }
     fn max_len(&self) -> u64 {
         (**self).max_len()

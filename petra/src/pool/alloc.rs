@@ -207,6 +207,8 @@ impl<M: PMem> Pool<M> {
         if chunks.reserve && room.saturating_sub(n) < chunks.node + if node { n } else { 0 } {
             return Err(full);
         }
+        // File space this call added, faulted in once the lock is released.
+        let mut grown = None;
         let start = loop {
             if let Some(start) = find_run(&chunks.free, n) {
                 break start;
@@ -225,6 +227,8 @@ impl<M: PMem> Pool<M> {
             for i in chunks.in_file..chunks.in_file + want {
                 chunks.free.insert(i, Dirty::Zero);
             }
+            let from = grown.map_or(layout.chunk_off(chunks.in_file), |(from, _)| from);
+            grown = Some((from, layout.chunk_off(chunks.in_file + want)));
             chunks.in_file += want;
         };
         let mut dirty = false;
@@ -235,6 +239,9 @@ impl<M: PMem> Pool<M> {
             chunks.node += n;
         }
         drop(chunks);
+        if let Some((from, to)) = grown {
+            self.mem.populate(from, to);
+        }
         let (off, len) = (layout.chunk_off(start), n * layout.chunk_size);
         if dirty {
             for w in (off..off + len).step_by(WORD as usize) {

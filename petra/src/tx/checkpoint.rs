@@ -115,6 +115,29 @@ impl Checkpointer {
         *self.stats.lock()
     }
 
+    /// For a descriptor `d` that has not finished yet: the count of recycled rounds from which a
+    /// removal named by one of its op words is stale (dropped, not run). A removal acts only if
+    /// its node still holds the word; once `d`'s slot is recycled, a descriptor in the same slot
+    /// could put the same word on the same key's node, so it must not run then.
+    ///
+    /// With `s` the rounds started when this is read: rounds up to `s` found their batches
+    /// before, so before `d` finished, and the round that folds `d` (and recycles its slot in
+    /// its end) is `s + 2` or later, which starts only after round `s + 1`'s end raised the
+    /// recycled count to `s + 1`. A removal runner, pinned, that reads the count below that
+    /// pinned before that round started, so the round's deferred end, which recycles the slot,
+    /// waits for it to unpin. Dropping a removal is always safe: the round that folds `d` makes
+    /// the node FINAL, if the word is still there, and queues its own removal (never stale).
+    pub(crate) fn removal_expiry(&self) -> u64 {
+        // Acquire: pairs with the Release store of a round after its find.
+        self.started.load(Ordering::Acquire) + 1
+    }
+
+    /// Whether a removal of [`removal_expiry`](Self::removal_expiry) `expiry` is stale.
+    pub(crate) fn expired(&self, expiry: u64) -> bool {
+        // Acquire: pairs with the Release store of a round's deferred end.
+        self.recycled.load(Ordering::Acquire) >= expiry
+    }
+
     /// Whether a round may start: none is running and the last one's slots were recycled.
     pub(crate) fn ready(&self) -> bool {
         // Acquire (both): pairs with the Release stores of the round and of its deferred end.
@@ -178,9 +201,10 @@ struct Found {
     ends: Vec<(Arc<Ring>, u64)>,
 }
 
-/// A node of an absent key to remove once the round's end is due: its structure, key and the
-/// FINAL word the round gave it.
-type Removal = (StructId, u128, Info);
+/// A node of an absent key to remove once the round's end is due: its structure, key, the
+/// FINAL word the round gave it, and `u64::MAX` (it never goes stale: see
+/// [`Checkpointer::removal_expiry`]).
+type Removal = (StructId, u128, Info, u64);
 
 /// Keys brought up to date under one pin.
 const KEYS_PER_PIN: u64 = 64;
@@ -572,7 +596,7 @@ impl<M: PMem + 'static> Handle<M> {
             // see the word's writer.
             if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if folded && state.is_none() && structure.removes_nodes::<M>() {
-                    round.removals.push((s, key, next));
+                    round.removals.push((s, key, next, u64::MAX));
                 }
                 if written {
                     // The key too, when flushed: the checksum covers it, and nothing else ever

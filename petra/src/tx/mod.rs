@@ -539,8 +539,9 @@ pub(crate) struct Inner<M: PMem> {
 #[derive(Debug, Default)]
 pub(crate) struct Deferred {
     /// Nodes whose Delete or Remove committed, ready to be removed: (structure, key, the info
-    /// word that made them absent).
-    pub(crate) removals: SegQueue<(StructId, u128, Info)>,
+    /// word that made them absent, the count of recycled rounds from which the item is stale;
+    /// see [`Checkpointer::removal_expiry`](checkpoint::Checkpointer::removal_expiry)).
+    pub(crate) removals: SegQueue<(StructId, u128, Info, u64)>,
     /// Unlinked nodes no thread can reach any more, ready to be freed.
     pub(crate) frees: SegQueue<u64>,
     /// Blobs replaced by a committed transaction that no thread can read any more.
@@ -987,7 +988,9 @@ impl<M: PMem + 'static> Handle<M> {
     /// The state of `key` in structure `s`: its value word if present (on a structure of byte
     /// values, a blob word: read the bytes with [`get_with`](Handle::get_with)). What a
     /// transaction of one Get returns, without building one: a single read answered without a
-    /// descriptor, linearised at its read of the key's node, allocating nothing.
+    /// descriptor, linearised at its read of the key's node, allocating nothing. It writes
+    /// nothing, so it leaves the removals that came due and the checkpoint rounds to writers
+    /// (and to [`checkpoint`](Handle::checkpoint)).
     pub fn get<K: Key>(&mut self, s: StructId, key: K) -> Result<Option<u64>, EngineError> {
         self.get_with(s, key, |state, _| state)
     }
@@ -1130,6 +1133,8 @@ impl<M: PMem + 'static> Handle<M> {
         descriptor::write_new(self.mem(), d, self.inner.epoch as u32, tx.is_read_only(), wide, stored);
         self.publish_head();
         self.unfinished = true;
+        // Before `d` can finish: when its removals go stale.
+        let expiry = self.inner.checkpointer.removal_expiry();
         self.help_stack.push(d);
         let failed = self.run(d, 0, guard);
         self.help_stack.pop();
@@ -1154,7 +1159,7 @@ impl<M: PMem + 'static> Handle<M> {
                         }
                     }
                 }
-                self.schedule_removals(d, true, guard);
+                self.schedule_removals(d, true, expiry, guard);
                 let txid = self.persist(d);
                 if bytes {
                     self.retire_replaced(tx, &results, guard);
@@ -1162,12 +1167,12 @@ impl<M: PMem + 'static> Handle<M> {
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }
             _ if let Some(requested) = desc.aborted_for_memory() => {
-                self.schedule_removals(d, false, guard);
+                self.schedule_removals(d, false, expiry, guard);
                 self.free_blobs(&blobs);
                 Err(EngineError::Alloc(AllocError::PoolFull { requested, max: self.inner.pool.max_len() }))
             }
             _ => {
-                self.schedule_removals(d, false, guard);
+                self.schedule_removals(d, false, expiry, guard);
                 self.free_blobs(&blobs);
                 Ok(Outcome::Aborted { failed_op: failed.map(added) })
             }
@@ -1441,7 +1446,7 @@ impl<M: PMem + 'static> Handle<M> {
     /// nodes made for reads or removals of absent keys, nodes made by an aborted transaction) for
     /// removal once every thread that could still be executing on them has unpinned. The removal
     /// happens only if the node's info word still names this op by then.
-    fn schedule_removals(&self, d: u64, committed: bool, guard: &Guard) {
+    fn schedule_removals(&self, d: u64, committed: bool, expiry: u64, guard: &Guard) {
         let desc = Desc::new(self.mem(), d);
         let mut any = false;
         for i in 0..desc.nops() {
@@ -1464,7 +1469,7 @@ impl<M: PMem + 'static> Handle<M> {
             {
                 any = true;
                 let deferred = Arc::clone(&self.inner.deferred);
-                let item = (StructId(op.structure), op.key, Info::op(d, i));
+                let item = (StructId(op.structure), op.key, Info::op(d, i), expiry);
                 guard.defer(move || deferred.removals.push(item));
             }
         }
@@ -1487,7 +1492,10 @@ impl<M: PMem + 'static> Handle<M> {
             self.inner.pool.free_blob(&mut self.cache, crate::pool::POff::new(blob));
         }
         for _ in 0..8 + 2 * ops {
-            let Some((s, key, info)) = self.inner.deferred.removals.pop() else { return };
+            let Some((s, key, info, expiry)) = self.inner.deferred.removals.pop() else { return };
+            if self.inner.checkpointer.expired(expiry) {
+                continue;
+            }
             if let Ok(structure) = self.inner.structure(s) {
                 structure.remove_if(self, key, info, guard);
             }
