@@ -33,7 +33,7 @@
 //!    no record, see below), the key's node is brought up to date under a pin:
 //!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
 //!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
-//!      before-state cached (the executor does that too, right after its CAS; the round does it
+//!      before-state cached (its executor caches it too, right after its CAS; the round does it
 //!      for an executor that has not yet), and its `prev` replaced by `CUT`, so that no reader
 //!      follows it into a descriptor the round will recycle;
 //!    - the node's committed state, as a reader outside any transaction resolves it, goes into
@@ -43,10 +43,10 @@
 //!      batch descriptor (finished before the fold began, so the state read is final; and such
 //!      a word never comes back once the node moved on, so the round gives a node its FINAL
 //!      word at most once and FINAL words never repeat), else to itself. A failed CAS means the
-//!      node moved on: the round
-//!      reads it again and rewrites the record. So when the round leaves a node, its record held
-//!      the state of the info word at an instant when the word was still the one read, and
-//!      everything that changes the node after that instant happens after the record's stores.
+//!      node moved on: the round reads it again and rewrites the record. So when the round
+//!      leaves a node, its record held the state of the info word at an instant when the word
+//!      was still the one read, and everything that changes the node after that instant happens
+//!      after the record's stores.
 //! 3. **Commit.** One fence makes the records durable (if any changed); then `C = T0 - 1` is
 //!    stored, flushed and fenced.
 //! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the folded
