@@ -57,6 +57,11 @@ pub const FLAG_BLOBS: u64 = 2;
 pub const FLAG_WIDE: u64 = 4;
 /// Bit of an op's first word: its value is a blob, which persisting flushes with the descriptor.
 const OP_BLOB: u64 = 1 << 16;
+/// Bit of an op's first word: no later op of the descriptor writes its key (so a committed
+/// transaction left, at a node naming this op, this op's write, or the state before it if it
+/// reads), set when the descriptor is written; a reader then need not scan the later ops.
+/// Absent, the reader scans (as for descriptors written before it existed).
+const OP_LAST: u64 = 1 << 17;
 /// Where an op's first word keeps the blob's [`bytes_hash`], by which recovery tells a torn blob.
 const OP_HASH_SHIFT: u32 = 24;
 
@@ -271,11 +276,17 @@ impl<'m, M: PMem> Desc<'m, M> {
     /// what a committed transaction left at a node whose info word names op `i`. `None` if no
     /// op from `i` on writes the key (the node then holds the state before op `i`).
     pub fn last_write_of_key(&self, i: usize, op: StoredOp) -> Option<StoredOp> {
+        let writes = |o: &StoredOp| !super::OpKind::from_code(o.kind).is_read();
+        let header = self.header();
+        // Relaxed: written before the descriptor was published, like the rest of the op.
+        if self.mem.load(self.op_base(header, i), Ordering::Relaxed) & OP_LAST != 0 {
+            return writes(&op).then_some(op);
+        }
         (i + 1..self.nops())
             .rev()
             .map(|k| self.op(k))
             .chain(std::iter::once(op))
-            .find(|o| o.structure == op.structure && o.key == op.key && !super::OpKind::from_code(o.kind).is_read())
+            .find(|o| o.structure == op.structure && o.key == op.key && writes(o))
     }
 
     fn volatile(&self, i: usize) -> u64 {
@@ -359,6 +370,24 @@ pub(crate) fn write_new<M: PMem>(
             mem.store(base + 24, (op.key >> 64) as u64, Ordering::Relaxed);
         }
     }
+    // Each op whose key no later op writes gets OP_LAST: from the last op back, against the keys
+    // written so far (transactions of distinct keys are the rule, so a linear look-up).
+    let mut written = [(0u8, 0u128); MAX_OPS];
+    let mut seen = 0;
+    for i in (0..n).rev() {
+        let base = off + OPS + stride * i as u64;
+        // Relaxed (all three): this thread's own stores just above.
+        let w0 = mem.load(base, Ordering::Relaxed);
+        let hi = if wide { (mem.load(base + 24, Ordering::Relaxed) as u128) << 64 } else { 0 };
+        let key = ((w0 >> 8) as u8, hi | mem.load(base + 8, Ordering::Relaxed) as u128);
+        if !written[..seen].contains(&key) {
+            mem.store(base, w0 | OP_LAST, Ordering::Relaxed);
+        }
+        if !super::OpKind::from_code(w0 as u8).is_read() {
+            written[seen] = key;
+            seen += 1;
+        }
+    }
     mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
     mem.store(off + TXID, 0, Ordering::Relaxed);
@@ -430,6 +459,47 @@ mod tests {
         }
         assert_eq!(persisted_bytes(16, false).div_ceil(64), 7);
         assert_eq!(persisted_bytes(16, true).div_ceil(64), 9);
+    }
+
+    #[test]
+    fn ops_whose_key_no_later_op_writes_are_marked_and_answer_like_the_scan() {
+        use crate::mem::SimMem;
+        use crate::tx::OpKind;
+        let mem = SimMem::new(1 << 16, 1 << 16);
+        let op = |kind: OpKind, structure: u8, key: u128| StoredOp {
+            kind: kind as u8,
+            structure,
+            key,
+            value: key as u64 + 100,
+            blob: false,
+            hash: 0,
+        };
+        for wide in [false, true] {
+            let k = |x: u128| if wide { x << 64 | x } else { x };
+            let ops = [
+                op(OpKind::Put, 1, k(1)),
+                op(OpKind::Get, 1, k(1)),
+                op(OpKind::Put, 1, k(2)),
+                op(OpKind::Put, 2, k(1)),
+                op(OpKind::Remove, 1, k(1)),
+                op(OpKind::Get, 1, k(3)),
+                op(OpKind::Get, 1, k(2)),
+            ];
+            write_new(&mem, 4096, 1, false, wide, ops.iter().copied());
+            let desc = Desc::new(&mem, 4096);
+            let marked: Vec<bool> = (0..ops.len())
+                .map(|i| mem.load(desc.op_base(desc.header(), i), Ordering::Relaxed) & OP_LAST != 0)
+                .collect();
+            assert_eq!(marked, [false, false, true, true, true, true, true]);
+            for (i, o) in ops.iter().enumerate() {
+                assert_eq!(desc.op(i), *o, "the mark leaves the op as written");
+                let scan = ops[i..]
+                    .iter()
+                    .rev()
+                    .find(|x| x.structure == o.structure && x.key == o.key && !OpKind::from_code(x.kind).is_read());
+                assert_eq!(desc.last_write_of_key(i, *o), scan.copied(), "op {i}");
+            }
+        }
     }
 
     #[test]
