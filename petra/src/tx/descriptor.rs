@@ -320,6 +320,28 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 }
 
+/// Sets [`OP_LAST`] in each of the `n` ops (of `stride` bytes, from `ops`) whose key no later op
+/// writes.
+fn mark_last_writes<M: PMem>(mem: &M, ops: u64, stride: u64, n: usize) {
+    let wide = stride == WIDE_OP_BYTES;
+    let mut written = [(0u8, 0u128); MAX_OPS];
+    let mut seen = 0;
+    for i in (0..n).rev() {
+        let base = ops + stride * i as u64;
+        // Relaxed (all three): the writer's own stores, not yet published.
+        let w0 = mem.load(base, Ordering::Relaxed);
+        let hi = if wide { (mem.load(base + 24, Ordering::Relaxed) as u128) << 64 } else { 0 };
+        let key = ((w0 >> 8) as u8, hi | mem.load(base + 8, Ordering::Relaxed) as u128);
+        if !written[..seen].contains(&key) {
+            mem.store(base, w0 | OP_LAST, Ordering::Relaxed);
+        }
+        if !super::OpKind::from_code(w0 as u8).is_read() {
+            written[seen] = key;
+            seen += 1;
+        }
+    }
+}
+
 /// The hash of a byte value that an op word carries (40 bits): over its length and its bytes.
 pub(crate) fn bytes_hash(data: &[u8]) -> u64 {
     let mut h = Mix::new(data.len() as u64);
@@ -371,22 +393,10 @@ pub(crate) fn write_new<M: PMem>(
         }
     }
     // Each op whose key no later op writes gets OP_LAST: from the last op back, against the keys
-    // written so far (transactions of distinct keys are the rule, so a linear look-up).
-    let mut written = [(0u8, 0u128); MAX_OPS];
-    let mut seen = 0;
-    for i in (0..n).rev() {
-        let base = off + OPS + stride * i as u64;
-        // Relaxed (all three): this thread's own stores just above.
-        let w0 = mem.load(base, Ordering::Relaxed);
-        let hi = if wide { (mem.load(base + 24, Ordering::Relaxed) as u128) << 64 } else { 0 };
-        let key = ((w0 >> 8) as u8, hi | mem.load(base + 8, Ordering::Relaxed) as u128);
-        if !written[..seen].contains(&key) {
-            mem.store(base, w0 | OP_LAST, Ordering::Relaxed);
-        }
-        if !super::OpKind::from_code(w0 as u8).is_read() {
-            written[seen] = key;
-            seen += 1;
-        }
+    // written so far (transactions of distinct keys are the rule, so a linear look-up). A
+    // one-op transaction needs none: its op has no later op to scan.
+    if n > 1 {
+        mark_last_writes(mem, off + OPS, stride, n);
     }
     mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
