@@ -17,10 +17,12 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use crossbeam_skiplist::SkipMap;
+use petra::mem::MmapMem;
 use petra::pool::{Pool, PoolConfig};
-use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+use petra::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -64,14 +66,7 @@ fn lookups(c: &mut Criterion) {
             black_box(baseline.get(&probes[i]).map(|e| *e.value()))
         })
     });
-    for (name, s) in [("petra skiplist get", skiplist), ("petra hashmap get", hashmap)] {
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % probes.len();
-                black_box(h.get(s, probes[i]).unwrap())
-            })
-        });
-    }
+    petra_gets(&mut group, &mut h, [skiplist, hashmap], &probes, &mut i);
     // Two-word keys: the same draws, each key k as k << 64 | k.
     group.bench_function("crossbeam-skiplist get, u128 keys", |b| {
         b.iter(|| {
@@ -79,12 +74,7 @@ fn lookups(c: &mut Criterion) {
             black_box(wide_baseline.get(&wide_key(probes[i])).map(|e| *e.value()))
         })
     });
-    group.bench_function("petra skiplist get, u128 keys", |b| {
-        b.iter(|| {
-            i = (i + 1) % probes.len();
-            black_box(h.get(wide, wide_key(probes[i])).unwrap())
-        })
-    });
+    petra_wide_gets(&mut group, &mut h, wide, &probes, &mut i);
     group.finish();
 
     let mut group = c.benchmark_group("range of 2000 keys");
@@ -110,20 +100,8 @@ fn lookups(c: &mut Criterion) {
     // above, each names the op of the fill's descriptor that wrote it, which a get reads too.
     assert!(h.checkpoint().is_some_and(|r| r.descriptors > 0));
     let mut group = c.benchmark_group("after a checkpoint");
-    for (name, s) in [("petra skiplist get", skiplist), ("petra hashmap get", hashmap)] {
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % probes.len();
-                black_box(h.get(s, probes[i]).unwrap())
-            })
-        });
-    }
-    group.bench_function("petra skiplist get, u128 keys", |b| {
-        b.iter(|| {
-            i = (i + 1) % probes.len();
-            black_box(h.get(wide, wide_key(probes[i])).unwrap())
-        })
-    });
+    petra_gets(&mut group, &mut h, [skiplist, hashmap], &probes, &mut i);
+    petra_wide_gets(&mut group, &mut h, wide, &probes, &mut i);
     group.bench_function("petra skiplist range", |b| {
         b.iter(|| {
             i = (i + 1) % starts.len();
@@ -131,6 +109,40 @@ fn lookups(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// PETRA's gets of the probes on the skiplist and the hash map of one-word keys.
+fn petra_gets(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    h: &mut Handle<MmapMem>,
+    [skiplist, hashmap]: [StructId; 2],
+    probes: &[u64],
+    i: &mut usize,
+) {
+    for (name, s) in [("petra skiplist get", skiplist), ("petra hashmap get", hashmap)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                *i = (*i + 1) % probes.len();
+                black_box(h.get(s, probes[*i]).unwrap())
+            })
+        });
+    }
+}
+
+/// PETRA's gets of the probes, as two-word keys, on the skiplist `wide`.
+fn petra_wide_gets(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    h: &mut Handle<MmapMem>,
+    wide: StructId,
+    probes: &[u64],
+    i: &mut usize,
+) {
+    group.bench_function("petra skiplist get, u128 keys", |b| {
+        b.iter(|| {
+            *i = (*i + 1) % probes.len();
+            black_box(h.get(wide, wide_key(probes[*i])).unwrap())
+        })
+    });
 }
 
 /// A two-word key with `k` in both words.
