@@ -426,6 +426,7 @@ impl PMem for MmapMem {
     fn populate(&self, from: u64, to: u64) {
         #[cfg(target_os = "linux")]
         {
+            // Acquire: pairs with growth's Release, so `[0, len)` is mapped.
             let len = self.len.load(Ordering::Acquire);
             let to = to.min(len);
             if !self.in_memory || from >= to {

@@ -105,9 +105,10 @@ impl Pool<MmapMem> {
         })?;
         let made = (|| {
             file.try_lock().map_err(|e| io(e.into()))?;
-            file.set_len(initial_len(&layout, config.initial_size)).map_err(io)?;
+            let len = initial_len(&layout, config.initial_size);
+            file.set_len(len).map_err(io)?;
             let mem = MmapMem::map(file, &mmap_options(&config.mapping, layout.max_len())).map_err(io)?;
-            mem.populate(0, initial_len(&layout, config.initial_size));
+            mem.populate(0, len);
             let mut pool = Pool::format(mem, layout)?;
             pool.path = Some(path.to_owned());
             Ok(pool)

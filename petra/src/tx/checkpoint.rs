@@ -390,9 +390,10 @@ impl<M: PMem + 'static> Handle<M> {
         round.spans = batch
             .ends
             .iter()
-            // Relaxed: only rounds, one at a time, move it.
             .map(|(ring, end)| {
-                (ring.at(0), ring.cap, ring.next.load(Ordering::Relaxed), end - ring.next.load(Ordering::Relaxed))
+                // Relaxed: only rounds, one at a time, move it.
+                let start = ring.next.load(Ordering::Relaxed);
+                (ring.at(0), ring.cap, start, end - start)
             })
             .collect();
         for (ring, end) in &batch.ends {
@@ -538,40 +539,38 @@ impl<M: PMem + 'static> Handle<M> {
         let same_key = || load_key(mem, node, structure.set.wide()) == key;
         let node = if now == op {
             node
-        } else if now.is_marked() || !same_key() {
-            // The node left its structure (marked, or its block freed and holding another key),
+        } else if now.is_marked() || now.is_final() || !same_key() {
+            // Marked, or its block freed and holding another key: the node left its structure,
             // removed while absent and without a record (a record keeps a node linked until a
-            // round clears it). So this op's write, if any, was superseded by that absence,
+            // round clears it), so this op's write, if any, was superseded by that absence,
             // whose writer is in this batch (its own op brings the key up to date) or above the
-            // checkpoint txid (recovery reads it). Nothing leads to the node any more but from
-            // threads pinned since, which the recycling waits for.
-            return;
-        } else if now.is_final() {
-            // A round made the node FINAL after this op took it (the op's word was on it before,
-            // and words never repeat on a node): its record holds the node's state since.
-            return;
-        } else if !writes {
-            // The op changed nothing (a read, or an op of an aborted transaction): its node's
-            // record needs nothing from it. But if the node moved on through ops whose chain
-            // leads down to this one, a `prev` on it names this op: the chain is cached and cut,
-            // or the recycled slot would be followed. A chain that does not lead there is left
-            // alone: it may be a block an executor is still making for the key (its word set,
-            // its link not yet done), whose op has not executed.
-            if let ChainEnd::Op = self.chain_below(now, op) {
-                self.cache_chain(now, node, guard);
-            }
+            // checkpoint txid (recovery reads it); nothing leads to the node any more but from
+            // threads pinned since, which the recycling waits for. FINAL: a round made the node
+            // FINAL after this op took it (words never repeat on a node), so its record holds
+            // the node's state since.
             return;
         } else {
-            match self.chain_below(now, op) {
+            match (self.chain_below(now, op), writes) {
                 // The node moved on through ops that each took it from the one below, by a CAS
                 // while it was unmarked: it is still the key's linked node.
-                ChainEnd::Op => node,
-                // As above: a round made it FINAL, or the block was made anew, since the op.
-                ChainEnd::Final | ChainEnd::Created => return,
-                ChainEnd::Cut => match structure.find_node(self, key, guard) {
+                (ChainEnd::Op, true) => node,
+                // The op changed nothing (a read, or an op of an aborted transaction): its node's
+                // record needs nothing from it, but a `prev` on the chain names this op: the
+                // chain is cached and cut, or the recycled slot would be followed.
+                (ChainEnd::Op, false) => {
+                    self.cache_chain(now, node, guard);
+                    return;
+                }
+                // A cut hides whether the chain leads to this write: the key is searched for.
+                (ChainEnd::Cut, true) => match structure.find_node(self, key, guard) {
                     Some(node) => node,
                     None => return,
                 },
+                // A round made the node FINAL, or the block was made anew, since the op; or
+                // the op changed nothing and no chain from the node leads to it. (A chain that
+                // does not lead there may be a block an executor is still making for the key,
+                // its word set and its link not yet done: its op has not executed.)
+                _ => return,
             }
         };
         round.nodes += 1;
