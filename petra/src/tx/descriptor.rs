@@ -32,8 +32,8 @@
 //! | status    | pstatus    | meaning                                                  |
 //! |-----------|------------|----------------------------------------------------------|
 //! | Active    | Maybe      | executing; its ops are visible only to itself            |
-//! | Committed | Maybe      | finished; not visible until persisted (helpers persist)  |
-//! | Committed | InProgress | some thread is persisting it                              |
+//! | Committed | InProgress | finished, being persisted: not visible until persisted,   |
+//! |           |            | and every thread that meets it persists it               |
 //! | Committed | Persisted  | durable (or read-only: nothing to persist) and visible    |
 //! | Aborted   | Persisted  | finished; never visible, nothing persisted                |
 //!
@@ -102,7 +102,7 @@ pub enum TxStatus {
 /// Persistence status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PersistStatus {
-    /// Not persisted, nobody persisting.
+    /// Not persisted, nobody persisting: an active transaction's.
     Maybe = 0,
     /// Being persisted.
     InProgress = 1,

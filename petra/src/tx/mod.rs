@@ -1270,7 +1270,9 @@ impl<M: PMem + 'static> Handle<M> {
                 let done = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
                 let _ = desc.cas_state(State::ACTIVE, done);
             } else {
-                let done = State { status: TxStatus::Committed, pstatus: PersistStatus::Maybe };
+                // Straight to InProgress: whoever commits it persists it next (the owner, or a
+                // helper after `run`), so a separate claim would be one more locked instruction.
+                let done = State { status: TxStatus::Committed, pstatus: PersistStatus::InProgress };
                 let _ = desc.cas_state(State::ACTIVE, done);
             }
         }
@@ -1320,24 +1322,16 @@ impl<M: PMem + 'static> Handle<M> {
         self.inner.txid_reserved.fetch_max(mem.load(at, Ordering::Acquire), Ordering::AcqRel);
     }
 
-    /// Persists a committed descriptor (Algorithm 5.4): claim it, assign its txid once, flush its
-    /// persisted lines, one fence, then mark it persisted. Helpers that find it in progress
-    /// persist it too (their flushes and fence are then redundant but harmless). Returns its
-    /// txid.
+    /// Persists a committed descriptor (Algorithm 5.4): assign its txid once, flush its
+    /// persisted lines, one fence, then mark it persisted. A writing transaction commits straight
+    /// into InProgress (the dissertation's claim, Maybe to InProgress, folded into the commit), so
+    /// every thread that finds it so persists it; all but the first do redundant but harmless
+    /// flushes and fence. Returns its txid.
     pub(crate) fn persist(&self, d: u64) -> u64 {
         let desc = Desc::new(self.mem(), d);
         let in_progress = State { status: TxStatus::Committed, pstatus: PersistStatus::InProgress };
-        loop {
-            let s = desc.state();
-            match (s.status, s.pstatus) {
-                (TxStatus::Committed, PersistStatus::Maybe) => {
-                    if desc.cas_state(s, in_progress).is_ok() {
-                        break;
-                    }
-                }
-                (TxStatus::Committed, PersistStatus::InProgress) => break,
-                _ => return desc.txid(),
-            }
+        if desc.state() != in_progress {
+            return desc.txid();
         }
         let txid = self.assign_txid(d);
         let mem = self.mem();
