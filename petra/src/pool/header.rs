@@ -14,7 +14,7 @@
 //! ```text
 //! offset size  field                      written
 //!      0    8  magic "PETRAPOL"           once, last step of create
-//!      8    4  format version (1)         once
+//!      8    4  format version (2)         once
 //!     12    4  header size (4096)         once
 //!     16    8  chunk size (power of two)  once
 //!     24    8  chunk table offset (4096)  once
@@ -62,8 +62,9 @@ use crate::error::OpenError;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes and reads. 2: the check words of descriptors and node
+/// records and the hashes of byte values are XXH3 (version 1 mixed one word at a time).
+pub const FORMAT_VERSION: u32 = 2;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offset of the shutdown word.
@@ -403,8 +404,8 @@ mod tests {
         p[0] = b'X';
         assert!(matches!(Header::decode(&p), Err(OpenError::BadMagic { .. })));
         let mut p = good.clone();
-        p[8] = 2;
-        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 2, supported: 1 })));
+        p[8] = 1;
+        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 2 })));
         let mut p = good.clone();
         p[50] ^= 1;
         assert!(matches!(Header::decode(&p), Err(OpenError::HeaderChecksum { .. })));

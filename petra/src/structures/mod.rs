@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch::Guard;
 
 use crate::mem::PMem;
-use crate::tx::descriptor::{Desc, Mix, NO_NODE, StoredOp, TxStatus};
+use crate::tx::descriptor::{Desc, NO_NODE, StoredOp, TxStatus, check_words};
 use crate::tx::info::Info;
 use crate::tx::{Handle, OpKind, Step, write_cache};
 
@@ -143,13 +143,8 @@ pub(crate) fn write_record<M: PMem>(
 
 /// The checksum of a normalised node.
 pub(crate) fn norm_check(key: u128, value: u64, norm: u64) -> u64 {
-    let mut m = Mix::new(key as u64);
-    m.add(value);
-    m.add(norm);
-    if key >> 64 != 0 {
-        m.add((key >> 64) as u64);
-    }
-    m.finish()
+    let hi = (key >> 64) as u64;
+    check_words([key as u64, value, norm].into_iter().chain((hi != 0).then_some(hi)))
 }
 
 /// Allocates a structure's head sentinel of `bytes` bytes: zeroed, FINAL absent, with `words`
