@@ -162,7 +162,14 @@ impl<M: PMem + 'static> Store<M> {
 
     /// A session for the calling thread (keep one per thread).
     pub fn session(&self) -> Result<Session<'_, M>> {
-        Ok(Session { store: self, h: self.engine.handle()?, tx: Transaction::new(), buf: Vec::new(), key: Vec::new() })
+        Ok(Session {
+            store: self,
+            h: self.engine.handle()?,
+            tx: Transaction::new(),
+            buf: Vec::new(),
+            key: Vec::new(),
+            slots: Vec::new(),
+        })
     }
 
     /// The store's order.
@@ -241,6 +248,8 @@ pub struct Session<'s, M: PMem + 'static = MmapMem> {
     tx: Transaction,
     buf: Vec<u8>,
     key: Vec<u8>,
+    /// The slots of the keys being written, kept for reuse.
+    slots: Vec<Slot>,
 }
 
 fn check_key(key: &[u8]) -> Result<()> {
@@ -470,8 +479,17 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
                 check_value(v)?;
             }
         }
+        let mut slots = std::mem::take(&mut self.slots);
+        slots.clear();
+        slots.extend(changes.iter().map(|(k, _)| self.store.placement.slot(k)));
+        let removed = self.apply_at(changes, &slots);
+        self.slots = slots;
+        removed
+    }
+
+    /// [`apply`](Session::apply), with the keys' slots.
+    fn apply_at(&mut self, changes: &[(&[u8], Option<&[u8]>)], slots: &[Slot]) -> Result<usize> {
         let (store, data) = (self.store, self.store.data);
-        let slots: Vec<Slot> = changes.iter().map(|(k, _)| store.placement.slot(k)).collect();
         let mut buckets: Vec<u128> =
             slots.iter().filter_map(|s| if let Slot::Bucket(b) = s { Some(*b) } else { None }).collect();
         buckets.sort_unstable();
@@ -488,7 +506,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         let _locks: Vec<MutexGuard<'_, ()>> = stripes.iter().map(|&s| store.stripes[s].lock()).collect();
         let mut removed = 0;
         let mut edits = self.read_buckets(&buckets)?;
-        for ((k, v), slot) in changes.iter().zip(&slots) {
+        for ((k, v), slot) in changes.iter().zip(slots) {
             if let Slot::Bucket(b) = slot {
                 let i = buckets.binary_search(b).expect("every bucket was read");
                 removed += (edits[i].set(k, *v) && v.is_none()) as usize;
@@ -508,7 +526,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             blobs.push(blob);
         }
         self.tx.clear();
-        for ((_, v), slot) in changes.iter().zip(&slots) {
+        for ((_, v), slot) in changes.iter().zip(slots) {
             if let Slot::Own(bits) = *slot {
                 match v {
                     Some(v) => self.tx.put_bytes(data, bits, v),
@@ -525,7 +543,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         }
         // Short removes: the engine's result says whether the key was there (their ops come
         // first, in the order of `changes`).
-        let own = || changes.iter().zip(&slots).filter(|(_, s)| matches!(s, Slot::Own(_)));
+        let own = || changes.iter().zip(slots).filter(|(_, s)| matches!(s, Slot::Own(_)));
         removed +=
             self.run(|results, _| own().zip(results).filter(|(((_, v), _), r)| v.is_none() && r.is_some()).count())?;
         Ok(removed)

@@ -722,6 +722,7 @@ impl<M: PMem + 'static> Engine<M> {
             cache: AllocCache::new(),
             help_stack: Vec::new(),
             blobs: Vec::new(),
+            results: Vec::new(),
         })
     }
 
@@ -854,6 +855,8 @@ pub struct Handle<M: PMem + 'static> {
     help_stack: Vec<u64>,
     /// The blobs of the transaction being executed, per op (0: a word value); kept for reuse.
     blobs: Vec<u64>,
+    /// A results vector that came back from [`execute_with`](Handle::execute_with), for reuse.
+    results: Vec<Option<u64>>,
     /// A descriptor of this handle's was written and its execution never returned (a panic
     /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
     /// in its ring (recovery checks the values of ring tails only), and the ring is given up.
@@ -981,6 +984,9 @@ impl<M: PMem + 'static> Handle<M> {
         let out = self.execute_pinned(tx, &guard)?;
         let r = f(&out, &Blobs { pool: &self.inner.pool, _guard: &guard });
         drop(guard);
+        if let Outcome::Committed { results, .. } = out {
+            self.results = results;
+        }
         self.maybe_checkpoint();
         Ok(r)
     }
@@ -1145,9 +1151,11 @@ impl<M: PMem + 'static> Handle<M> {
                 // The results and the removals are read from the descriptor before it is
                 // persisted: they are fixed once it commits, and a flush may evict its lines
                 // (clflushopt always, clwb on some CPUs). Nothing is returned before the fence.
-                // Built by collecting, not from a zeroed vector: glibc's calloc takes its arena
-                // lock on every call, malloc has a per-thread cache.
-                let mut results: Vec<Option<u64>> = (0..n).map(|pos| self.before_state(d, pos, guard)).collect();
+                // Into the vector the last `execute_with` gave back, if any: a put allocates
+                // nothing then.
+                let mut results = std::mem::take(&mut self.results);
+                results.clear();
+                results.extend((0..n).map(|pos| self.before_state(d, pos, guard)));
                 // Into the transaction's order, in place: the result at `pos` belongs at
                 // `order[pos]` (`order` is not needed after, so it is the scratch).
                 if let Some(order) = order.as_mut() {
