@@ -690,6 +690,16 @@ impl<M: PMem> Pool<M> {
         Ok(off)
     }
 
+    /// Whether the blob at `off` is a run of whole chunks (longer than the largest block class),
+    /// not a block of a slab.
+    pub fn is_blob_run(&self, off: POff) -> bool {
+        let layout = &self.header.layout;
+        // A run starts where its first chunk does; a slab block rarely does, and is told apart
+        // without a load.
+        layout.chunk_of(off.get()).is_some_and(|i| layout.chunk_off(i) == off.get())
+            && matches!(self.use_of(off.get()), Some((_, ChunkUse::RunHead { kind: RunKind::Blob, .. })))
+    }
+
     /// Frees a blob made by [`alloc_blob`](Pool::alloc_blob).
     ///
     /// # Panics

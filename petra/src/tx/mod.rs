@@ -1204,17 +1204,24 @@ impl<M: PMem + 'static> Handle<M> {
     /// (pinned now) have unpinned. Each value is replaced by exactly one committed op, so each is
     /// freed once; recovery never goes back to a value a persisted transaction replaced.
     ///
-    /// Like an unlinked node, a replaced value waits in this thread's bag of deferred work, which
-    /// the epoch collector takes when it fills (64 items): flushing the bag at every overwrite
-    /// cost a tenth of a put's time.
+    /// Like an unlinked node, a replaced value of a slab block waits in this thread's bag of
+    /// deferred work, which the epoch collector takes when it fills (64 items): flushing the bag
+    /// at every overwrite cost a tenth of a put's time. A value of whole chunks (longer than the
+    /// largest block) has the bag flushed at once, so that a thread that seldom writes does not
+    /// hold up to 63 of them (of up to the blob limit each) for as long as it likes.
     fn retire_replaced(&self, tx: &Transaction, results: &[Option<u64>], guard: &Guard) {
+        let mut large = false;
         for (op, before) in tx.ops.iter().zip(results) {
             let Some(blob) = *before else { continue };
             if op.kind.is_read() || !self.inner.structure(op.structure).is_ok_and(|s| s.values == Values::Bytes) {
                 continue;
             }
+            large |= self.inner.pool.is_blob_run(crate::pool::POff::new(blob));
             let deferred = Arc::clone(&self.inner.deferred);
             guard.defer(move || deferred.blob_frees.push(blob));
+        }
+        if large {
+            guard.flush();
         }
     }
 
