@@ -226,21 +226,22 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `workloads` in order on a new store at `path` (which must not exist), handing each result
-/// to `done` as it finishes.
+/// Runs `workloads` in order on a new store at `path` (which must not exist), of `(size, max)`
+/// bytes (size 0: 64 MiB), handing each result to `done` as it finishes.
 pub fn run(
     case: &KvCase,
     workloads: &[String],
     path: &Path,
-    max_size: u64,
+    (size, max_size): (u64, u64),
     done: impl FnMut(&KvResult),
 ) -> Result<Vec<KvResult>, String> {
     check(case, workloads)?;
     match case.engine {
         Engine::Petra(order) => {
             let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
-            let config =
-                Config { create: CreateMode::Create, order, size: 64 << 20, max_size, mapping, ..Config::new(path) };
+            let size = if size == 0 { 64 << 20 } else { size };
+            let max_size = max_size.max(size);
+            let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
             run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads, done)
         }
         Engine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),

@@ -179,9 +179,13 @@ struct KvArgs {
     /// directory, removed afterwards). It must not exist.
     #[arg(long)]
     db: Option<PathBuf>,
-    /// The most a petra-kv pool file may grow to, GiB.
-    #[arg(long = "db_size_in_gb", default_value_t = 8)]
+    /// As pmemkv_bench's: the size of the petra-kv pool file to create, GiB, its pages faulted in
+    /// before the workloads (on tmpfs or DAX). 0: start at 64 MiB and grow as the workloads need.
+    #[arg(long = "db_size_in_gb", default_value_t = 0)]
     db_size_in_gb: u64,
+    /// The most a petra-kv pool file may grow to, GiB (at least --db_size_in_gb).
+    #[arg(long = "db_max_size_in_gb", default_value_t = 8)]
+    db_max_size_in_gb: u64,
     /// Record per-operation latencies and print percentiles.
     #[arg(long)]
     histogram: bool,
@@ -458,7 +462,8 @@ fn kv(args: KvArgs) -> Result<(), String> {
     for case in &cases {
         let name = case.engine.name();
         let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name));
-        petra_bench::kv::run(case, &args.benchmarks, &path, args.db_size_in_gb << 30, |r| {
+        let sizes = (args.db_size_in_gb << 30, args.db_max_size_in_gb << 30);
+        petra_bench::kv::run(case, &args.benchmarks, &path, sizes, |r| {
             let row = KvRow::new(name, args.threads, r);
             progress.suspend(|| println!("{}", row.line()));
             progress.inc(1);
