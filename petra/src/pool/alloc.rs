@@ -693,11 +693,23 @@ impl<M: PMem> Pool<M> {
     /// Whether the blob at `off` is a run of whole chunks (longer than the largest block class),
     /// not a block of a slab.
     pub fn is_blob_run(&self, off: POff) -> bool {
+        self.blob_run(off).is_some()
+    }
+
+    /// If the blob at `off` is a run of whole chunks: its first chunk and the run's length in
+    /// chunks.
+    fn blob_run(&self, off: POff) -> Option<(u64, u64)> {
         let layout = &self.header.layout;
+        let i = layout.chunk_of(off.get())?;
         // A run starts where its first chunk does; a slab block rarely does, and is told apart
-        // without a load.
-        layout.chunk_of(off.get()).is_some_and(|i| layout.chunk_off(i) == off.get())
-            && matches!(self.use_of(off.get()), Some((_, ChunkUse::RunHead { kind: RunKind::Blob, .. })))
+        // without loading the chunk's entry.
+        if layout.chunk_off(i) != off.get() {
+            return None;
+        }
+        match self.use_of(off.get()) {
+            Some((_, ChunkUse::RunHead { kind: RunKind::Blob, chunks })) => Some((i, chunks as u64)),
+            _ => None,
+        }
     }
 
     /// Frees a blob made by [`alloc_blob`](Pool::alloc_blob).
@@ -705,13 +717,9 @@ impl<M: PMem> Pool<M> {
     /// # Panics
     /// If `off` is not a blob's start.
     pub fn free_blob(&self, cache: &mut AllocCache, off: POff) {
-        match self.use_of(off.get()) {
-            Some((i, ChunkUse::RunHead { kind: RunKind::Blob, chunks }))
-                if self.header.layout.chunk_off(i) == off.get() =>
-            {
-                self.free_run(i, chunks as u64)
-            }
-            _ => {
+        match self.blob_run(off) {
+            Some((i, chunks)) => self.free_run(i, chunks),
+            None => {
                 let idx = self.block_index(off, Family::Blob);
                 self.cache_free(cache, idx, off);
             }

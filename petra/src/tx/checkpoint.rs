@@ -132,10 +132,12 @@ impl Checkpointer {
         self.started.load(Ordering::Acquire) + 1
     }
 
-    /// Whether a removal of [`removal_expiry`](Self::removal_expiry) `expiry` is stale.
-    pub(crate) fn expired(&self, expiry: u64) -> bool {
+    /// The rounds whose end has run: a removal of [`removal_expiry`](Self::removal_expiry)
+    /// `expiry` is stale once this reaches it. Read by a thread pinned until it has run the
+    /// removals it judges by it.
+    pub(crate) fn recycled(&self) -> u64 {
         // Acquire: pairs with the Release store of a round's deferred end.
-        self.recycled.load(Ordering::Acquire) >= expiry
+        self.recycled.load(Ordering::Acquire)
     }
 
     /// Whether a round may start: none is running and the last one's slots were recycled.
@@ -201,10 +203,10 @@ struct Found {
     ends: Vec<(Arc<Ring>, u64)>,
 }
 
-/// A node of an absent key to remove once the round's end is due: its structure, key, the
-/// FINAL word the round gave it, and `u64::MAX` (it never goes stale: see
+/// A node of an absent key to remove once the round's end is due: its structure, key and the
+/// FINAL word the round gave it. Queued with the expiry `u64::MAX`: it never goes stale (see
 /// [`Checkpointer::removal_expiry`]).
-type Removal = (StructId, u128, Info, u64);
+type Removal = (StructId, u128, Info);
 
 /// Keys brought up to date under one pin.
 const KEYS_PER_PIN: u64 = 64;
@@ -243,12 +245,10 @@ impl Round {
 enum ChainEnd {
     /// At the op sought.
     Op,
-    /// At a FINAL word.
-    Final,
-    /// At the op that made the node.
-    Created,
     /// At an op whose `prev` was cut.
     Cut,
+    /// Elsewhere: at a FINAL word, or at the op that made the node.
+    Below,
 }
 
 impl<M: PMem + 'static> Handle<M> {
@@ -332,13 +332,14 @@ impl<M: PMem + 'static> Handle<M> {
         // 4. The end, once no thread can still read what the round changed or recycles, nor
         // still runs a transaction of the batch it found.
         let guard = self.epoch.pin();
-        for item in round.removals {
-            let deferred = Arc::clone(&inner.deferred);
-            guard.defer(move || deferred.removals.push(item));
-        }
+        let removals = round.removals;
+        let deferred = Arc::clone(&inner.deferred);
         let recycle = batch.map_or_else(Vec::new, |b| b.ends);
         let recycled = Arc::clone(&ckpt.recycled);
         guard.defer(move || {
+            for (s, key, word) in removals {
+                deferred.removals.push((s, key, word, u64::MAX));
+            }
             for (ring, end) in recycle {
                 // Release: a writer that sees the tail reuses slots nobody reads any more.
                 ring.tail.store(end, Ordering::Release);
@@ -595,7 +596,7 @@ impl<M: PMem + 'static> Handle<M> {
             // see the word's writer.
             if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if folded && state.is_none() && structure.removes_nodes::<M>() {
-                    round.removals.push((s, key, next, u64::MAX));
+                    round.removals.push((s, key, next));
                 }
                 if written {
                     // The key too, when flushed: the checksum covers it, and nothing else ever
@@ -619,14 +620,14 @@ impl<M: PMem + 'static> Handle<M> {
                 return ChainEnd::Op;
             }
             if cur.is_final() {
-                return ChainEnd::Final;
+                return ChainEnd::Below;
             }
             let desc = Desc::new(mem, cur.desc());
             // Acquire: as every read of `prev`.
             match mem.load(desc.prev_off(cur.opid()), Ordering::Acquire) {
                 CUT => return ChainEnd::Cut,
                 // UNSET: not on a linked node's chain (see `execute_op`), as NO_NODE.
-                NO_NODE | UNSET => return ChainEnd::Created,
+                NO_NODE | UNSET => return ChainEnd::Below,
                 prev => cur = Info(prev),
             }
         }

@@ -60,7 +60,7 @@ const OP_BLOB: u64 = 1 << 16;
 /// Bit of an op's first word: no later op of the descriptor writes its key (so a committed
 /// transaction left, at a node naming this op, this op's write, or the state before it if it
 /// reads), set when the descriptor is written; a reader then need not scan the later ops.
-/// Absent, the reader scans (as for descriptors written before it existed).
+/// Absent (a one-op descriptor, which has no later op), the reader scans.
 const OP_LAST: u64 = 1 << 17;
 /// Where an op's first word keeps the blob's [`bytes_hash`], by which recovery tells a torn blob.
 const OP_HASH_SHIFT: u32 = 24;
@@ -312,6 +312,8 @@ impl<'m, M: PMem> Desc<'m, M> {
     /// The checksum over the persisted part, with `txid` in place.
     pub fn checksum(&self, txid: u64) -> u64 {
         let ops = (self.off + OPS..self.off + self.persisted_bytes()).step_by(WORD as usize);
+        // Relaxed: the ops never change once published, and the caller saw the descriptor
+        // through an Acquire (its state, or an info word naming it), or is recovery, alone.
         check_words([self.header(), txid].into_iter().chain(ops.map(|w| self.mem.load(w, Ordering::Relaxed))))
     }
 }
@@ -324,7 +326,8 @@ fn mark_last_writes<M: PMem>(mem: &M, ops: u64, stride: u64, n: usize) {
     let mut seen = 0;
     for i in (0..n).rev() {
         let base = ops + stride * i as u64;
-        // Relaxed (all three): the writer's own stores, not yet published.
+        // Relaxed (these loads and the store below): the writer's own words, not yet
+        // published; the head's Release store and the info CAS publish them.
         let w0 = mem.load(base, Ordering::Relaxed);
         let hi = if wide { (mem.load(base + 24, Ordering::Relaxed) as u128) << 64 } else { 0 };
         let key = ((w0 >> 8) as u8, hi | mem.load(base + 8, Ordering::Relaxed) as u128);

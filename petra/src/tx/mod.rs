@@ -1488,8 +1488,11 @@ impl<M: PMem + 'static> Handle<M> {
 
     /// Frees the nodes, and removes the keys, that the epoch made due: a few, and two per op of
     /// the transaction `ops` long about to run, so that the queues drain at least as fast as
-    /// transactions fill them. (A removal names an op word: a queue left to grow for a whole lap
-    /// of a ring would remove the node of the descriptor that reuses the slot.)
+    /// transactions fill them. (A removal left in the queue past the recycling of its op's slot
+    /// is dropped as stale, see [`Checkpointer::removal_expiry`]; the node then waits for the
+    /// round that folds its op.)
+    ///
+    /// [`Checkpointer::removal_expiry`]: checkpoint::Checkpointer::removal_expiry
     fn run_removals(&mut self, ops: usize, guard: &Guard) {
         for _ in 0..16 + 2 * ops {
             let Some(node) = self.inner.deferred.frees.pop() else { break };
@@ -1499,9 +1502,12 @@ impl<M: PMem + 'static> Handle<M> {
             let Some(blob) = self.inner.deferred.blob_frees.pop() else { break };
             self.inner.pool.free_blob(&mut self.cache, crate::pool::POff::new(blob));
         }
+        // Read once, pinned (as the caller stays until the removals are done): what makes an
+        // item that reads as live safe to run holds for every item popped after the read.
+        let recycled = self.inner.checkpointer.recycled();
         for _ in 0..8 + 2 * ops {
             let Some((s, key, info, expiry)) = self.inner.deferred.removals.pop() else { return };
-            if self.inner.checkpointer.expired(expiry) {
+            if recycled >= expiry {
                 continue;
             }
             if let Ok(structure) = self.inner.structure(s) {
