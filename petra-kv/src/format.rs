@@ -69,6 +69,18 @@ pub(crate) fn run_total<M: PMem + 'static, R>(
     Ok(h.execute_decided(tx, f)?.unwrap_or_else(|i| unreachable!("total op {i} failed")))
 }
 
+/// Copies the byte value of `key` in `s` (a structure of byte values) into `buf`; whether the
+/// key is present. A single read ([`Handle::get_with`]): no transaction, and no allocation once
+/// `buf` has grown.
+pub(crate) fn read_into<M: PMem + 'static>(
+    h: &mut Handle<M>,
+    s: StructId,
+    key: u128,
+    buf: &mut Vec<u8>,
+) -> Result<bool> {
+    Ok(h.get_with(s, key, |state, blobs| state.map(|w| blobs.read_into(w, buf)).is_some())?)
+}
+
 /// Sets up an engine in `pool` with the meta list and structures of `shapes` (ids 1, 2, ...),
 /// then writes the magic.
 pub(crate) fn create<M: PMem + 'static>(

@@ -286,6 +286,15 @@ struct SetEntry {
     /// The latest sample's (timestamp, generation); writers of the set hold this lock.
     /// Shared with the entry that replaces this one when the set's record changes.
     latest: Arc<Mutex<Option<(u64, u64)>>>,
+    /// Whether the schema has array metrics (see [`decode_into`]).
+    arrays: bool,
+}
+
+impl SetEntry {
+    fn new(id: SetId, info: SetInfo, schema: Arc<Schema>, latest: Arc<Mutex<Option<(u64, u64)>>>) -> SetEntry {
+        let arrays = schema.metrics.iter().any(|m| m.array.is_some());
+        SetEntry { id, info, schema, latest, arrays }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -402,7 +411,7 @@ impl<M: PMem + 'static> MetricStore<M> {
                 return Err(corrupt(format!("set ids are not dense at {}", id.0)));
             }
             catalog.by_name.insert(info.instance.clone(), id);
-            catalog.sets.push(Arc::new(SetEntry { id, info, schema, latest: Arc::new(Mutex::new(latest)) }));
+            catalog.sets.push(Arc::new(SetEntry::new(id, info, schema, Arc::new(Mutex::new(latest)))));
         }
         *self.catalog.write() = catalog;
         Ok(())
@@ -467,7 +476,7 @@ impl<M: PMem + 'static> MetricStore<M> {
         let key = SET_TAG | id.0 as u64;
         self.write_record(key, &json, old.is_some())?;
         let latest = old.map_or_else(|| Arc::new(Mutex::new(None)), |o| Arc::clone(&o.latest));
-        let entry = Arc::new(SetEntry { id, info: info.clone(), schema, latest });
+        let entry = Arc::new(SetEntry::new(id, info.clone(), schema, latest));
         let mut catalog = self.catalog.write();
         match catalog.sets.get_mut(id.0 as usize) {
             Some(slot) => *slot = entry,
@@ -551,8 +560,7 @@ impl<M: PMem + 'static> MetricStore<M> {
 
 /// Reads the blob of set `set`'s sample at `ts`.
 fn read_sample<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64, buf: &mut Vec<u8>) -> Result<bool> {
-    // A single read (no descriptor), into the caller's buffer.
-    Ok(h.get_with(HISTORY, history_key(set, ts), |state, blobs| state.map(|w| blobs.read_into(w, buf)).is_some())?)
+    format::read_into(h, HISTORY, history_key(set, ts), buf)
 }
 
 /// Word `i` of a sample's blob.
@@ -581,7 +589,7 @@ fn decode_into(schema: &Schema, bytes: &[u8], sample: &mut Sample, arrays: bool)
     sample.values.truncate(schema.metrics.len());
     let mut at = HEADER_WORDS;
     for (k, m) in schema.metrics.iter().enumerate() {
-        let n = m.array.map_or(1, |n| n as usize);
+        let n = m.words();
         let items = (at..at + n).map(|i| m.scalar.decode(word(bytes, i)));
         at += n;
         let value = match (m.array, sample.values.get_mut(k)) {
@@ -716,7 +724,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
 
     /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
     pub fn scan(&mut self, set: SetId, from: u64, to: u64, mut f: impl FnMut(Sample) -> ControlFlow<()>) -> Result<()> {
-        self.scan_blobs(set, from, to, |schema, bytes| f(decode(schema, bytes)))
+        self.scan_blobs(set, from, to, |entry, bytes| f(decode(&entry.schema, bytes)))
     }
 
     /// The set's samples with timestamps in `from..=to`, oldest first.
@@ -734,14 +742,10 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
     /// what the store's own work does.)
     pub fn range_into(&mut self, set: SetId, from: u64, to: u64, out: &mut Vec<Sample>) -> Result<()> {
         let mut n = 0;
-        let mut arrays = None;
-        let result = self.scan_blobs(set, from, to, |schema, bytes| {
+        let result = self.scan_blobs(set, from, to, |entry, bytes| {
             match out.get_mut(n) {
-                Some(sample) => {
-                    let arrays = *arrays.get_or_insert_with(|| schema.metrics.iter().any(|m| m.array.is_some()));
-                    decode_into(schema, bytes, sample, arrays)
-                }
-                None => out.push(decode(schema, bytes)),
+                Some(sample) => decode_into(&entry.schema, bytes, sample, entry.arrays),
+                None => out.push(decode(&entry.schema, bytes)),
             }
             n += 1;
             ControlFlow::Continue(())
@@ -750,18 +754,18 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         result
     }
 
-    /// `f` on the schema and blob of each of the set's samples with timestamps in `from..=to`,
-    /// oldest first, until it breaks.
+    /// `f` on the set's entry and the blob of each of its samples with timestamps in
+    /// `from..=to`, oldest first, until it breaks. The blob is read into the session's buffer.
     fn scan_blobs(
         &mut self,
         set: SetId,
         from: u64,
         to: u64,
-        mut f: impl FnMut(&Schema, &[u8]) -> ControlFlow<()>,
+        mut f: impl FnMut(&SetEntry, &[u8]) -> ControlFlow<()>,
     ) -> Result<()> {
         let entry = self.store.entry(set)?;
         let sample_bytes = 8 * (HEADER_WORDS + entry.schema.words());
-        let mut buf = Vec::new();
+        let buf = &mut self.buf;
         self.h.range_with(
             HISTORY,
             history_key(set, from)..=history_key(set, to),
@@ -771,8 +775,8 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
                     if let Some(&(_, next)) = entries.get(i + 1) {
                         blobs.prefetch(next, sample_bytes);
                     }
-                    blobs.read_into(w, &mut buf);
-                    if f(&entry.schema, &buf).is_break() {
+                    blobs.read_into(w, buf);
+                    if f(&entry, buf).is_break() {
                         return;
                     }
                 }

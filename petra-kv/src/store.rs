@@ -412,14 +412,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
     /// Reads the engine entry `bits` (a single read, no transaction); copies its value's blob
     /// into `self.buf`. Returns whether it is present.
     fn read_blob(&mut self, bits: u128) -> Result<bool> {
-        let buf = &mut self.buf;
-        Ok(self.h.get_with(self.store.data, bits, |state, blobs| match state {
-            Some(word) => {
-                blobs.read_into(word, buf);
-                true
-            }
-            None => false,
-        })?)
+        format::read_into(&mut self.h, self.store.data, bits, &mut self.buf)
     }
 
     /// Walks the engine entries that can hold keys within `lo`..`hi`, calling `f` with each key

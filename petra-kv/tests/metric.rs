@@ -166,6 +166,42 @@ fn samples_are_stored_once_queried_and_kept_across_reopening() {
     assert_eq!(s.latest(a).unwrap().map(|x| x.generation), Some(11));
 }
 
+#[test]
+fn a_range_into_a_reused_vec_equals_the_range_for_scalar_and_array_schemas() {
+    // Samples of a schema of scalars only are decoded into a reused sample in one extend, those
+    // of one with an array in place; the buffer goes from one schema to the other both ways.
+    let (_mem, store) = sim_store();
+    store.add_schema(&schema()).unwrap();
+    let scalars = vec![Metric::data("load", Scalar::F64), Metric::meta("procs", Scalar::U64)];
+    store.add_schema(&Schema { name: "load".into(), metrics: scalars }).unwrap();
+    let a = store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap();
+    let c = store.add_set(&SetInfo { schema: "load".into(), ..set_info("node1/load", 1, 100) }).unwrap();
+    let mut s = store.session().unwrap();
+    for g in 1..=5 {
+        s.store_sample(a, &sample(g, g * SEC, 1000 + g)).unwrap();
+    }
+    let loads: Vec<Sample> = (1..=3u64)
+        .map(|g| Sample {
+            timestamp: g * SEC,
+            duration: 500,
+            generation: g,
+            consistent: g != 2,
+            values: vec![Value::F(g as f64 / 4.0), Value::U(g * 3)],
+        })
+        .collect();
+    for load in &loads {
+        s.store_sample(c, load).unwrap();
+    }
+    let mut reused = Vec::new();
+    for (set, from, to) in [(c, 0, 20), (a, 1, 10), (c, 2, 3), (a, 2, 2), (c, 0, 20)] {
+        s.range_into(set, from * SEC, to * SEC, &mut reused).unwrap();
+        assert_eq!(reused, s.range(set, from * SEC, to * SEC).unwrap(), "{set:?} {from}..={to}");
+    }
+    assert_eq!(reused, loads);
+    s.range_into(a, 0, 20 * SEC, &mut reused).unwrap();
+    assert_eq!(reused, (1..=5).map(|g| sample(g, g * SEC, 1000 + g)).collect::<Vec<_>>());
+}
+
 /// Every acknowledged sample is in the history once, the history's generations and timestamps
 /// increase, the latest sample is the last in the history, and at most one sample per set that
 /// was not acknowledged (the one in flight) is there.
