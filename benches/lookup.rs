@@ -22,7 +22,7 @@ use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use crossbeam_skiplist::SkipMap;
 use petra::mem::MmapMem;
 use petra::pool::{Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
+use petra::{Engine, EngineConfig, Handle, Key, KeyWidth, StructId, StructureKind, Transaction, Values};
 use petra_suite::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -66,7 +66,8 @@ fn lookups(c: &mut Criterion) {
             black_box(baseline.get(&probes[i]).map(|e| *e.value()))
         })
     });
-    petra_gets(&mut group, &mut h, [skiplist, hashmap], &probes, &mut i);
+    petra_get(&mut group, "petra skiplist get", &mut h, skiplist, &probes, &mut i, |k| k);
+    petra_get(&mut group, "petra hashmap get", &mut h, hashmap, &probes, &mut i, |k| k);
     // Two-word keys: the same draws, each key k as k << 64 | k.
     group.bench_function("crossbeam-skiplist get, u128 keys", |b| {
         b.iter(|| {
@@ -74,7 +75,7 @@ fn lookups(c: &mut Criterion) {
             black_box(wide_baseline.get(&wide_key(probes[i])).map(|e| *e.value()))
         })
     });
-    petra_wide_gets(&mut group, &mut h, wide, &probes, &mut i);
+    petra_get(&mut group, "petra skiplist get, u128 keys", &mut h, wide, &probes, &mut i, wide_key);
     group.finish();
 
     let mut group = c.benchmark_group("range of 2000 keys");
@@ -87,12 +88,7 @@ fn lookups(c: &mut Criterion) {
             black_box(out)
         })
     });
-    group.bench_function("petra skiplist range", |b| {
-        b.iter(|| {
-            i = (i + 1) % starts.len();
-            black_box(h.range(skiplist, starts[i]..starts[i] + 2000).unwrap())
-        })
-    });
+    petra_range(&mut group, &mut h, skiplist, &starts, &mut i);
     group.finish();
 
     // The same gets and range once a checkpoint has folded the fill: each node's info word is FINAL (its
@@ -100,47 +96,43 @@ fn lookups(c: &mut Criterion) {
     // above, each names the op of the fill's descriptor that wrote it, which a get reads too.
     assert!(h.checkpoint().is_some_and(|r| r.descriptors > 0));
     let mut group = c.benchmark_group("after a checkpoint");
-    petra_gets(&mut group, &mut h, [skiplist, hashmap], &probes, &mut i);
-    petra_wide_gets(&mut group, &mut h, wide, &probes, &mut i);
-    group.bench_function("petra skiplist range", |b| {
-        b.iter(|| {
-            i = (i + 1) % starts.len();
-            black_box(h.range(skiplist, starts[i]..starts[i] + 2000).unwrap())
-        })
-    });
+    petra_get(&mut group, "petra skiplist get", &mut h, skiplist, &probes, &mut i, |k| k);
+    petra_get(&mut group, "petra hashmap get", &mut h, hashmap, &probes, &mut i, |k| k);
+    petra_get(&mut group, "petra skiplist get, u128 keys", &mut h, wide, &probes, &mut i, wide_key);
+    petra_range(&mut group, &mut h, skiplist, &starts, &mut i);
     group.finish();
 }
 
-/// PETRA's gets of the probes on the skiplist and the hash map of one-word keys.
-fn petra_gets(
+/// PETRA's gets (`Handle::get`) of the probes, each as `key` makes it, on structure `s`.
+fn petra_get<K: Key>(
     group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
     h: &mut Handle<MmapMem>,
-    [skiplist, hashmap]: [StructId; 2],
+    s: StructId,
     probes: &[u64],
     i: &mut usize,
+    key: impl Fn(u64) -> K,
 ) {
-    for (name, s) in [("petra skiplist get", skiplist), ("petra hashmap get", hashmap)] {
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                *i = (*i + 1) % probes.len();
-                black_box(h.get(s, probes[*i]).unwrap())
-            })
-        });
-    }
-}
-
-/// PETRA's gets of the probes, as two-word keys, on the skiplist `wide`.
-fn petra_wide_gets(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    h: &mut Handle<MmapMem>,
-    wide: StructId,
-    probes: &[u64],
-    i: &mut usize,
-) {
-    group.bench_function("petra skiplist get, u128 keys", |b| {
+    group.bench_function(name, |b| {
         b.iter(|| {
             *i = (*i + 1) % probes.len();
-            black_box(h.get(wide, wide_key(probes[*i])).unwrap())
+            black_box(h.get(s, key(probes[*i])).unwrap())
+        })
+    });
+}
+
+/// PETRA's ranges of 2000 keys from each of `starts` on the skiplist `s`.
+fn petra_range(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    h: &mut Handle<MmapMem>,
+    s: StructId,
+    starts: &[u64],
+    i: &mut usize,
+) {
+    group.bench_function("petra skiplist range", |b| {
+        b.iter(|| {
+            *i = (*i + 1) % starts.len();
+            black_box(h.range(s, starts[*i]..starts[*i] + 2000).unwrap())
         })
     });
 }

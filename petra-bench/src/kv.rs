@@ -227,7 +227,7 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
 }
 
 /// Runs `workloads` in order on a new store at `path` (which must not exist), of `(size, max)`
-/// bytes (size 0: 64 MiB), handing each result to `done` as it finishes.
+/// bytes (size 0: [`START_BYTES`](crate::START_BYTES)), handing each result to `done` as it finishes.
 pub fn run(
     case: &KvCase,
     workloads: &[String],
@@ -239,7 +239,7 @@ pub fn run(
     match case.engine {
         Engine::Petra(order) => {
             let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
-            let size = if size == 0 { 64 << 20 } else { size };
+            let size = if size == 0 { crate::START_BYTES } else { size };
             let max_size = max_size.max(size);
             let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
             run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads, done)

@@ -31,11 +31,14 @@ use petra::mem::MmapMem;
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, StructId, Transaction};
 
-/// A new pool file at `path` for a benchmark: 64 MiB to start in 1 MiB chunks, growing as far as
-/// the run needs (up to 1 TiB); `volatile` turns flushes and fences off.
+/// The bytes a benchmark's pool file starts with (it grows as the run needs).
+pub const START_BYTES: u64 = 64 << 20;
+
+/// A new pool file at `path` for a benchmark: [`START_BYTES`] to start in 1 MiB chunks, growing
+/// as far as the run needs (up to 1 TiB); `volatile` turns flushes and fences off.
 pub fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>, String> {
     let mapping = Mapping { volatile, ..Mapping::default() };
-    let config = PoolConfig { initial_size: 64 << 20, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
+    let config = PoolConfig { initial_size: START_BYTES, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
     Pool::create(path, &config).map_err(|e| e.to_string())
 }
 

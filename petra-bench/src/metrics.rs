@@ -118,7 +118,7 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
     match engine {
         MetricsEngine::Petra => {
             let e = |e: KvError| e.to_string();
-            let config = Config { create: CreateMode::Create, size: 64 << 20, max_size, ..Config::new(path) };
+            let config = Config { create: CreateMode::Create, size: crate::START_BYTES, max_size, ..Config::new(path) };
             let store = MetricStore::open(&config).map_err(e)?;
             let schema = Schema {
                 name: "cray".into(),
@@ -345,14 +345,14 @@ impl MetricSessionOf for RedbSession<'_> {
 
     fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         let mut samples = Vec::new();
-        self.visit(set, from, to, |bytes| samples.push(decode(bytes)))?;
+        visit(self.db, set, from, to, |bytes| samples.push(decode(bytes)))?;
         Ok(samples.len())
     }
 
     fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
-        let mut out = std::mem::take(&mut self.out);
+        let out = &mut self.out;
         let mut n = 0;
-        let visited = self.visit(set, from, to, |bytes| {
+        let visited = visit(self.db, set, from, to, |bytes| {
             match out.get_mut(n) {
                 Some(sample) => decode_into(bytes, sample),
                 None => out.push(decode(bytes)),
@@ -360,13 +360,12 @@ impl MetricSessionOf for RedbSession<'_> {
             n += 1;
         });
         out.truncate(n);
-        self.out = out;
         visited.map(|()| n)
     }
 
     fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
         let mut n = 0;
-        self.visit(set, from, to, |bytes| {
+        visit(self.db, set, from, to, |bytes| {
             std::hint::black_box(decode(bytes));
             n += 1;
         })?;
@@ -374,17 +373,15 @@ impl MetricSessionOf for RedbSession<'_> {
     }
 }
 
-impl RedbSession<'_> {
-    /// `f` on the encoded bytes of each sample of set `set` stamped `from..=to`, in one read
-    /// transaction.
-    fn visit(&self, set: usize, from: u64, to: u64, mut f: impl FnMut(&[u8])) -> Result<(), String> {
-        self.db.read(|tx| {
-            let table = tx.open_table(HISTORY).map_err(redb_err)?;
-            for entry in table.range((set as u64, from)..=(set as u64, to)).map_err(redb_err)? {
-                let (_, v) = entry.map_err(redb_err)?;
-                f(v.value());
-            }
-            Ok(())
-        })
-    }
+/// `f` on the encoded bytes of each sample of set `set` stamped `from..=to` in `db`, in one read
+/// transaction.
+fn visit(db: &RedbDb, set: usize, from: u64, to: u64, mut f: impl FnMut(&[u8])) -> Result<(), String> {
+    db.read(|tx| {
+        let table = tx.open_table(HISTORY).map_err(redb_err)?;
+        for entry in table.range((set as u64, from)..=(set as u64, to)).map_err(redb_err)? {
+            let (_, v) = entry.map_err(redb_err)?;
+            f(v.value());
+        }
+        Ok(())
+    })
 }
