@@ -162,8 +162,10 @@ pub mod kinds {
         v
     }
 
-    fn read<M: PMem>(blobs: &Blobs<'_, M>, word: u64) -> u64 {
-        decode(&blobs.to_vec(word))
+    /// The value a state's `word` stands for: the word, or on a structure of byte values
+    /// (`bytes`) the word its blob holds.
+    fn value_of<M: PMem>(bytes: bool, blobs: &Blobs<'_, M>, word: u64) -> u64 {
+        if bytes { decode(&blobs.to_vec(word)) } else { word }
     }
 
     /// The two-word key that stands for the one-word key `k`: `k` in the high word (so the order
@@ -207,11 +209,7 @@ pub mod kinds {
         t.sorted(tx.is_sorted());
         h.execute_with(&t, |out, blobs| match out {
             Outcome::Committed { results, txid } => Outcome::Committed {
-                results: results
-                    .iter()
-                    .zip(&bytes)
-                    .map(|(r, &b)| if b { r.map(|w| read(blobs, w)) } else { *r })
-                    .collect(),
+                results: results.iter().zip(&bytes).map(|(r, &b)| r.map(|w| value_of(b, blobs, w))).collect(),
                 txid: *txid,
             },
             aborted => aborted.clone(),
@@ -222,8 +220,7 @@ pub mod kinds {
     /// keys), with a byte value read back as a word.
     pub fn get<M: PMem + 'static>(h: &mut Handle<M>, s: StructId, k: u64) -> Result<Option<u64>, EngineError> {
         let bytes = h.values(s)? == Values::Bytes;
-        let value =
-            move |state: Option<u64>, blobs: &Blobs<'_, M>| state.map(|w| if bytes { read(blobs, w) } else { w });
+        let value = move |state: Option<u64>, blobs: &Blobs<'_, M>| state.map(|w| value_of(bytes, blobs, w));
         if h.keys(s)? == KeyWidth::U64 { h.get_with(s, k, value) } else { h.get_with(s, wide_key(k), value) }
     }
 
@@ -235,8 +232,7 @@ pub mod kinds {
         r: impl RangeBounds<u64>,
     ) -> Result<Vec<(u64, u64)>, EngineError> {
         let bytes = h.values(s)? == Values::Bytes;
-        let value = |blobs: &Blobs<'_, M>, w| if bytes { read(blobs, w) } else { w };
-        range_with(h, s, r, |entries, blobs| entries.into_iter().map(|(k, w)| (k, value(blobs, w))).collect())
+        range_with(h, s, r, |entries, blobs| entries.into_iter().map(|(k, w)| (k, value_of(bytes, blobs, w))).collect())
     }
 
     /// [`Handle::range_with`] over one-word keys, with two-word keys mapped back (values as the
