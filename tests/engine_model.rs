@@ -143,6 +143,9 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
             }
         }
         for &s in &ids {
+            // At rest, every structure's links hold their invariants.
+            let linked = engine.check_links(s);
+            prop_assert!(linked.is_ok(), "{:?} after {:?}", linked, step);
             let entries = model.entries(s);
             prop_assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), entries.clone(), "after {:?}", step);
             // Single reads without a transaction: every present key, and the absent keys beside them.
@@ -442,4 +445,48 @@ fn two_word_keys_keep_their_order_across_reopens_and_a_key_of_the_wrong_width_is
         assert!(h.execute(&tx).unwrap().is_committed());
         check(&mut h, &engine, round);
     }
+}
+
+#[test]
+fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
+    use petra::mem::PMem;
+    use std::sync::atomic::Ordering;
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &config()).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(4 << 20)).unwrap();
+    let structures = [
+        engine.create_list().unwrap(),
+        engine.create_hash_map(8).unwrap(),
+        engine.create_skiplist().unwrap(),
+        engine.create_mdlist().unwrap(),
+    ];
+    let mut h = engine.handle().unwrap();
+    for &s in &structures {
+        for k in 1..=64u64 {
+            assert!(h.execute(Transaction::new().insert(s, k << 56 | k, k)).unwrap().is_committed());
+        }
+        assert_eq!(engine.check_links(s).unwrap(), 64);
+    }
+    drop(h);
+    let mem = engine.pool().mem();
+    // The first node of each structure, given a key that belongs elsewhere: the list's and the
+    // skiplist's first node (the head's `next` at +40), the hash map's first in a bucket (its
+    // array of link words), the MDList head's first child (+56). See each structure's layout.
+    for (i, &s) in structures.iter().enumerate() {
+        let root = engine.pool().root(s.0 as usize).unwrap().params[0];
+        let first = match i {
+            1 => (0..8).map(|b| mem.load(root + 8 * b, Ordering::Relaxed)).find(|&n| n != 0).unwrap(),
+            3 => mem.load(root + 56, Ordering::Relaxed),
+            _ => mem.load(root + 40, Ordering::Relaxed),
+        };
+        let key = mem.load(first, Ordering::Relaxed);
+        mem.store(first, u64::MAX, Ordering::Relaxed);
+        assert!(engine.check_links(s).is_err(), "structure {} with a key out of place", s.0);
+        mem.store(first, key, Ordering::Relaxed);
+        assert_eq!(engine.check_links(s).unwrap(), 64);
+    }
+    // A skiplist node whose link count says an inserter is still building its tower.
+    let head = engine.pool().root(structures[2].0 as usize).unwrap().params[0];
+    let first = mem.load(head + 40, Ordering::Relaxed);
+    mem.fetch_add(first + 48, 1 << 8, Ordering::Relaxed);
+    assert!(engine.check_links(structures[2]).is_err());
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use petra::RecoveryReport;
 use petra::mem::CrashPlan;
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, EngineError, StructId, Transaction};
 use petra_recovery::crash::CrashTest;
 

@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::time::Instant;
 
+use petra::RecoveryReport;
 use petra::mem::MmapMem;
-use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
 /// One run's settings.

@@ -5,9 +5,9 @@ use std::ops::{Bound, ControlFlow};
 use std::path::PathBuf;
 
 use parking_lot::{Mutex, MutexGuard};
+use petra::MAX_OPS;
 use petra::mem::{Durability, MmapMem, PMem};
 use petra::pool::{Mapping, Pool};
-use petra::tx::descriptor::MAX_OPS;
 use petra::{CheckpointReport, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 
 use crate::error::{KvError, Result};

@@ -227,3 +227,9 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<AllocError> for EngineError {
+    fn from(e: AllocError) -> Self {
+        EngineError::Alloc(e)
+    }
+}

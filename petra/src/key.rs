@@ -4,10 +4,9 @@
 //! 8 bytes) or two (`u128`, byte arrays of up to 16 bytes, [`ShortKey`] byte strings of up to 15
 //! bytes). A key reaches the engine as its [`Key::to_bits`], a `u128` whose numeric order is the
 //! key's order, so the sorted structures sort and scan by it; a key of one word has its top 64
-//! bits zero. A node of a two-word structure keeps the second word after the common header (see
-//! [`structures`](crate::structures)), and a descriptor that names a two-word key stores 32-byte
-//! ops instead of 24 (see [`tx::descriptor`](crate::tx::descriptor)): structures of one-word keys
-//! pay nothing for the wider ones.
+//! bits zero. A node of a two-word structure keeps the second word after the common header, and a
+//! descriptor that names a two-word key stores 32-byte ops instead of 24: structures of one-word
+//! keys pay nothing for the wider ones.
 //!
 //! The multi-dimensional list maps a key to 16 base-16 digits, so it takes one-word keys only.
 

@@ -50,14 +50,14 @@
 //! # Recovery
 //! [`Engine::open`] recovers at every open but one after [`Engine::close`]: it rebuilds each
 //! structure from the node records and the persisted descriptors above the checkpoint txid,
-//! trusting no link, then rebuilds the allocator from what is live. See [`recovery`].
+//! trusting no link, then rebuilds the allocator from what is live ([`RecoveryReport`]).
 //!
 //! # Checkpoints
 //! Checkpoint rounds fold finished descriptors into node records while transactions run, and
 //! recycle their ring slots: a thread runs one when its descriptor ring is a quarter full
 //! ([`EngineConfig::checkpoint_fill`]), or on demand ([`Engine::checkpoint`]). No transaction
 //! waits for a round. So a steady workload keeps the pool, its rings and the next recovery's
-//! reading bounded. See [`tx::checkpoint`].
+//! reading bounded.
 //!
 //! # Limits today
 //! Keys are of one word (`u64`, byte arrays of up to 8 bytes) or two (`u128`, byte arrays of up
@@ -65,19 +65,45 @@
 //! are a word or, in a structure created with [`Values::Bytes`], a byte string. The structures
 //! are the list, the hash map, the skiplist and the multi-dimensional list (whose deleted keys
 //! keep their nodes until the next recovery, and whose keys are one word).
+//!
+//! # Inside
+//! The crate's modules, each with one job, in layers: a module uses only those below it.
+//!
+//! | layer | modules | job |
+//! |---|---|---|
+//! | engine | `engine` | [`Engine`]: create, open, close, handles, creating structures |
+//! | handle | `handle`, `scan`, `checkpoint` | [`Handle`]: rings, execute, get, range scans; checkpoint rounds |
+//! | recovery | `recovery` | KDMap, baseline, rewrite, clean open |
+//! | protocol | `protocol` | Algorithms 5.1 to 5.4: executing ops, taking nodes, helping, resolving, txids, persisting |
+//! | formats and queues | `descriptor`, `ring`, `meta`, `reclaim` | the descriptor layout, the rings, the meta region, what waits in the epoch |
+//! | structures | `structures` | the node and its record, the info word, the four structures, the registry |
+//! | pool | [`pool`] | the file: header, root table, chunks, allocator |
+//! | memory | [`mem`] | the seam: load, store, CAS, flush, fence on pool offsets |
+//! | vocabulary | `tx`, [`key`], [`error`], `hash`, `sync` | what callers say, keys, errors, the format's hashes, loom's shim |
 
+mod checkpoint;
+mod descriptor;
+mod engine;
 pub mod error;
+mod handle;
+mod hash;
 pub mod key;
 pub mod mem;
+mod meta;
 pub mod pool;
-pub mod recovery;
-pub mod structures;
+mod protocol;
+mod reclaim;
+mod recovery;
+mod ring;
+mod scan;
+mod structures;
 mod sync;
-pub mod tx;
+mod tx;
 
+pub use checkpoint::{CheckpointReport, CheckpointStats};
+pub use engine::{Engine, EngineConfig};
 pub use error::{EngineError, Error, Result};
+pub use handle::{Blobs, Handle};
 pub use key::{Key, KeyWidth, ShortKey};
-pub use tx::{
-    Blobs, CheckpointReport, CheckpointStats, Engine, EngineConfig, Handle, Op, OpKind, Outcome, Shape, StructId,
-    StructureKind, Transaction, Values,
-};
+pub use recovery::RecoveryReport;
+pub use tx::{MAX_OPS, Op, OpKind, Outcome, Shape, StructId, StructureKind, Transaction, Values};

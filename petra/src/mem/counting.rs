@@ -1,8 +1,4 @@
 //! [`Counting`]: a wrapper that counts what goes through the seam.
-//!
-//! Counts are kept per thread (a thread-local, so counting adds no shared-memory traffic to a
-//! benchmark) and summed over every `Counting` memory the thread touches. To count one operation,
-//! take [`MemCounts::current`] before and after it on the thread that runs it and subtract.
 
 use std::cell::Cell;
 use std::io;
@@ -63,7 +59,11 @@ impl Sub for MemCounts {
     }
 }
 
-/// Wraps any [`PMem`] and counts its operations per thread. See the [module docs](self).
+/// Wraps any [`PMem`] and counts its operations per thread.
+///
+/// Counts are kept per thread (a thread-local, so counting adds no shared-memory traffic to a
+/// benchmark) and summed over every `Counting` memory the thread touches. To count one operation,
+/// take [`MemCounts::current`] before and after it on the thread that runs it and subtract.
 #[derive(Debug)]
 pub struct Counting<M> {
     inner: M,

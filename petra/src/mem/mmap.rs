@@ -1,16 +1,4 @@
 //! [`MmapMem`]: a pool file mapped shared into a reserved virtual range.
-//!
-//! At open a range of `max_len` bytes of address space is reserved (`PROT_NONE`, no swap
-//! reserved) and the file is mapped at its start with `MAP_FIXED`. Growing extends the file and
-//! maps the new part right behind the old one, so nothing ever moves and offsets stay valid.
-//!
-//! The mapping is first tried with `MAP_SHARED_VALIDATE | MAP_SYNC`, which the kernel grants only
-//! for files on DAX-capable persistent memory: where it succeeds, flush plus fence is durable
-//! across power loss ([`Durability::Dax`]); where it fails the file lives in the page cache
-//! ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`.
-//!
-//! This is one of the few modules with `unsafe` code: raw mapping calls, the conversion of a pool
-//! offset into a reference to an atomic word, and the cache-line flush instructions.
 
 use std::fs::File;
 use std::io;
@@ -98,7 +86,19 @@ impl Default for MmapOptions {
     }
 }
 
-/// A pool file mapped shared into a reserved range. See the [module docs](self).
+/// A pool file mapped shared into a reserved range.
+///
+/// At open a range of `max_len` bytes of address space is reserved (`PROT_NONE`, no swap
+/// reserved) and the file is mapped at its start with `MAP_FIXED`. Growing extends the file and
+/// maps the new part right behind the old one, so nothing ever moves and offsets stay valid.
+///
+/// The mapping is first tried with `MAP_SHARED_VALIDATE | MAP_SYNC`, which the kernel grants only
+/// for files on DAX-capable persistent memory: where it succeeds, flush plus fence is durable
+/// across power loss ([`Durability::Dax`]); where it fails the file lives in the page cache
+/// ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`.
+///
+/// This is one of the few modules with `unsafe` code: raw mapping calls, the conversion of a pool
+/// offset into a reference to an atomic word, and the cache-line flush instructions.
 #[derive(Debug)]
 pub struct MmapMem {
     /// Start of the reservation. Bytes `[0, len)` are mapped read-write from the file.

@@ -1,25 +1,4 @@
 //! [`SimMem`]: the crash simulator.
-//!
-//! It keeps two images of the pool: the *working* image that loads see, and the *persisted* image
-//! that would survive a crash now. Every store (including a successful CAS or fetch-add) is
-//! appended to the log of its 64-byte line, tagged with its thread. A flush by thread T marks the
-//! stores of that line so far as flushed by T; a fence by T moves every line T has flushed into
-//! the persisted image, up to T's mark. Nothing else ever becomes persisted on its own.
-//!
-//! A crash at a given moment may leave any line in any state between the persisted one and the
-//! working one, as long as the line's stores arrived in order: hardware evicts lines whenever it
-//! likes, but the stores to one line reach the media in program order. So a [`CrashState`] is the
-//! persisted image plus, for every line, the list of its not-yet-persisted stores, and a
-//! [`CrashImage`] picks a prefix of each list. [`CrashState::images`] enumerates every combination
-//! when their number is at most a bound, and samples them with a seeded generator otherwise.
-//!
-//! Crash states are captured at the points a [`CrashPlan`] selects: before every fence, before
-//! every flush, and before a random share of stores. The persisted image is paged and shared
-//! copy-on-write between captures, so capturing costs one pointer copy per 4 KiB page.
-//!
-//! Every operation takes one lock, so accesses are sequentially consistent; this is slower than
-//! real memory and stronger than x86-TSO. It is a stand-in for persistence, not for weak memory
-//! (loom covers that).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -229,7 +208,28 @@ impl SimState {
     }
 }
 
-/// The crash simulator. See the [module docs](self).
+/// The crash simulator.
+///
+/// It keeps two images of the pool: the *working* image that loads see, and the *persisted* image
+/// that would survive a crash now. Every store (including a successful CAS or fetch-add) is
+/// appended to the log of its 64-byte line, tagged with its thread. A flush by thread T marks the
+/// stores of that line so far as flushed by T; a fence by T moves every line T has flushed into
+/// the persisted image, up to T's mark. Nothing else ever becomes persisted on its own.
+///
+/// A crash at a given moment may leave any line in any state between the persisted one and the
+/// working one, as long as the line's stores arrived in order: hardware evicts lines whenever it
+/// likes, but the stores to one line reach the media in program order. So a [`CrashState`] is the
+/// persisted image plus, for every line, the list of its not-yet-persisted stores, and a
+/// [`CrashImage`] picks a prefix of each list. [`CrashState::images`] enumerates every combination
+/// when their number is at most a bound, and samples them with a seeded generator otherwise.
+///
+/// Crash states are captured at the points a [`CrashPlan`] selects: before every fence, before
+/// every flush, and before a random share of stores. The persisted image is paged and shared
+/// copy-on-write between captures, so capturing costs one pointer copy per 4 KiB page.
+///
+/// Every operation takes one lock, so accesses are sequentially consistent; this is slower than
+/// real memory and stronger than x86-TSO. It is a stand-in for persistence, not for weak memory
+/// (loom covers that).
 pub struct SimMem {
     state: Mutex<SimState>,
     max_len: u64,

@@ -3,32 +3,30 @@
 //! The number of buckets is chosen at creation and never changes (no resizing): choose about as
 //! many buckets as keys you expect, and a chain stays a node or two long. Values and the Update
 //! op work as in every structure; the map is not ordered (entries come out sorted per bucket,
-//! and [`Engine::entries`](crate::Engine::entries) sorts them).
+//! and a scan sorts them).
 //!
 //! The bucket array is an engine region of `buckets` link words, found again through the root
 //! entry (its offset and length).
 
-use crossbeam_epoch::Guard;
-
-use super::list::{ChainPos, chain_link, chain_remove, chain_search, node_bytes};
-use super::{LinkedSet, Seen, load_key, mix_key, walk};
+use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
+use super::node::load_key;
+use super::{Ctx, LinkedSet, Seen, check_chain, mix_key, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
-use crate::tx::Handle;
 
 /// Region tag of bucket arrays.
 pub(crate) const BUCKETS_TAG: u16 = 0x6275;
 
 /// A hash map: its bucket array.
 #[derive(Debug, Clone, Copy)]
-pub struct HashMap {
+pub(crate) struct HashMap {
     /// Offset of the bucket array.
-    pub buckets: u64,
+    pub(crate) buckets: u64,
     /// Number of buckets.
-    pub n: u64,
+    pub(crate) n: u64,
     /// Whether keys are two words.
-    pub wide: bool,
+    pub(crate) wide: bool,
 }
 
 impl HashMap {
@@ -70,17 +68,17 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         mem.prefetch(self.bucket_link(key))
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (ChainPos, Option<u64>) {
-        chain_search(h, self.bucket_link(key), key, self.wide, guard)
+    fn search(&self, cx: &impl Ctx<M>, key: u128) -> (ChainPos, Option<u64>) {
+        chain_search(cx, self.bucket_link(key), key, self.wide)
     }
 
-    fn link(&self, h: &mut Handle<M>, pos: &ChainPos, node: u64, _guard: &Guard) -> bool {
-        chain_link(h.mem(), pos, node)
+    fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> bool {
+        chain_link(cx.mem(), pos, node)
     }
 
-    fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
-        let key = load_key(h.mem(), node, self.wide);
-        chain_remove(h, self.bucket_link(key), node, self.wide, guard)
+    fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
+        let key = load_key(cx.mem(), node, self.wide);
+        chain_remove(cx, self.bucket_link(key), node, self.wide)
     }
 
     fn ordered(&self) -> bool {
@@ -88,11 +86,32 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     }
 
     /// Every bucket in turn: a range costs a walk of the whole map.
-    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+    fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
         let wide = self.wide;
         for i in 0..self.n {
-            walk(h, |h, from| chain_search(h, self.bucket(i), from, wide, guard).0.0, (lo, hi), wide, guard, out);
+            walk(cx, |from| chain_search(cx, self.bucket(i), from, wide).0.0, (lo, hi), wide, out);
         }
+    }
+
+    fn build(&self, mem: &M, nodes: &[(u64, u128)]) {
+        let buckets: Vec<u64> = (0..self.n).map(|i| self.bucket(i)).collect();
+        build_chains(mem, &buckets, |key| self.bucket_of(key) as usize, nodes);
+    }
+
+    /// The bucket array: a region, not a block.
+    fn root(&self) -> (u64, u64) {
+        (self.buckets, 8 * self.n)
+    }
+
+    /// Every bucket a chain of the keys that hash to it.
+    fn check_links(&self, mem: &M) -> Result<u64, String> {
+        let mut nodes = 0;
+        for i in 0..self.n {
+            let chain = check_chain(mem, self.bucket(i), self.wide, |key| self.bucket_of(key) == i)
+                .map_err(|e| format!("bucket {i}: {e}"))?;
+            nodes += chain.len() as u64;
+        }
+        Ok(nodes)
     }
 }
 

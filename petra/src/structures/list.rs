@@ -9,25 +9,23 @@
 //! be reading it.
 //!
 //! ```text
-//! +0..+40  the common node header (see structures)
+//! +0..+40  the common node header (see `node`)
 //! +40      next: successor offset | deletion mark
 //! +48      the key's high word, in a chain of two-word keys
 //! ```
 
 use std::sync::atomic::Ordering;
 
-use crossbeam_epoch::Guard;
-
-use super::{LINKS, LinkedSet, MARK, Seen, load_key, retire, walk};
+use super::node::{LINKS, create_head, load_key};
+use super::{Ctx, LinkedSet, MARK, Seen, check_chain, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
-use crate::tx::Handle;
 
 /// Offset of a chain node's `next` word.
 pub(crate) const NEXT: u64 = LINKS;
 /// Bytes of a chain node (and of a list's head sentinel).
-pub const NODE_BYTES: u64 = LINKS + 8;
+pub(crate) const NODE_BYTES: u64 = LINKS + 8;
 
 /// Bytes of a chain node of one-word keys, or of two if `wide`.
 pub(crate) fn node_bytes(wide: bool) -> u64 {
@@ -41,14 +39,8 @@ pub(crate) type ChainPos = (u64, u64);
 /// Finds `key` in the chain hanging off the link word at `link` (of two-word keys if `wide`):
 /// the position for a new node, and the node holding the key. Unlinks every marked node on its
 /// way.
-pub(crate) fn chain_search<M: PMem + 'static>(
-    h: &Handle<M>,
-    link: u64,
-    key: u128,
-    wide: bool,
-    guard: &Guard,
-) -> (ChainPos, Option<u64>) {
-    let mem = h.mem();
+pub(crate) fn chain_search<M: PMem>(cx: &impl Ctx<M>, link: u64, key: u128, wide: bool) -> (ChainPos, Option<u64>) {
+    let mem = cx.mem();
     'retry: loop {
         let mut pred_link = link;
         // Acquire: a node reached through a link is seen initialised (links are published with
@@ -65,7 +57,7 @@ pub(crate) fn chain_search<M: PMem + 'static>(
                 if mem.compare_exchange(pred_link, curr, succ & !MARK, Ordering::AcqRel, Ordering::Acquire).is_err() {
                     continue 'retry;
                 }
-                retire(h, curr, guard);
+                cx.retire(curr);
                 curr = succ & !MARK;
                 continue;
             }
@@ -89,8 +81,8 @@ pub(crate) fn chain_link<M: PMem>(mem: &M, pos: &ChainPos, node: u64) -> bool {
 }
 
 /// Marks `node`'s `next` and unlinks it from the chain at `link` (of two-word keys if `wide`).
-pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u64, wide: bool, guard: &Guard) {
-    let mem = h.mem();
+pub(crate) fn chain_remove<M: PMem>(cx: &impl Ctx<M>, link: u64, node: u64, wide: bool) {
+    let mem = cx.mem();
     loop {
         let next = mem.load(node + NEXT, Ordering::Acquire);
         if next & MARK != 0 {
@@ -103,22 +95,38 @@ pub(crate) fn chain_remove<M: PMem + 'static>(h: &Handle<M>, link: u64, node: u6
     }
     let key = load_key(mem, node, wide);
     // The search unlinks every marked node on its way, this one included.
-    let _ = chain_search(h, link, key, wide, guard);
+    let _ = chain_search(cx, link, key, wide);
+}
+
+/// Links `nodes` (fresh, with their keys, in key order) into chains hanging off the link words
+/// `links`, each on the chain `chain_of(key)` gives, replacing what the links held: recovery's
+/// rewrite, alone.
+pub(crate) fn build_chains<M: PMem>(mem: &M, links: &[u64], chain_of: impl Fn(u128) -> usize, nodes: &[(u64, u128)]) {
+    let mut next = vec![0u64; links.len()];
+    // Relaxed: recovery runs alone, and fences before the new nodes count.
+    for &(node, key) in nodes.iter().rev() {
+        let c = chain_of(key);
+        mem.store(node + NEXT, next[c], Ordering::Relaxed);
+        next[c] = node;
+    }
+    for (&link, &first) in links.iter().zip(&next) {
+        mem.store(link, first, Ordering::Relaxed);
+    }
 }
 
 /// A list set: one chain, hanging off a head sentinel node.
 #[derive(Debug, Clone, Copy)]
-pub struct List {
+pub(crate) struct List {
     /// The head sentinel (never removed; its key is not compared).
-    pub head: u64,
+    pub(crate) head: u64,
     /// Whether keys are two words.
-    pub wide: bool,
+    pub(crate) wide: bool,
 }
 
 impl List {
     /// Allocates and persists an empty list's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>, wide: bool) -> Result<List, AllocError> {
-        Ok(List { head: super::create_head(pool, NODE_BYTES, &[])?, wide })
+        Ok(List { head: create_head(pool, NODE_BYTES, &[])?, wide })
     }
 
     /// The link word the chain hangs off.
@@ -138,20 +146,32 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         node_bytes(self.wide)
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (ChainPos, Option<u64>) {
-        chain_search(h, self.link(), key, self.wide, guard)
+    fn search(&self, cx: &impl Ctx<M>, key: u128) -> (ChainPos, Option<u64>) {
+        chain_search(cx, self.link(), key, self.wide)
     }
 
-    fn link(&self, h: &mut Handle<M>, pos: &ChainPos, node: u64, _guard: &Guard) -> bool {
-        chain_link(h.mem(), pos, node)
+    fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> bool {
+        chain_link(cx.mem(), pos, node)
     }
 
-    fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
-        chain_remove(h, List::link(self), node, self.wide, guard)
+    fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
+        chain_remove(cx, List::link(self), node, self.wide)
     }
 
-    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+    fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
         let wide = self.wide;
-        walk(h, |h, from| chain_search(h, self.link(), from, wide, guard).0.0, (lo, hi), wide, guard, out);
+        walk(cx, |from| chain_search(cx, self.link(), from, wide).0.0, (lo, hi), wide, out);
+    }
+
+    fn build(&self, mem: &M, nodes: &[(u64, u128)]) {
+        build_chains(mem, &[self.link()], |_| 0, nodes);
+    }
+
+    fn root(&self) -> (u64, u64) {
+        (self.head, NODE_BYTES)
+    }
+
+    fn check_links(&self, mem: &M) -> Result<u64, String> {
+        Ok(check_chain(mem, self.link(), self.wide, |_| true)?.len() as u64)
     }
 }

@@ -22,7 +22,7 @@
 //! nodes are dropped by the next recovery, which rebuilds the list from the present keys only.
 //!
 //! ```text
-//! +0..+40      the common node header (see structures)
+//! +0..+40      the common node header (see `node`)
 //! +40          adopt: the node whose children this node is adopting (0: none, or done)
 //! +48          dims: dp | dc << 8 of that adoption
 //! +56 + 8 d    child[d] for d in 0..16: node offset | frozen (bit 0)
@@ -30,22 +30,20 @@
 
 use std::sync::atomic::Ordering;
 
-use crossbeam_epoch::Guard;
-
-use super::{KEY, LINKS, LinkedSet, Seen};
+use super::node::{KEY, LINKS, create_head};
+use super::{Ctx, LinkedSet, Seen};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
-use crate::tx::Handle;
 
 /// Dimensions: base-16 digits of a 64-bit key.
-pub const DIMS: usize = 16;
+pub(crate) const DIMS: usize = 16;
 const FROZEN: u64 = 1;
 const ADOPT: u64 = LINKS;
 const ADOPT_DIMS: u64 = LINKS + 8;
 const CHILDREN: u64 = LINKS + 16;
 /// Bytes of a node (every node, the head included).
-pub const NODE_BYTES: u64 = CHILDREN + 8 * DIMS as u64;
+pub(crate) const NODE_BYTES: u64 = CHILDREN + 8 * DIMS as u64;
 
 /// Offset of `child[d]` in a node.
 pub(crate) fn child(d: usize) -> u64 {
@@ -76,15 +74,15 @@ pub(crate) struct MdPos {
 
 /// An MDList: its head sentinel.
 #[derive(Debug, Clone, Copy)]
-pub struct MdList {
+pub(crate) struct MdList {
     /// The head sentinel (never removed; below every key).
-    pub head: u64,
+    pub(crate) head: u64,
 }
 
 impl MdList {
     /// Allocates and persists an empty MDList's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<MdList, AllocError> {
-        Ok(MdList { head: super::create_head(pool, NODE_BYTES, &[])? })
+        Ok(MdList { head: create_head(pool, NODE_BYTES, &[])? })
     }
 
     /// Finds where `key` is or would go, finishing the adoptions it passes through.
@@ -181,22 +179,6 @@ fn fill<M: PMem>(mem: &M, node: u64, pos: &MdPos) {
     mem.store(node + ADOPT_DIMS, pos.dp as u64 | (pos.dc as u64) << 8, Ordering::Relaxed);
 }
 
-/// Builds an MDList of the unpublished, header-initialised nodes `nodes` (with their keys, in
-/// increasing key order) under the empty `list`'s head: each goes after every earlier one, so
-/// none adopts.
-pub(crate) fn build<M: PMem>(mem: &M, list: &MdList, nodes: &[(u64, u128)]) {
-    for d in 0..DIMS {
-        mem.store(list.head + child(d), 0, Ordering::Relaxed);
-    }
-    mem.store(list.head + ADOPT, 0, Ordering::Relaxed);
-    for &(node, key) in nodes {
-        let pos = list.locate(mem, key as u64);
-        debug_assert!(pos.curr == 0, "keys are built in increasing order");
-        fill(mem, node, &pos);
-        mem.store(pos.pred + child(pos.dp), node, Ordering::Relaxed);
-    }
-}
-
 /// Keys are one word: the engine refuses two-word keys for an MDList before they get here.
 impl<M: PMem + 'static> LinkedSet<M> for MdList {
     type Pos = MdPos;
@@ -209,14 +191,14 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
         NODE_BYTES
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u128, _guard: &Guard) -> (MdPos, Option<u64>) {
+    fn search(&self, cx: &impl Ctx<M>, key: u128) -> (MdPos, Option<u64>) {
         debug_assert!(key >> 64 == 0, "an MDList key of two words");
-        let pos = self.locate(h.mem(), key as u64);
+        let pos = self.locate(cx.mem(), key as u64);
         (pos, (pos.dc == DIMS).then_some(pos.curr))
     }
 
-    fn link(&self, h: &mut Handle<M>, pos: &MdPos, node: u64, _guard: &Guard) -> bool {
-        let mem = h.mem();
+    fn link(&self, cx: &impl Ctx<M>, pos: &MdPos, node: u64) -> bool {
+        let mem = cx.mem();
         fill(mem, node, pos);
         if pos.curr != 0 {
             // `curr`'s own adoption (over dimensions from the same dp) must be complete before
@@ -237,7 +219,7 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
         false
     }
 
-    fn help_remove(&self, _h: &mut Handle<M>, _node: u64, _guard: &Guard) {
+    fn help_remove(&self, _cx: &impl Ctx<M>, _node: u64) {
         unreachable!("MDList nodes are never marked for removal")
     }
 
@@ -249,34 +231,86 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
     /// Nodes are never removed, so every node linked when the walk starts is reached (through
     /// the old slots of an adoption, which keep their child when frozen, or through the adopter,
     /// whose adoption is finished before its slots are read).
-    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
+    fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
         let Ok(lo) = u64::try_from(lo) else { return };
         let hi = u64::try_from(hi).unwrap_or(u64::MAX);
         let mut stack: Vec<(u64, usize)> = Vec::new();
         // Acquire: as in `locate`.
-        let first = h.mem().load(self.head + child(0), Ordering::Acquire) & !FROZEN;
+        let first = cx.mem().load(self.head + child(0), Ordering::Acquire) & !FROZEN;
         if first != 0 {
             stack.push((first, 0));
         }
         while let Some((node, d)) = stack.pop() {
             // Relaxed: keys never change after publication.
-            let key = h.mem().load(node + KEY, Ordering::Relaxed);
+            let key = cx.mem().load(node + KEY, Ordering::Relaxed);
             if key > hi || reach_max(key, d) < lo {
                 continue;
             }
-            finish_adoption(h.mem(), node);
+            finish_adoption(cx.mem(), node);
             if key >= lo {
-                out.push(super::seen(h, node, key as u128, guard));
+                out.push(super::seen(cx, node, key as u128));
             }
             // Pushed from dimension d up, so the children come off the stack in key order.
             for e in d..DIMS {
                 // Acquire: as in `locate`.
-                let c = h.mem().load(node + child(e), Ordering::Acquire) & !FROZEN;
+                let c = cx.mem().load(node + child(e), Ordering::Acquire) & !FROZEN;
                 if c != 0 {
                     stack.push((c, e));
                 }
             }
         }
+    }
+
+    /// Each node goes after every earlier one, so none adopts.
+    fn build(&self, mem: &M, nodes: &[(u64, u128)]) {
+        // Relaxed: recovery runs alone, and fences before the new nodes count.
+        for d in 0..DIMS {
+            mem.store(self.head + child(d), 0, Ordering::Relaxed);
+        }
+        mem.store(self.head + ADOPT, 0, Ordering::Relaxed);
+        for &(node, key) in nodes {
+            let pos = self.locate(mem, key as u64);
+            debug_assert!(pos.curr == 0, "keys are built in increasing order");
+            fill(mem, node, &pos);
+            mem.store(pos.pred + child(pos.dp), node, Ordering::Relaxed);
+        }
+    }
+
+    fn root(&self) -> (u64, u64) {
+        (self.head, NODE_BYTES)
+    }
+
+    /// Every node where its coordinates put it: in the list at dimension `d` of a node whose
+    /// coordinates it shares below `d` and exceeds at `d` (any, below the head), with no adoption
+    /// left pending; and no node reached twice.
+    fn check_links(&self, mem: &M) -> Result<u64, String> {
+        let mut seen = std::collections::HashSet::new();
+        // (node, its key, the dimension it was reached through); the head stands below every key.
+        let mut stack = vec![(self.head, None::<u64>, 0usize)];
+        while let Some((node, key, from)) = stack.pop() {
+            // Relaxed (every load): the structure is at rest.
+            if mem.load(node + ADOPT, Ordering::Relaxed) != 0 {
+                return Err(format!("node {node:#x} has an adoption pending"));
+            }
+            for d in from..DIMS {
+                let c = mem.load(node + child(d), Ordering::Relaxed) & !FROZEN;
+                if c == 0 {
+                    continue;
+                }
+                let ck = mem.load(c + KEY, Ordering::Relaxed);
+                if let Some(k) = key {
+                    let shares = d == 0 || (ck ^ k) >> (64 - 4 * d) == 0;
+                    if !shares || coord(ck, d) <= coord(k, d) {
+                        return Err(format!("node {c:#x} of key {ck:#x} in dimension {d} below key {k:#x}"));
+                    }
+                }
+                if !seen.insert(c) {
+                    return Err(format!("node {c:#x} of key {ck:#x} is reached twice"));
+                }
+                stack.push((c, Some(ck), d));
+            }
+        }
+        Ok(seen.len() as u64)
     }
 }
 

@@ -5,7 +5,7 @@
 //! level 0 only. The upper levels are an index, linked after level 0 and unlinked before it.
 //!
 //! ```text
-//! +0..+40   the common node header (see structures)
+//! +0..+40   the common node header (see `node`)
 //! +40       next[0]: successor at level 0 | deletion mark
 //! +48       meta: height (bits 0..8) | links (bits 8..): levels the node is linked at, plus one
 //!           while its inserter is still building the tower
@@ -24,27 +24,25 @@
 
 use std::sync::atomic::Ordering;
 
-use crossbeam_epoch::Guard;
-
-use super::{KEY_HI, LINKS, LinkedSet, MARK, Seen, load_key, mix_key, retire, walk};
+use super::node::{KEY_HI, LINKS, create_head, load_key};
+use super::{Ctx, LinkedSet, MARK, Seen, check_chain, mix_key, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
-use crate::tx::Handle;
 
 /// The tallest tower.
-pub const MAX_HEIGHT: usize = 16;
+pub(crate) const MAX_HEIGHT: usize = 16;
 const LINK: u64 = 1 << 8;
 
 /// Offset of a node's meta word (height and link count), in a skiplist of two-word keys if
 /// `wide`.
-pub fn meta_off(wide: bool) -> u64 {
+pub(crate) fn meta_off(wide: bool) -> u64 {
     if wide { KEY_HI + 8 } else { LINKS + 8 }
 }
 
 /// Offset of `next[l]` in a node, in a skiplist of two-word keys if `wide`.
 #[inline]
-pub fn next_off(l: usize, wide: bool) -> u64 {
+pub(crate) fn next_off(l: usize, wide: bool) -> u64 {
     if l == 0 { LINKS } else { meta_off(wide) + 8 * l as u64 }
 }
 
@@ -54,7 +52,7 @@ pub(crate) fn node_bytes_of(h: usize, wide: bool) -> u64 {
 }
 
 /// The height of `key`'s node.
-pub fn height_of(key: u128) -> usize {
+pub(crate) fn height_of(key: u128) -> usize {
     let z = mix_key(key);
     // One bit per level: each level is kept with probability 1/2.
     (1 + z.trailing_ones() as usize).min(MAX_HEIGHT)
@@ -69,18 +67,17 @@ pub(crate) struct Towers {
 
 /// A skiplist: its head tower.
 #[derive(Debug, Clone, Copy)]
-pub struct SkipList {
+pub(crate) struct SkipList {
     /// The head sentinel, of height [`MAX_HEIGHT`].
-    pub head: u64,
+    pub(crate) head: u64,
     /// Whether keys are two words.
-    pub wide: bool,
+    pub(crate) wide: bool,
 }
 
 impl SkipList {
     /// Allocates and persists an empty skiplist's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>, wide: bool) -> Result<SkipList, AllocError> {
-        let head =
-            super::create_head(pool, node_bytes_of(MAX_HEIGHT, wide), &[(meta_off(wide), MAX_HEIGHT as u64 | LINK)])?;
+        let head = create_head(pool, node_bytes_of(MAX_HEIGHT, wide), &[(meta_off(wide), MAX_HEIGHT as u64 | LINK)])?;
         Ok(SkipList { head, wide })
     }
 
@@ -97,8 +94,8 @@ impl SkipList {
 
     /// Finds `key`: predecessors and successors at every level, and the node holding the key at
     /// level 0. Unlinks every marked node it passes.
-    pub(crate) fn find<M: PMem + 'static>(&self, h: &Handle<M>, key: u128, guard: &Guard) -> (Towers, Option<u64>) {
-        let mem = h.mem();
+    pub(crate) fn find<M: PMem>(&self, cx: &impl Ctx<M>, key: u128) -> (Towers, Option<u64>) {
+        let mem = cx.mem();
         let mut t = Towers { preds: [0; MAX_HEIGHT], succs: [0; MAX_HEIGHT] };
         'retry: loop {
             let mut pred = self.head;
@@ -125,7 +122,7 @@ impl SkipList {
                         {
                             continue 'retry;
                         }
-                        release_link(h, self, curr, guard);
+                        release_link(cx, self, curr);
                         curr = succ & !MARK;
                         continue;
                     }
@@ -147,11 +144,11 @@ impl SkipList {
 }
 
 /// Drops one of `node`'s links; the last one hands it to the collector.
-fn release_link<M: PMem + 'static>(h: &Handle<M>, list: &SkipList, node: u64, guard: &Guard) {
+fn release_link<M: PMem>(cx: &impl Ctx<M>, list: &SkipList, node: u64) {
     // AcqRel: the thread that drops the last link sees every other thread's unlinking.
-    let before = h.mem().fetch_add(node + list.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
+    let before = cx.mem().fetch_add(node + list.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
     if (before >> 8) == 1 {
-        retire(h, node, guard);
+        cx.retire(node);
     }
 }
 
@@ -181,12 +178,12 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         init_tower(self, mem, node, key);
     }
 
-    fn search(&self, h: &mut Handle<M>, key: u128, guard: &Guard) -> (Towers, Option<u64>) {
-        self.find(h, key, guard)
+    fn search(&self, cx: &impl Ctx<M>, key: u128) -> (Towers, Option<u64>) {
+        self.find(cx, key)
     }
 
-    fn link(&self, h: &mut Handle<M>, pos: &Towers, node: u64, guard: &Guard) -> bool {
-        let mem = h.mem();
+    fn link(&self, cx: &impl Ctx<M>, pos: &Towers, node: u64) -> bool {
+        let mem = cx.mem();
         // Relaxed: the node is unpublished; the CAS below (Release) publishes it.
         mem.store(node + self.next(0), pos.succs[0], Ordering::Relaxed);
         // Release: the node's words are visible before the link that reaches it.
@@ -225,7 +222,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
                 }
                 // AcqRel: as for the increment above.
                 mem.fetch_add(node + self.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
-                let (fresh, found) = self.find(h, key, guard);
+                let (fresh, found) = self.find(cx, key);
                 if found != Some(node) {
                     break 'levels;
                 }
@@ -236,14 +233,14 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         // them now. Best-effort cleanup (Acquire, as for every mark): a mark this load misses is
         // harmless, since the link count keeps the node alive and any later search unlinks it.
         if mem.load(node + self.next(0), Ordering::Acquire) & MARK != 0 {
-            let _ = self.find(h, key, guard);
+            let _ = self.find(cx, key);
         }
-        release_link(h, self, node, guard); // the building token
+        release_link(cx, self, node); // the building token
         true
     }
 
-    fn help_remove(&self, h: &mut Handle<M>, node: u64, guard: &Guard) {
-        let mem = h.mem();
+    fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
+        let mem = cx.mem();
         // Relaxed: the height never changes after the node was published (with Release).
         let height = (mem.load(node + self.meta(), Ordering::Relaxed) & 0xFF) as usize;
         for l in (0..height).rev() {
@@ -263,12 +260,73 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
             }
         }
         let key = load_key(mem, node, self.wide);
-        let _ = self.find(h, key, guard);
+        let _ = self.find(cx, key);
     }
 
     /// Level 0, from the predecessor the towers give.
-    fn collect(&self, h: &mut Handle<M>, lo: u128, hi: u128, guard: &Guard, out: &mut Vec<Seen>) {
-        walk(h, |h, from| self.find(h, from, guard).0.preds[0] + self.next(0), (lo, hi), self.wide, guard, out);
+    fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
+        walk(cx, |from| self.find(cx, from).0.preds[0] + self.next(0), (lo, hi), self.wide, out);
+    }
+
+    /// Every tower whole: each node's link count is its height.
+    fn build(&self, mem: &M, nodes: &[(u64, u128)]) {
+        let mut last = [self.head; MAX_HEIGHT];
+        // Relaxed: recovery runs alone, and fences before the new nodes count.
+        for l in 0..MAX_HEIGHT {
+            mem.store(self.head + self.next(l), 0, Ordering::Relaxed);
+        }
+        for &(node, key) in nodes {
+            let height = height_of(key);
+            mem.store(node + self.meta(), height as u64 | (height as u64) << 8, Ordering::Relaxed);
+            for (l, prev) in last.iter_mut().enumerate().take(height) {
+                mem.store(node + self.next(l), 0, Ordering::Relaxed);
+                mem.store(*prev + self.next(l), node, Ordering::Relaxed);
+                *prev = node;
+            }
+        }
+    }
+
+    fn root(&self) -> (u64, u64) {
+        (self.head, node_bytes_of(MAX_HEIGHT, self.wide))
+    }
+
+    /// Level 0 a chain; every other level in key order, unmarked, holding only nodes of level 0
+    /// tall enough for it; every tower whole (linked at each level below its height, the height
+    /// its key's) and its link count its height (no inserter still building it).
+    fn check_links(&self, mem: &M) -> Result<u64, String> {
+        let base = check_chain(mem, self.head + self.next(0), self.wide, |_| true)?;
+        let mut linked: std::collections::HashMap<u64, usize> = base.iter().map(|&n| (n, 1)).collect();
+        for l in 1..MAX_HEIGHT {
+            let mut last: Option<u128> = None;
+            // Relaxed (every load): the structure is at rest.
+            let mut w = mem.load(self.head + self.next(l), Ordering::Relaxed);
+            while w != 0 {
+                if w & MARK != 0 {
+                    return Err(format!("level {l}: a marked link to {:#x}", w & !MARK));
+                }
+                let key = load_key(mem, w, self.wide);
+                if last.is_some_and(|k| k >= key) {
+                    return Err(format!("level {l}: node {w:#x} of key {key:#x} out of order"));
+                }
+                match linked.get_mut(&w) {
+                    Some(n) if height_of(key) > l => *n += 1,
+                    Some(_) => return Err(format!("level {l}: node {w:#x} of key {key:#x} is not that tall")),
+                    None => return Err(format!("level {l}: node {w:#x} of key {key:#x} is not at level 0")),
+                }
+                last = Some(key);
+                w = mem.load(w + self.next(l), Ordering::Relaxed);
+            }
+        }
+        for (&node, &levels) in &linked {
+            let height = height_of(load_key(mem, node, self.wide));
+            let meta = mem.load(node + self.meta(), Ordering::Relaxed);
+            if levels != height || meta != height as u64 | (height as u64) << 8 {
+                return Err(format!(
+                    "node {node:#x}: linked at {levels} of {height} levels, meta word {meta:#x} (height | links << 8)"
+                ));
+            }
+        }
+        Ok(base.len() as u64)
     }
 }
 
@@ -287,5 +345,11 @@ mod tests {
         assert!((196_000..204_000).contains(&counts[1]), "{counts:?}");
         assert!((96_000..104_000).contains(&counts[2]), "{counts:?}");
         assert!((47_000..53_000).contains(&counts[3]), "{counts:?}");
+    }
+
+    #[test]
+    fn the_keys_of_the_loom_model_of_side_by_side_towers_have_two_levels() {
+        // petra/tests/loom.rs builds towers of keys 1 and 3 side by side, beside key 11.
+        assert_eq!([height_of(1), height_of(3), height_of(11)], [2, 2, 2]);
     }
 }

@@ -22,11 +22,16 @@
 //! positions: it reads every valid descriptor of the epoch whose txid is above the checkpoint
 //! txid, wherever it lies (a recycled slot's old contents are at or below it).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::sync::AtomicU64;
-
+use crate::error::AllocError;
 use crate::mem::{CACHE_LINE, PMem};
+use crate::pool::Pool;
+use crate::sync::{AtomicU64, Mutex};
+
+/// Region tag of descriptor rings.
+const RING_TAG: u16 = 0x7278;
 
 /// The word a writer leaves where it skipped the end of a lap: no descriptor starts there, the
 /// next one starts at the lap's beginning. Its tag is not a descriptor's, so recovery's scan
@@ -97,6 +102,96 @@ impl Ring {
         // Relaxed: an estimate for the trigger; `place` decides room.
         head - self.tail.load(Ordering::Relaxed)
     }
+}
+
+/// A ring known to the engine, and whether a handle writes to it.
+#[derive(Debug)]
+struct RingSlot {
+    ring: Arc<Ring>,
+    /// A handle writes to it.
+    taken: bool,
+    /// Given up for good: a panic unwound through a transaction of the handle that held it (see
+    /// `Handle`'s `unfinished`).
+    dead: bool,
+}
+
+/// The engine's rings, each taken by at most one handle at a time, under a lock that loom sees
+/// (it orders their positions between handles).
+#[derive(Debug)]
+pub(crate) struct Rings {
+    slots: Mutex<Vec<RingSlot>>,
+    /// Bytes of a new ring.
+    ring_bytes: u64,
+}
+
+impl Rings {
+    /// The rings `pool` holds, all empty (an open follows a recovery, which folded every
+    /// descriptor of the old epoch into records); new ones get `ring_bytes` bytes (rounded up to
+    /// whole chunks).
+    pub(crate) fn of_pool<M: PMem>(pool: &Pool<M>, ring_bytes: u64) -> Rings {
+        let slots = pool
+            .regions(RING_TAG)
+            .into_iter()
+            .map(|(off, len)| RingSlot { ring: Arc::new(Ring::new(off.get(), len)), taken: false, dead: false })
+            .collect();
+        Rings { slots: Mutex::new(slots), ring_bytes }
+    }
+
+    /// Bytes of a new ring, as configured.
+    pub(crate) fn ring_bytes(&self) -> u64 {
+        self.ring_bytes
+    }
+
+    /// Takes a ring with room for a descriptor of `len` bytes that no handle holds, or a new one
+    /// (the pool grows for it, unless that would not leave the room recovery needs): its index,
+    /// the ring, and its head as its last writer published it.
+    pub(crate) fn take<M: PMem>(&self, pool: &Pool<M>, len: u64) -> Result<(usize, Arc<Ring>, u64), AllocError> {
+        let mut slots = self.slots.lock();
+        let i = match slots.iter().position(|r| !r.taken && !r.dead && r.ring.has_room(len)) {
+            Some(i) => i,
+            None => {
+                let chunk = pool.header().layout.chunk_size;
+                let bytes = self.ring_bytes.max(1).div_ceil(chunk) * chunk;
+                let off = pool.alloc_region(RING_TAG, bytes)?.get();
+                slots.push(RingSlot { ring: Arc::new(Ring::new(off, bytes)), taken: false, dead: false });
+                slots.len() - 1
+            }
+        };
+        slots[i].taken = true;
+        let ring = Arc::clone(&slots[i].ring);
+        // Relaxed: the ring's last writer published its head under this lock, held here.
+        let head = ring.head.load(Ordering::Relaxed);
+        Ok((i, ring, head))
+    }
+
+    /// Gives back ring `i`, which the caller took: another handle may resume it once it has room,
+    /// unless `dead` (its last descriptor's transaction never returned), then never.
+    pub(crate) fn release(&self, i: usize, dead: bool) {
+        let mut slots = self.slots.lock();
+        slots[i].taken = false;
+        slots[i].dead |= dead;
+    }
+
+    /// Every ring.
+    pub(crate) fn all(&self) -> Vec<Arc<Ring>> {
+        self.slots.lock().iter().map(|r| Arc::clone(&r.ring)).collect()
+    }
+
+    /// How many rings the pool holds.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.lock().len()
+    }
+
+    /// Whether any descriptor was written since the open.
+    pub(crate) fn written(&self) -> bool {
+        // Relaxed: called with every handle gone (each published its ring's head when dropped).
+        self.slots.lock().iter().any(|r| r.ring.head.load(Ordering::Relaxed) > 0)
+    }
+}
+
+/// Every ring region of `pool`, wherever recovery reads descriptors: (offset, bytes).
+pub(crate) fn regions<M: PMem>(pool: &Pool<M>) -> Vec<(u64, u64)> {
+    pool.regions(RING_TAG).into_iter().map(|(off, len)| (off.get(), len)).collect()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //!   key's state in between (statuses only move from active to committed or aborted).
 //! - A key not seen in either collect had no linked node in between: every step of a walk reads
 //!   the `next` word of a node that is linked at that instant (see
-//!   [`walk`](crate::structures)), so no node with a key in the gap is linked when either collect
+//!   `structures::walk`), so no node with a key in the gap is linked when either collect
 //!   crosses it. A node linked after the first crossing stays linked until the second, because
 //!   nodes leave a chain only by a removal that was scheduled through the epoch collector: one
 //!   scheduled after the scan pinned cannot run until the scan unpins, and one scheduled before
@@ -24,17 +24,18 @@
 
 use std::ops::{Bound, RangeBounds};
 
-use super::{Blobs, Handle, Set, StructId};
-use crate::error::EngineError;
+use crossbeam_epoch::Guard;
+
 use crate::key::Key;
 use crate::mem::PMem;
-use crate::structures::LinkedSet;
+use crate::protocol::{Core, Reader};
+use crate::structures::registry::Structure;
 
 /// Collects compared under one pin before the scan unpins and starts over.
 const ATTEMPTS_PER_PIN: usize = 8;
 
 /// Inclusive bounds of `range`, as key encodings, or `None` if it holds no key.
-fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u128)> {
+pub(crate) fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u128)> {
     let lo = match range.start_bound() {
         Bound::Included(&k) => k.to_bits(),
         Bound::Excluded(&k) => k.to_bits().checked_add(1)?,
@@ -48,55 +49,36 @@ fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u128)> {
     (lo <= hi).then_some((lo, hi))
 }
 
-impl<M: PMem + 'static> Handle<M> {
-    /// The present keys of structure `s` in `range`, with their values, in key order: the state
-    /// of the range at one instant during the call (a linearizable snapshot). On the hash map a
-    /// range walks every bucket. The values of a structure of [`Values`](super::Values)`::Bytes`
-    /// are blob words: read them with [`range_with`](Handle::range_with). `K` must be of the
-    /// structure's key width ([`EngineError::WrongKey`] otherwise).
-    pub fn range<K: Key>(&mut self, s: StructId, range: impl RangeBounds<K>) -> Result<Vec<(K, u64)>, EngineError> {
-        self.range_with(s, range, |entries, _| entries)
-    }
-
-    /// [`range`](Handle::range), then `f` with the entries and a reader of the byte values they
-    /// name, while those cannot be freed.
-    pub fn range_with<K: Key, R>(
-        &mut self,
-        s: StructId,
-        range: impl RangeBounds<K>,
-        f: impl FnOnce(Vec<(K, u64)>, &Blobs<'_, M>) -> R,
-    ) -> Result<R, EngineError> {
-        let structure = self.inner.structure(s)?;
-        if structure.keys() != K::WIDTH {
-            return Err(EngineError::WrongKey { structure: s.0, expected: structure.keys() });
-        }
-        let Some((lo, hi)) = inclusive(&range) else {
-            let guard = self.epoch.pin();
-            return Ok(f(Vec::new(), &Blobs { pool: &self.inner.pool, _guard: &guard }));
-        };
-        let (mut prev, mut next) = (Vec::new(), Vec::new());
-        let ordered = on_set!(&structure.set, set => LinkedSet::<M>::ordered(set));
-        loop {
-            let guard = self.epoch.pin();
-            prev.clear();
-            on_set!(&structure.set, set => set.collect(self, lo, hi, &guard, &mut prev));
-            for _ in 0..ATTEMPTS_PER_PIN {
-                next.clear();
-                on_set!(&structure.set, set => set.collect(self, lo, hi, &guard, &mut next));
-                if next == prev {
-                    let mut out: Vec<(u128, u64)> =
-                        next.iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))).collect();
-                    if !ordered {
-                        // A structure walked out of key order may also meet a node twice.
-                        out.sort_unstable();
-                        out.dedup_by_key(|e| e.0);
-                    }
-                    let out = out.into_iter().map(|(k, v)| (K::from_bits(k), v)).collect();
-                    return Ok(f(out, &Blobs { pool: &self.inner.pool, _guard: &guard }));
+/// The present keys of `structure` in `lo..=hi` with their values, in key order, into `out`: the
+/// state of the range at one instant during the call (see the [module docs](self)). `guard` is
+/// the caller's pin, re-pinned every few attempts; the values stay readable until it unpins.
+pub(crate) fn snapshot<M: PMem + 'static>(
+    core: &Core<M>,
+    structure: &Structure,
+    (lo, hi): (u128, u128),
+    guard: &mut Guard,
+    out: &mut Vec<(u128, u64)>,
+) {
+    let (mut prev, mut next) = (Vec::new(), Vec::new());
+    let ordered = structure.ordered::<M>();
+    loop {
+        prev.clear();
+        structure.collect(&Reader { core, guard: &*guard }, lo, hi, &mut prev);
+        for _ in 0..ATTEMPTS_PER_PIN {
+            next.clear();
+            structure.collect(&Reader { core, guard: &*guard }, lo, hi, &mut next);
+            if next == prev {
+                out.extend(next.iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))));
+                if !ordered {
+                    // A structure walked out of key order may also meet a node twice.
+                    out.sort_unstable();
+                    out.dedup_by_key(|e| e.0);
                 }
-                std::mem::swap(&mut prev, &mut next);
+                return;
             }
+            std::mem::swap(&mut prev, &mut next);
         }
+        guard.repin();
     }
 }
 

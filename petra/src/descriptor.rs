@@ -42,19 +42,19 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::hash::{bytes_hash, check_words};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::pool::{POff, Pool};
+use crate::tx::{MAX_OPS, OpKind};
 
 /// The tag in a descriptor header's top 16 bits.
-pub const DESC_TAG: u64 = 0x5458;
-/// The most operations in one transaction.
-pub const MAX_OPS: usize = 64;
+pub(crate) const DESC_TAG: u64 = 0x5458;
 /// Header flag: the transaction only reads.
-pub const FLAG_READ_ONLY: u64 = 1;
+const FLAG_READ_ONLY: u64 = 1;
 /// Header flag: some op's value is a blob (see [`StoredOp::blob`]).
-pub const FLAG_BLOBS: u64 = 2;
+const FLAG_BLOBS: u64 = 2;
 /// Header flag: ops are 32 bytes, the fourth word the key's high word.
-pub const FLAG_WIDE: u64 = 4;
+const FLAG_WIDE: u64 = 4;
 /// Bit of an op's first word: its value is a blob, which persisting flushes with the descriptor.
 const OP_BLOB: u64 = 1 << 16;
 /// Bit of an op's first word: no later op of the descriptor writes its key (so a committed
@@ -62,7 +62,7 @@ const OP_BLOB: u64 = 1 << 16;
 /// reads), set when the descriptor is written; a reader then need not scan the later ops.
 /// Absent (a one-op descriptor, which has no later op), the reader scans.
 const OP_LAST: u64 = 1 << 17;
-/// Where an op's first word keeps the blob's [`bytes_hash`], by which recovery tells a torn blob.
+/// Where an op's first word keeps the blob's [`bytes_hash`](crate::hash::bytes_hash), by which recovery tells a torn blob.
 const OP_HASH_SHIFT: u32 = 24;
 
 pub(crate) const HEADER: u64 = 0;
@@ -90,7 +90,7 @@ pub(crate) const CUT: u64 = 4;
 
 /// Transaction status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxStatus {
+pub(crate) enum TxStatus {
     /// Executing.
     Active = 0,
     /// Finished successfully.
@@ -101,7 +101,7 @@ pub enum TxStatus {
 
 /// Persistence status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PersistStatus {
+pub(crate) enum PersistStatus {
     /// Not persisted, nobody persisting: an active transaction's.
     Maybe = 0,
     /// Being persisted.
@@ -113,16 +113,16 @@ pub enum PersistStatus {
 /// A state word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct State {
-    pub status: TxStatus,
-    pub pstatus: PersistStatus,
+    pub(crate) status: TxStatus,
+    pub(crate) pstatus: PersistStatus,
 }
 
 impl State {
-    pub fn encode(self) -> u64 {
+    pub(crate) fn encode(self) -> u64 {
         self.status as u64 | (self.pstatus as u64) << 2
     }
 
-    pub fn decode(w: u64) -> State {
+    pub(crate) fn decode(w: u64) -> State {
         let w = w & 0xF;
         let status = match w & 3 {
             0 => TxStatus::Active,
@@ -137,7 +137,7 @@ impl State {
         State { status, pstatus }
     }
 
-    pub const ACTIVE: State = State { status: TxStatus::Active, pstatus: PersistStatus::Maybe };
+    pub(crate) const ACTIVE: State = State { status: TxStatus::Active, pstatus: PersistStatus::Maybe };
 }
 
 /// Whether a descriptor with header `header` has 32-byte ops.
@@ -150,69 +150,69 @@ fn op_bytes(wide: bool) -> u64 {
 }
 
 /// Bytes a descriptor of `nops` operations occupies in its ring (`wide`: of 32-byte ops).
-pub fn desc_bytes(nops: usize, wide: bool) -> u64 {
+pub(crate) fn desc_bytes(nops: usize, wide: bool) -> u64 {
     (OPS + (op_bytes(wide) + VOLATILE_BYTES) * nops as u64).next_multiple_of(CACHE_LINE)
 }
 
 /// Bytes of a descriptor that are persisted.
-pub fn persisted_bytes(nops: usize, wide: bool) -> u64 {
+pub(crate) fn persisted_bytes(nops: usize, wide: bool) -> u64 {
     OPS + op_bytes(wide) * nops as u64
 }
 
 /// An operation as stored in a descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoredOp {
+pub(crate) struct StoredOp {
     /// The kind's code.
-    pub kind: u8,
+    pub(crate) kind: u8,
     /// The structure's root slot.
-    pub structure: u8,
+    pub(crate) structure: u8,
     /// The key's encoding.
-    pub key: u128,
+    pub(crate) key: u128,
     /// The value (for the kinds that write one).
-    pub value: u64,
+    pub(crate) value: u64,
     /// Whether `value` is the offset of a blob the op wrote (its length word, then its bytes):
     /// whoever persists the descriptor flushes the blob's lines before the same fence.
-    pub blob: bool,
+    pub(crate) blob: bool,
     /// The blob's [`bytes_hash`] (40 bits), if `blob`.
-    pub hash: u64,
+    pub(crate) hash: u64,
 }
 
 /// Read access to one descriptor.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Desc<'m, M: PMem> {
-    pub mem: &'m M,
-    pub off: u64,
+    mem: &'m M,
+    off: u64,
 }
 
 impl<'m, M: PMem> Desc<'m, M> {
-    pub fn new(mem: &'m M, off: u64) -> Self {
+    pub(crate) fn new(mem: &'m M, off: u64) -> Self {
         Desc { mem, off }
     }
 
-    pub fn header(&self) -> u64 {
+    pub(crate) fn header(&self) -> u64 {
         self.mem.load(self.off + HEADER, Ordering::Relaxed)
     }
 
-    pub fn nops(&self) -> usize {
+    pub(crate) fn nops(&self) -> usize {
         (self.header() & 0xFF) as usize
     }
 
-    pub fn read_only(&self) -> bool {
+    pub(crate) fn read_only(&self) -> bool {
         (self.header() >> 8) & FLAG_READ_ONLY != 0
     }
 
     /// Whether some op's value is a blob.
-    pub fn has_blobs(&self) -> bool {
+    pub(crate) fn has_blobs(&self) -> bool {
         (self.header() >> 8) & FLAG_BLOBS != 0
     }
 
     /// Whether the ops are 32 bytes (some key has a high word).
-    pub fn wide(&self) -> bool {
+    pub(crate) fn wide(&self) -> bool {
         is_wide(self.header())
     }
 
     /// Bytes of the persisted part.
-    pub fn persisted_bytes(&self) -> u64 {
+    pub(crate) fn persisted_bytes(&self) -> u64 {
         persisted_bytes(self.nops(), self.wide())
     }
 
@@ -221,12 +221,12 @@ impl<'m, M: PMem> Desc<'m, M> {
         self.off + OPS + op_bytes(is_wide(header)) * i as u64
     }
 
-    pub fn state(&self) -> State {
+    pub(crate) fn state(&self) -> State {
         // Acquire: a thread that sees a final status sees what the finishing thread did before.
         State::decode(self.mem.load(self.off + STATE, Ordering::Acquire))
     }
 
-    pub fn cas_state(&self, from: State, to: State) -> Result<(), State> {
+    pub(crate) fn cas_state(&self, from: State, to: State) -> Result<(), State> {
         // AcqRel: publish this thread's work (Release) and see the previous writer's (Acquire).
         self.mem
             .compare_exchange(self.off + STATE, from.encode(), to.encode(), Ordering::AcqRel, Ordering::Acquire)
@@ -236,7 +236,7 @@ impl<'m, M: PMem> Desc<'m, M> {
 
     /// Aborts the transaction if it is still active. `no_memory`, the size of an allocation the
     /// full pool refused, is recorded for the owner to report.
-    pub fn abort(&self, no_memory: Option<u64>) {
+    pub(crate) fn abort(&self, no_memory: Option<u64>) {
         let why = no_memory.map_or(0, |bytes| 1 << 4 | bytes.min(u64::MAX >> 16) << 16);
         let to = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted }.encode() | why;
         // AcqRel: as for `cas_state`.
@@ -250,13 +250,13 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     /// If the transaction was aborted because the pool was full: the bytes it could not get.
-    pub fn aborted_for_memory(&self) -> Option<u64> {
+    pub(crate) fn aborted_for_memory(&self) -> Option<u64> {
         // Acquire: as for `state`.
         let w = self.mem.load(self.off + STATE, Ordering::Acquire);
         (w & 1 << 4 != 0).then_some(w >> 16)
     }
 
-    pub fn op(&self, i: usize) -> StoredOp {
+    pub(crate) fn op(&self, i: usize) -> StoredOp {
         let header = self.header();
         let base = self.op_base(header, i);
         let w0 = self.mem.load(base, Ordering::Relaxed);
@@ -275,8 +275,8 @@ impl<'m, M: PMem> Desc<'m, M> {
     /// The last op from op `i` (which is `op`) on that writes `op`'s key in `op`'s structure:
     /// what a committed transaction left at a node whose info word names op `i`. `None` if no
     /// op from `i` on writes the key (the node then holds the state before op `i`).
-    pub fn last_write_of_key(&self, i: usize, op: StoredOp) -> Option<StoredOp> {
-        let writes = |o: &StoredOp| !super::OpKind::from_code(o.kind).is_read();
+    pub(crate) fn last_write_of_key(&self, i: usize, op: StoredOp) -> Option<StoredOp> {
+        let writes = |o: &StoredOp| !OpKind::from_code(o.kind).is_read();
         let header = self.header();
         // Relaxed: written before the descriptor was published, like the rest of the op.
         if self.mem.load(self.op_base(header, i), Ordering::Relaxed) & OP_LAST != 0 {
@@ -295,22 +295,22 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 
     /// Offset of op `i`'s `prev` word.
-    pub fn prev_off(&self, i: usize) -> u64 {
+    pub(crate) fn prev_off(&self, i: usize) -> u64 {
         self.volatile(i)
     }
 
     /// Offset of op `i`'s cached before-state (flags word, then value word).
-    pub fn cache_off(&self, i: usize) -> u64 {
+    pub(crate) fn cache_off(&self, i: usize) -> u64 {
         self.volatile(i) + 8
     }
 
-    pub fn txid(&self) -> u64 {
+    pub(crate) fn txid(&self) -> u64 {
         // Acquire: pairs with the AcqRel CAS that assigned it.
         self.mem.load(self.off + TXID, Ordering::Acquire)
     }
 
     /// The checksum over the persisted part, with `txid` in place.
-    pub fn checksum(&self, txid: u64) -> u64 {
+    pub(crate) fn checksum(&self, txid: u64) -> u64 {
         let ops = (self.off + OPS..self.off + self.persisted_bytes()).step_by(WORD as usize);
         // Relaxed: the ops never change once published, and the caller saw the descriptor
         // through an Acquire (its state, or an info word naming it), or is recovery, alone.
@@ -334,46 +334,11 @@ fn mark_last_writes<M: PMem>(mem: &M, ops: u64, stride: u64, n: usize) {
         if !written[..seen].contains(&key) {
             mem.store(base, w0 | OP_LAST, Ordering::Relaxed);
         }
-        if !super::OpKind::from_code(w0 as u8).is_read() {
+        if !OpKind::from_code(w0 as u8).is_read() {
             written[seen] = key;
             seen += 1;
         }
     }
-}
-
-/// The hash of a byte value that an op word carries (40 bits): XXH3 (64-bit) of its bytes.
-pub(crate) fn bytes_hash(data: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(data) >> 24
-}
-
-/// The check word of a sequence of words (a descriptor's persisted part, a node's record): XXH3
-/// (64-bit) of their little-endian bytes, with the low bit set so that a zeroed check word is
-/// never valid. XXH3 mixes several words at a time in independent lanes, where the mixer of
-/// format 1 (a splitmix64 finaliser per word) was one long chain of multiplies.
-pub(crate) fn check_words(words: impl IntoIterator<Item = u64>) -> u64 {
-    // Up to 18 words (a descriptor of up to four ops) hashed from a buffer on the stack; longer
-    // sequences through the streaming hasher, which gives the same hash.
-    const SMALL: usize = 18;
-    let mut buf = [0u8; SMALL * 8];
-    let mut len = 0;
-    let mut words = words.into_iter();
-    for w in words.by_ref() {
-        buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
-        len += 8;
-        if len == buf.len() {
-            break;
-        }
-    }
-    let mut rest = words.peekable();
-    if rest.peek().is_none() {
-        return xxhash_rust::xxh3::xxh3_64(&buf[..len]) | 1;
-    }
-    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
-    h.update(&buf);
-    for w in rest {
-        h.update(&w.to_le_bytes());
-    }
-    h.digest() | 1
 }
 
 /// Whether the blob at `off` holds a byte value of hash `hash` ([`bytes_hash`]): false for one
@@ -460,16 +425,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_check_word_is_xxh3_of_the_words_bytes_with_the_low_bit_set() {
-        // Both ways of hashing (from the stack buffer, and streaming past it) are the format's.
-        for n in 0..40u64 {
-            let words: Vec<u64> = (0..n).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
-            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            assert_eq!(check_words(words.iter().copied()), xxhash_rust::xxh3::xxh3_64(&bytes) | 1, "{n} words");
-        }
-    }
-
-    #[test]
     fn sizes() {
         for wide in [false, true] {
             assert_eq!(persisted_bytes(1, wide).div_ceil(64), 1, "a one-op descriptor persists one line");
@@ -483,7 +438,6 @@ mod tests {
     #[test]
     fn ops_whose_key_no_later_op_writes_are_marked_and_answer_like_the_scan() {
         use crate::mem::SimMem;
-        use crate::tx::OpKind;
         let mem = SimMem::new(1 << 16, 1 << 16);
         let op = |kind: OpKind, structure: u8, key: u128| StoredOp {
             kind: kind as u8,

@@ -9,7 +9,8 @@
 //!               the committed Delete or Remove that made it absent)
 //!   bits 2..8   opid (0..64)
 //!   bits 8..64  desc >> 6 (descriptors are 64-byte aligned)
-//! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery)
+//! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery and by
+//!            checkpoint rounds)
 //!   bit  1      MARK, as above
 //!   bit  2      present
 //!   bits 3..47  node >> 4: the node's own offset, so that the word is unique to its node
@@ -44,70 +45,70 @@ const GENERATION_MASK: u64 = 0x1_FFFF;
 
 /// A node info word. See the [module docs](self).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Info(pub u64);
+pub(crate) struct Info(pub(crate) u64);
 
 impl Info {
     /// Operation `opid` of the descriptor at offset `desc` (64-byte aligned).
     #[inline]
-    pub fn op(desc: u64, opid: usize) -> Info {
+    pub(crate) fn op(desc: u64, opid: usize) -> Info {
         debug_assert!(desc.is_multiple_of(64) && desc != 0 && opid < 64);
         Info((desc >> 6) << 8 | (opid as u64) << 2)
     }
 
     /// A final state of the node at `node`, written in `generation` (see the module docs).
     #[inline]
-    pub fn final_state(node: u64, present: bool, generation: u64) -> Info {
+    pub(crate) fn final_state(node: u64, present: bool, generation: u64) -> Info {
         debug_assert!(node.is_multiple_of(16) && node < 1 << 48);
         Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (generation & GENERATION_MASK) << 47)
     }
 
     /// Whether this is a FINAL state.
     #[inline]
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         self.0 & FINAL != 0
     }
 
     /// For a FINAL state: whether the key is present.
     #[inline]
-    pub fn final_present(self) -> bool {
+    pub(crate) fn final_present(self) -> bool {
         self.0 & PRESENT != 0
     }
 
     /// For a FINAL state: the node it belongs to.
     #[inline]
-    pub fn final_node(self) -> u64 {
+    pub(crate) fn final_node(self) -> u64 {
         ((self.0 >> 3) & ((1 << 44) - 1)) << 4
     }
 
     /// For a FINAL state: the generation that wrote it (17 bits).
-    #[inline]
-    pub fn final_generation(self) -> u64 {
+    #[cfg(test)]
+    fn final_generation(self) -> u64 {
         self.0 >> 47
     }
 
     /// For an op reference: the descriptor's offset.
     #[inline]
-    pub fn desc(self) -> u64 {
+    pub(crate) fn desc(self) -> u64 {
         debug_assert!(!self.is_final());
         (self.0 >> 8) << 6
     }
 
     /// For an op reference: the operation's index.
     #[inline]
-    pub fn opid(self) -> usize {
+    pub(crate) fn opid(self) -> usize {
         debug_assert!(!self.is_final());
         ((self.0 >> 2) & 0x3F) as usize
     }
 
     /// Whether the node is being removed.
     #[inline]
-    pub fn is_marked(self) -> bool {
+    pub(crate) fn is_marked(self) -> bool {
         self.0 & MARK != 0
     }
 
     /// The same word with the removal mark set.
     #[inline]
-    pub fn marked(self) -> Info {
+    pub(crate) fn marked(self) -> Info {
         Info(self.0 | MARK)
     }
 }

@@ -1,0 +1,675 @@
+//! Checkpoint rounds: fold finished descriptors into node records while transactions run, so
+//! that the rings can be recycled and recovery reads only what came after.
+//!
+//! Every node has a *record*: its value, norm and check words (see
+//! [`structures`](crate::structures)). A valid record (the norm word names the epoch in force and
+//! the checksum holds) says the key is present with that value; a zero norm word says nothing. The
+//! pool header's *checkpoint txid* `C` promises: every committed writer with a txid at or below
+//! `C` is reflected in the records. Recovery therefore reads only the descriptors above `C`
+//! (KDMap), and takes a key's state from KDMap if it names the key, else from its record.
+//!
+//! A round, run by one thread at a time (a try-lock: no thread ever waits for it), and only after
+//! the previous round's deferred end ran, **folds** (steps 2 to 4) the batch the previous round
+//! **found** (step 1), then finds the next batch:
+//!
+//! 1. **Batch.** `T0` is read from the txid counter, then each ring is read from where the last
+//!    batch ended up to its published head: finished descriptors are taken (committed ones
+//!    persisted first, as any reader would), up to the first that is active or has a txid of
+//!    `T0` or more. Only a ring's newest descriptor can be active, txids grow along a ring, and a
+//!    writer that had no txid when `T0` was read gets a larger one: so the batch holds every
+//!    committed writer below `T0`.
+//!
+//!    The grace between finding a batch and folding it matters. An executor reads that its
+//!    transaction is active, then searches, then CASes the node, so it may take a node after
+//!    the transaction finished (an aborted one whose op had not run yet); and it caches the
+//!    node it took right after its CAS. Every thread pinned when the batch was found has
+//!    unpinned before the next round starts (that round waits for this one's deferred end),
+//!    and a thread that pins later sees every batch transaction finished and executes none of
+//!    them. So when a batch is folded, no op of it takes a node any more, and every node one
+//!    took is known: the op's cache names it, or (an op whose before-state came from an earlier
+//!    op of its own transaction, which is not cached) the cache of that transaction's first op
+//!    on the key does, the same node. An op with neither took no node.
+//! 2. **Keys.** For every node an op of the batch took (a key without a node is absent and has
+//!    no record, see below), the key's node is brought up to date under a pin:
+//!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
+//!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
+//!      before-state cached (its executor caches it too, right after its CAS; the round does it
+//!      for an executor that has not yet), and its `prev` replaced by `CUT`, so that no reader
+//!      follows it into a descriptor the round will recycle;
+//!    - the node's committed state, as a reader outside any transaction resolves it, goes into
+//!      the record (nothing is written if the record already says it), and the lines are
+//!      flushed;
+//!    - the info word is CASed from the value read to a FINAL word of that state if it names a
+//!      batch descriptor (finished before the fold began, so the state read is final; and such
+//!      a word never comes back once the node moved on, so the round gives a node its FINAL
+//!      word at most once and FINAL words never repeat), else to itself. A failed CAS means the
+//!      node moved on: the round reads it again and rewrites the record. So when the round
+//!      leaves a node, its record held the state of the info word at an instant when the word
+//!      was still the one read, and everything that changes the node after that instant happens
+//!      after the record's stores.
+//! 3. **Commit.** One fence makes the records durable (if any changed); then `C = T0 - 1` is
+//!    stored, flushed and fenced.
+//! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the folded
+//!    batch's slots are recycled, both deferred through the epoch collector (with the end of the
+//!    grace of the batch just found): no thread that could still read a folded descriptor
+//!    (through an info word or a `prev` read before the round changed it) is pinned any more
+//!    when it happens.
+//!
+//! Why recovery stays exact (for every key, at every instant: its state is KDMap's if a
+//! descriptor above `C` writes it, else its one valid present record, or absent if it has none):
+//! - A record changes only when the node's state differs from it, which only a writer the
+//!   records do not reflect yet can cause: one above `C` (by `C`'s promise), still in its ring.
+//!   So a crash in the middle of a round, torn records included, is covered by KDMap.
+//! - A present record stays in a node that stays linked: a transaction's removal of a node left
+//!   absent (`remove_if`) gives up if the node has a record, and the round clears the record
+//!   (and later removes the node) once the node's state is absent. The CAS of step 2 orders the
+//!   record's stores before any later change of the node, so a remover that acts on a later
+//!   change sees the record.
+//! - So a freed block never holds a valid present record that is not covered by KDMap, and a
+//!   key has at most one present record outside KDMap: in its linked node.
+//!
+//! Why readers stay right: a FINAL word means the node's value word, which a round rewrites when
+//! a key's value changed. Readers that hold an older FINAL word of the node (read before the
+//! node moved on) read a value that was the node's committed state at an instant during their
+//! read; executors holding it fail their CAS; scans see the info word change. A reader that
+//! resolves an op's before-state through a `prev` that is a FINAL word reads the value and then
+//! the op's cache again: the round filled that cache before it rewrote the value (both stores
+//! Release, the value read Acquire), so it sees the cache and uses it (see `before_of`).
+//! FINAL words carry a generation, one per round, and a round starts only after the previous
+//! one's deferred end ran: a thread that stays pinned sees at most two rounds, so a FINAL word it
+//! read cannot come back on its node (info words never repeat while a thread can hold them).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::{Guard, LocalHandle};
+use parking_lot::Mutex;
+
+use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
+use crate::mem::{CACHE_LINE, PMem, WORD};
+use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
+use crate::ring::{PAD, Ring, Rings};
+use crate::structures::info::Info;
+use crate::structures::node::{INFO, KEY_HI, RECORD_END, load_key, write_record};
+use crate::tx::{OpKind, StructId};
+
+/// The rounds' shared state.
+#[derive(Debug, Default)]
+pub(crate) struct Checkpointer {
+    /// When a thread's ring holds more than this share of its bytes (in percent) not yet
+    /// recycled, that thread runs a round after its transaction (0: only when asked for).
+    fill: u8,
+    /// Held by the round in progress (only ever taken with `try_lock`), with the batch the last
+    /// round found, which the next one folds.
+    lock: Mutex<Option<Found>>,
+    /// Rounds started.
+    started: AtomicU64,
+    /// Rounds whose deferred end (removals queued, slots recycled) has run.
+    recycled: Arc<AtomicU64>,
+    /// What the rounds did so far.
+    stats: Mutex<CheckpointStats>,
+}
+
+impl Checkpointer {
+    /// Rounds that run on their own when a ring is `fill` percent full (0: never).
+    pub(crate) fn new(fill: u8) -> Checkpointer {
+        Checkpointer { fill, ..Checkpointer::default() }
+    }
+
+    /// The fill that starts a round on its own.
+    pub(crate) fn fill(&self) -> u8 {
+        self.fill
+    }
+
+    /// What the rounds did so far.
+    pub(crate) fn stats(&self) -> CheckpointStats {
+        *self.stats.lock()
+    }
+
+    /// For a descriptor `d` that has not finished yet: the count of recycled rounds from which a
+    /// removal named by one of its op words is stale (dropped, not run). A removal acts only if
+    /// its node still holds the word; once `d`'s slot is recycled, a descriptor in the same slot
+    /// could put the same word on the same key's node, so it must not run then.
+    ///
+    /// With `s` the rounds started when this is read: rounds up to `s` found their batches
+    /// before, so before `d` finished, and the round that folds `d` (and recycles its slot in
+    /// its end) is `s + 2` or later, which starts only after round `s + 1`'s end raised the
+    /// recycled count to `s + 1`. A removal runner, pinned, that reads the count below that
+    /// pinned before that round started, so the round's deferred end, which recycles the slot,
+    /// waits for it to unpin. Dropping a removal is always safe: the round that folds `d` makes
+    /// the node FINAL, if the word is still there, and queues its own removal (never stale).
+    pub(crate) fn removal_expiry(&self) -> u64 {
+        // Acquire: pairs with the Release store of a round after its find.
+        self.started.load(Ordering::Acquire) + 1
+    }
+
+    /// The rounds whose end has run: a removal of [`removal_expiry`](Self::removal_expiry)
+    /// `expiry` is stale once this reaches it. Read by a thread pinned until it has run the
+    /// removals it judges by it.
+    pub(crate) fn recycled(&self) -> u64 {
+        // Acquire: pairs with the Release store of a round's deferred end.
+        self.recycled.load(Ordering::Acquire)
+    }
+
+    /// Whether a round may start: none is running and the last one's slots were recycled.
+    pub(crate) fn ready(&self) -> bool {
+        // Acquire (both): pairs with the Release stores of the round and of its deferred end.
+        self.recycled.load(Ordering::Acquire) == self.started.load(Ordering::Acquire)
+    }
+}
+
+/// What a checkpoint round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// Descriptors folded into records (their slots are recycled once no thread can read them).
+    pub descriptors: u64,
+    /// Keys whose nodes were brought up to date (a key written by several descriptors of the
+    /// batch is usually visited once: its node then holds this round's FINAL word).
+    pub keys: u64,
+    /// Records written or cleared (each flushed).
+    pub records: u64,
+    /// Cache lines the records' flushes covered (from each node's key to its check word: one or
+    /// two, and one more for a two-word key's high word).
+    pub lines: u64,
+    /// Nodes of absent keys queued for removal.
+    pub removals: u64,
+    /// The checkpoint txid in force after the round: every committed writer at or below it is in
+    /// the records.
+    pub txid: u64,
+}
+
+impl CheckpointReport {
+    /// What this round and the `next` one did together.
+    pub(crate) fn then(self, next: CheckpointReport) -> CheckpointReport {
+        CheckpointReport {
+            descriptors: self.descriptors + next.descriptors,
+            keys: self.keys + next.keys,
+            records: self.records + next.records,
+            lines: self.lines + next.lines,
+            removals: self.removals + next.removals,
+            txid: next.txid,
+        }
+    }
+}
+
+/// What the checkpoint rounds of an engine did since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Rounds that did anything (folded a batch, found one, or both).
+    pub rounds: u64,
+    /// Descriptors folded.
+    pub descriptors: u64,
+    /// Records written or cleared.
+    pub records: u64,
+    /// Time spent in rounds (by whichever threads ran them).
+    pub busy: std::time::Duration,
+}
+
+/// A batch a round found: in each of its rings, every descriptor from where the rounds have
+/// folded (the ring's `next`) up to the end given, all finished, holding every committed writer
+/// below `t0`.
+#[derive(Debug)]
+struct Found {
+    t0: u64,
+    ends: Vec<(Arc<Ring>, u64)>,
+}
+
+/// A node of an absent key to remove once the round's end is due: its structure, key and the
+/// FINAL word the round gave it. Queued with the expiry `u64::MAX`: it never goes stale (see
+/// [`Checkpointer::removal_expiry`]).
+type Removal = (StructId, u128, Info);
+
+/// Keys brought up to date under one pin.
+const KEYS_PER_PIN: u64 = 64;
+
+/// Batch descriptors whose nodes are loaded together.
+const WINDOW: usize = 16;
+
+/// A round's state while it goes through its keys.
+#[derive(Debug, Default)]
+struct Round {
+    /// The generation of the FINAL words it writes.
+    generation: u64,
+    /// Nodes brought up to date.
+    nodes: u64,
+    /// Nodes whose records changed (and whether their keys are two words): flushed before the
+    /// round commits.
+    flush: Vec<(u64, bool)>,
+    /// Nodes of absent keys to remove after it.
+    removals: Vec<Removal>,
+    /// Where the batch it folds lies: per ring, the offset of its data area, the area's length,
+    /// and the batch's first position and length there.
+    spans: Vec<(u64, u64, u64, u64)>,
+}
+
+impl Round {
+    /// Whether the descriptor at `d` is one of the batch's.
+    fn holds(&self, d: u64) -> bool {
+        self.spans.iter().any(|&(base, cap, start, len)| {
+            (base..base + cap).contains(&d) && (d - base + cap - start % cap) % cap < len
+        })
+    }
+}
+
+/// Where a walk down a node's `prev` chain from its info word stopped (see [`chain_below`]).
+enum ChainEnd {
+    /// At the op sought.
+    Op,
+    /// At an op whose `prev` was cut.
+    Cut,
+    /// Elsewhere: at a FINAL word, or at the op that made the node.
+    Below,
+}
+
+impl Checkpointer {
+    /// Runs one round now, on a thread whose epoch participation is `local`: folds the batch the
+    /// last round found, then finds the next (see the [module docs](self)). `None`, doing
+    /// nothing, if another round is running or the last round's end still waits for a thread to
+    /// move on. Helps the epoch collector along before and after it, without waiting for anyone.
+    pub(crate) fn run_round<M: PMem + 'static>(
+        &self,
+        core: &Core<M>,
+        rings: &Rings,
+        local: &LocalHandle,
+    ) -> Option<CheckpointReport> {
+        self.advance(local);
+        let report = self.round(core, rings, local);
+        self.advance(local);
+        report
+    }
+
+    /// Runs the round that a ring written up to `head` calls for, if any: when it holds more
+    /// than [`fill`](Checkpointer::fill) percent not yet recycled and no round is running or
+    /// waiting for its end.
+    pub(crate) fn maybe_round<M: PMem + 'static>(
+        &self,
+        core: &Core<M>,
+        rings: &Rings,
+        local: &LocalHandle,
+        ring: &Ring,
+        head: u64,
+    ) {
+        let fill = self.fill as u64;
+        if fill == 0 || ring.used(head) * 100 <= ring.cap * fill || !self.ready() {
+            return;
+        }
+        self.round(core, rings, local);
+    }
+
+    /// A few attempts to let the epoch collector run what is due (the end of the last round).
+    pub(crate) fn advance(&self, local: &LocalHandle) {
+        for _ in 0..4 {
+            if self.ready() {
+                return;
+            }
+            local.pin().flush();
+        }
+    }
+
+    fn round<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings, local: &LocalHandle) -> Option<CheckpointReport> {
+        let ckpt = self;
+        let mut found = ckpt.lock.try_lock()?;
+        if !ckpt.ready() {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        // Relaxed: only the round holding the lock moves it.
+        let number = ckpt.started.load(Ordering::Relaxed) + 1;
+        let mut round = Round { generation: core.epoch + number, ..Round::default() };
+        // 2. and 3.: fold the batch the last round found.
+        let batch = found.take();
+        let mut report = CheckpointReport::default();
+        if let Some(batch) = &batch {
+            fold(core, local, batch, &mut round, &mut report);
+        }
+        report.txid = core.pool.checkpoint_txid();
+        report.removals = round.removals.len() as u64;
+        // 1. Find the next batch, from where the folded one ended.
+        *found = find(core, rings);
+        if batch.is_none() && found.is_none() {
+            return Some(report);
+        }
+        // Release: `ready` compares it with `recycled`, which the round's end raises to it.
+        ckpt.started.store(number, Ordering::Release);
+
+        // 4. The end, once no thread can still read what the round changed or recycles, nor
+        // still runs a transaction of the batch it found.
+        let guard = local.pin();
+        let removals = round.removals;
+        let reclaim = Arc::clone(&core.reclaim);
+        let recycle = batch.map_or_else(Vec::new, |b| b.ends);
+        let recycled = Arc::clone(&ckpt.recycled);
+        guard.defer(move || {
+            reclaim.push_removals(removals);
+            for (ring, end) in recycle {
+                // Release: a writer that sees the tail reuses slots nobody reads any more.
+                ring.tail.store(end, Ordering::Release);
+            }
+            // Release: the next round starts after this one's end.
+            recycled.store(number, Ordering::Release);
+        });
+        guard.flush();
+        let mut stats = ckpt.stats.lock();
+        stats.rounds += 1;
+        stats.descriptors += report.descriptors;
+        stats.records += report.records;
+        stats.busy += started.elapsed();
+        Some(report)
+    }
+}
+
+/// Step 1: the batch of finished descriptors from where the last batch ended, `None` if there is
+/// none.
+fn find<M: PMem + 'static>(core: &Core<M>, rings: &Rings) -> Option<Found> {
+    // Txids below it were handed out before the rings are read.
+    let t0 = core.next_txid();
+    let rings = rings.all();
+    let mut ends = Vec::new();
+    let mut window = Vec::with_capacity(WINDOW);
+    for ring in rings {
+        // Acquire: the descriptors before the head were written before it was published.
+        let head = ring.head.load(Ordering::Acquire);
+        // Relaxed: only rounds, one at a time, move it.
+        let start = ring.next.load(Ordering::Relaxed);
+        let mut v = start;
+        while take_window(core, &ring, &mut v, head, t0, &mut window) {}
+        if v > start {
+            ends.push((ring, v));
+        }
+    }
+    (!ends.is_empty()).then_some(Found { t0, ends })
+}
+
+/// Steps 2 and 3: brings the key of every op of `batch` up to date, makes the records durable and
+/// advances the checkpoint txid; moves each ring's `next` to the batch's end there.
+fn fold<M: PMem + 'static>(
+    core: &Core<M>,
+    local: &LocalHandle,
+    batch: &Found,
+    round: &mut Round,
+    report: &mut CheckpointReport,
+) {
+    let mem = core.mem();
+    // One pin for a few keys: each pin and unpin is a locked instruction.
+    let mut guard = local.pin();
+    let mut ops = 0u64;
+    // The batch descriptors are taken a window at a time: the nodes the window's ops name
+    // are loaded at once, not one miss after another.
+    let mut window: Vec<u64> = Vec::with_capacity(WINDOW);
+    round.spans = batch
+        .ends
+        .iter()
+        .map(|(ring, end)| {
+            // Relaxed: only rounds, one at a time, move it.
+            let start = ring.next.load(Ordering::Relaxed);
+            (ring.at(0), ring.cap, start, end - start)
+        })
+        .collect();
+    for (ring, end) in &batch.ends {
+        // Relaxed: only rounds, one at a time, move it.
+        let mut v = ring.next.load(Ordering::Relaxed);
+        loop {
+            // Every descriptor up to the end qualifies (it did when found, and still does).
+            let more = take_window(core, ring, &mut v, *end, batch.t0, &mut window);
+            for &d in &window {
+                let desc = Desc::new(mem, d);
+                for i in 0..desc.nops() {
+                    if let Some(node) = cached_node(mem, &desc, i) {
+                        mem.prefetch(node);
+                    }
+                }
+            }
+            for &d in &window {
+                report.descriptors += 1;
+                fold_descriptor(core, round, &mut guard, &mut ops, d);
+            }
+            if !more {
+                break;
+            }
+        }
+        debug_assert_eq!(v, *end, "a found batch is folded whole");
+        // Relaxed: only rounds, one at a time, read it.
+        ring.next.store(*end, Ordering::Relaxed);
+    }
+    drop(guard);
+
+    // 3. Commit: the records are durable before the checkpoint txid says so. Their lines are
+    // flushed here, back to back, not as each is written: a locked instruction (the next CAS,
+    // a pin) waits for the flushes before it, and a flush may evict the line a CAS needs.
+    let lines = |from: u64, to: u64| (to - 1) / CACHE_LINE - from / CACHE_LINE + 1;
+    for &(node, wide) in &round.flush {
+        mem.flush_range(node, RECORD_END);
+        report.lines += lines(node, node + RECORD_END);
+        if wide {
+            mem.flush_range(node + KEY_HI, WORD);
+            report.lines += 1;
+        }
+    }
+    report.records = round.flush.len() as u64;
+    report.keys = round.nodes;
+    if report.records > 0 {
+        mem.fence();
+    }
+    let txid = (batch.t0 - 1).max(core.pool.checkpoint_txid());
+    core.pool.set_checkpoint_txid(txid);
+}
+
+/// Fills `window` with the batch's next descriptors in `ring`, from position `v` (moved past
+/// them) up to `head`: finished ones (committed ones persisted first, as any reader would),
+/// up to the first that is active or has a txid of `t0` or more. Returns whether the batch
+/// may go on in this ring after the window.
+fn take_window<M: PMem + 'static>(
+    core: &Core<M>,
+    ring: &Ring,
+    v: &mut u64,
+    head: u64,
+    t0: u64,
+    window: &mut Vec<u64>,
+) -> bool {
+    let mem = core.mem();
+    window.clear();
+    while *v < head && window.len() < WINDOW {
+        let d = ring.at(*v);
+        // Relaxed: published with the head.
+        if mem.load(d, Ordering::Relaxed) == PAD {
+            *v = ring.next_lap(*v);
+            continue;
+        }
+        let desc = Desc::new(mem, d);
+        let s = desc.state();
+        match s.status {
+            TxStatus::Active => return false,
+            TxStatus::Aborted => {}
+            TxStatus::Committed => {
+                if s.pstatus != PersistStatus::Persisted {
+                    core.persist(d);
+                }
+                if desc.txid() >= t0 {
+                    return false;
+                }
+            }
+        }
+        window.push(d);
+        *v += desc_bytes(desc.nops(), desc.wide());
+    }
+    *v < head
+}
+
+/// Brings the key of every op of the batch descriptor `d` up to date ([`checkpoint_key`]),
+/// pinning again every [`KEYS_PER_PIN`] ops (`ops` counts them over the round). An op that took
+/// no node is passed over (see the module docs, step 1).
+fn fold_descriptor<M: PMem + 'static>(core: &Core<M>, round: &mut Round, guard: &mut Guard, ops: &mut u64, d: u64) {
+    let mem = core.mem();
+    let desc = Desc::new(mem, d);
+    let committed = desc.state().status == TxStatus::Committed;
+    for i in 0..desc.nops() {
+        let op = desc.op(i);
+        let key = (StructId(op.structure), op.key);
+        let same_key = |j: usize| {
+            let o = desc.op(j);
+            (StructId(o.structure), o.key) == key
+        };
+        // The node op i took: its own cache's, or that of the first op of `d` on the key.
+        let Some(node) = cached_node(mem, &desc, i)
+            .or_else(|| (0..i).filter(|&j| same_key(j)).find_map(|j| cached_node(mem, &desc, j)))
+        else {
+            continue;
+        };
+        *ops += 1;
+        if ops.is_multiple_of(KEYS_PER_PIN) {
+            guard.repin();
+        }
+        let writes = committed && !OpKind::from_code(op.kind).is_read();
+        checkpoint_key(Reader { core, guard: &*guard }, round, key, (node, Info::op(d, i)), writes);
+    }
+}
+
+/// Brings the node of `key` in structure `s` up to date: its `prev` chain cached and cut,
+/// its record the node's committed state, and its info word FINAL (of `generation`) if it
+/// names a batch descriptor. A changed record goes on `round`'s list to flush. See the
+/// [module docs](self).
+///
+/// `writes`: whether the op changed the key (a write of a committed transaction).
+///
+/// `(node, op)`: the node the op took and the op's word. If the node's info word is still
+/// that op's, it is the key's linked node: a node leaves its structure only after a mark on
+/// its info word, and a freed block never gets that op word again (no executor of a batch
+/// transaction runs any more, see step 1). Otherwise the node moved on: the cases below say
+/// when it is still the key's node, when nothing is to be done, and when (rarely) the key is
+/// searched for.
+fn checkpoint_key<M: PMem + 'static>(
+    cx: Reader<'_, M>,
+    round: &mut Round,
+    (s, key): (StructId, u128),
+    (node, op): (u64, Info),
+    writes: bool,
+) {
+    let core = cx.core;
+    let Ok(structure) = core.structures.get(s) else { return };
+    let mem = core.mem();
+    // Acquire (the check): as any read of an info word.
+    let now = Info(mem.load(node + INFO, Ordering::Acquire));
+    let same_key = || load_key(mem, node, structure.wide()) == key;
+    let node = if now == op {
+        node
+    } else if now.is_marked() || now.is_final() || !same_key() {
+        // Marked, or its block freed and holding another key: the node left its structure,
+        // removed while absent and without a record (a record keeps a node linked until a
+        // round clears it), so this op's write, if any, was superseded by that absence,
+        // whose writer is in this batch (its own op brings the key up to date) or above the
+        // checkpoint txid (recovery reads it); nothing leads to the node any more but from
+        // threads pinned since, which the recycling waits for. FINAL: a round made the node
+        // FINAL after this op took it (words never repeat on a node), so its record holds
+        // the node's state since.
+        return;
+    } else {
+        match (chain_below(core, now, op), writes) {
+            // The node moved on through ops that each took it from the one below, by a CAS
+            // while it was unmarked: it is still the key's linked node.
+            (ChainEnd::Op, true) => node,
+            // The op changed nothing (a read, or an op of an aborted transaction): its node's
+            // record needs nothing from it, but a `prev` on the chain names this op: the
+            // chain is cached and cut, or the recycled slot would be followed.
+            (ChainEnd::Op, false) => {
+                cache_chain(core, now, node);
+                return;
+            }
+            // A cut hides whether the chain leads to this write: the key is searched for.
+            (ChainEnd::Cut, true) => match structure.find_node(&cx, key) {
+                Some(node) => node,
+                None => return,
+            },
+            // A round made the node FINAL, or the block was made anew, since the op; or
+            // the op changed nothing and no chain from the node leads to it. (A chain that
+            // does not lead there may be a block an executor is still making for the key,
+            // its word set and its link not yet done: its op has not executed.)
+            _ => return,
+        }
+    };
+    round.nodes += 1;
+    let wide = structure.wide();
+    // Whether a record store was made (by any pass of the loop): its lines get flushed.
+    let mut written = false;
+    loop {
+        // Acquire: see the descriptor the word names.
+        let cur = Info(mem.load(node + INFO, Ordering::Acquire));
+        let (state, folded) = if cur.is_marked() || cur.is_final() {
+            (if cur.is_marked() { None } else { core.resolve(cur, None) }, false)
+        } else {
+            cache_chain(core, cur, node);
+            (core.resolve(cur, None), round.holds(cur.desc()))
+        };
+        written |= write_record(mem, node, key, wide, s.0, core.epoch, state);
+        // Only a word naming a batch descriptor becomes FINAL (another is left for the round
+        // that folds its descriptor): such a word never comes back once the node moved on, so
+        // the round gives a node its FINAL word at most once and that word never repeats.
+        let next = if folded { Info::final_state(node, state.is_some(), round.generation) } else { cur };
+        // AcqRel: the record's stores come before whatever changes the node after this; and
+        // see the word's writer.
+        if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if folded && state.is_none() && structure.removes_nodes::<M>() {
+                round.removals.push((s, key, next));
+            }
+            if written {
+                // The key too, when flushed: the checksum covers it, and nothing else ever
+                // flushes it (the node may be a block another key's record was in).
+                round.flush.push((node, wide));
+            }
+            return;
+        }
+    }
+}
+
+/// Where the `prev` chain below the info word `top` meets the op word `op`, a FINAL word, a
+/// creation or a cut, whichever comes first. The chain is safe to walk: every op on it took the
+/// node after `op` did, so its descriptor is in the batch being folded or newer, and a batch
+/// folded earlier left no `prev` naming its ops uncut.
+fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainEnd {
+    let mem = core.mem();
+    let mut cur = top;
+    loop {
+        if cur == op {
+            return ChainEnd::Op;
+        }
+        if cur.is_final() {
+            return ChainEnd::Below;
+        }
+        let desc = Desc::new(mem, cur.desc());
+        // Acquire: as every read of `prev`.
+        match mem.load(desc.prev_off(cur.opid()), Ordering::Acquire) {
+            CUT => return ChainEnd::Cut,
+            // UNSET: not on a linked node's chain (see `execute_op`), as NO_NODE.
+            NO_NODE | UNSET => return ChainEnd::Below,
+            prev => cur = Info(prev),
+        }
+    }
+}
+
+/// Walks the `prev` chain below the info word `top` of `node` down to a FINAL word, the node's
+/// creation or an op already cut: caches the before-state of every op whose `prev` names another
+/// transaction's op or a FINAL word (unless cached already) and cuts its `prev`.
+fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
+    let mem = core.mem();
+    let mut cur = top;
+    while !cur.is_final() {
+        let (x, k) = (cur.desc(), cur.opid());
+        let desc = Desc::new(mem, x);
+        // Acquire: as every read of `prev`.
+        let prev = mem.load(desc.prev_off(k), Ordering::Acquire);
+        if prev == CUT || prev == NO_NODE {
+            return;
+        }
+        let p = Info(prev);
+        debug_assert_took_from(mem, x, p);
+        if p.is_final() || p.desc() != x {
+            if read_cache(mem, &desc, k).is_none() {
+                write_cache(mem, x, k, core.resolve(p, Some(x)), node);
+            }
+            // Release: a reader that reads the cut reads the cache.
+            mem.store(desc.prev_off(k), CUT, Ordering::Release);
+        }
+        // An op's `prev` that names an earlier op of its own transaction is never cached
+        // (that state holds only if the transaction commits): go on below it.
+        cur = p;
+    }
+}

@@ -1,0 +1,263 @@
+//! The engine over one pool: its lifecycle (create, open, close), its handles, and the creation
+//! of structures.
+//!
+//! [`Engine::create`] sets up an engine in a new pool; [`Engine::open`] recovers one (see
+//! `recovery`) and assembles the engine from what recovery found; [`Engine::close`] folds every
+//! committed transaction into records so that the next open reads no descriptor. Work is done
+//! through [`Handle`]s, one per thread.
+
+use std::sync::Arc;
+
+use crossbeam_epoch::Collector;
+
+use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer};
+use crate::error::EngineError;
+use crate::handle::{Handle, Shared};
+use crate::key::{Key, KeyWidth};
+use crate::mem::PMem;
+use crate::meta::Meta;
+use crate::pool::Pool;
+use crate::protocol::Core;
+use crate::recovery::{self, Recovered, RecoveryReport};
+use crate::ring::Rings;
+use crate::structures::registry::{self, Registry};
+use crate::tx::{Shape, StructId, StructureKind, Values};
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Bytes of a descriptor ring (rounded up to whole chunks). A thread writes its descriptors
+    /// into one ring, in laps; checkpoint rounds recycle them. A thread whose ring has no room
+    /// for its next descriptor (rounds have not caught up) takes another ring, growing the pool,
+    /// up to its maximum size ([`AllocError::PoolFull`](crate::error::AllocError::PoolFull)
+    /// then).
+    pub ring_bytes: u64,
+    /// When a thread's ring holds more than this share of its bytes (in percent) not yet
+    /// recycled, that thread runs a checkpoint round ([`Handle::checkpoint`]) after its
+    /// transaction, unless another round is running. 0: rounds run only when asked for.
+    pub checkpoint_fill: u8,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { ring_bytes: 64 << 20, checkpoint_fill: 25 }
+    }
+}
+
+impl EngineConfig {
+    /// The default settings with rings of `ring_bytes` bytes.
+    pub fn rings(ring_bytes: u64) -> EngineConfig {
+        EngineConfig { ring_bytes, ..EngineConfig::default() }
+    }
+
+    /// The same settings with automatic checkpoint rounds at `percent` of a ring (0: only when
+    /// asked for).
+    pub fn checkpoint_fill(self, percent: u8) -> EngineConfig {
+        EngineConfig { checkpoint_fill: percent.min(100), ..self }
+    }
+}
+
+/// The engine over one pool: its structures, rings and txid counter. Cheap to clone.
+#[derive(Debug)]
+pub struct Engine<M: PMem + 'static> {
+    shared: Arc<Shared<M>>,
+}
+
+impl<M: PMem + 'static> Clone for Engine<M> {
+    fn clone(&self) -> Self {
+        Engine { shared: Arc::clone(&self.shared) }
+    }
+}
+
+impl<M: PMem + 'static> Engine<M> {
+    /// Sets up the engine in a new pool (one without an engine).
+    pub fn create(pool: Pool<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
+        let meta = Meta::create(&pool)?;
+        Ok(Engine::assemble(Recovered::empty(pool, meta), config))
+    }
+
+    /// Opens the engine of a pool made by [`Engine::create`], recovering it: every transaction
+    /// that was acknowledged is there, and no effect of one that was not.
+    pub fn open(pool: Pool<M>, config: EngineConfig) -> Result<(Engine<M>, RecoveryReport), EngineError> {
+        let found = recovery::recover(pool)?;
+        let report = found.report.clone();
+        Ok((Engine::assemble(found, config), report))
+    }
+
+    /// The engine over what recovery found (or a new engine's empty state).
+    fn assemble(found: Recovered<M>, config: EngineConfig) -> Engine<M> {
+        let Recovered { pool, meta, epoch, max_txid, structures, .. } = found;
+        let rings = Rings::of_pool(&pool, config.ring_bytes);
+        let core = Core::new(pool, meta, epoch, max_txid + 1, Registry::new(structures));
+        let shared = Shared {
+            core,
+            collector: Collector::new(),
+            rings,
+            checkpointer: Checkpointer::new(config.checkpoint_fill),
+        };
+        Engine { shared: Arc::new(shared) }
+    }
+
+    /// The settings it runs with.
+    fn config(&self) -> EngineConfig {
+        EngineConfig { ring_bytes: self.shared.rings.ring_bytes(), checkpoint_fill: self.shared.checkpointer.fill() }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<M> {
+        &self.shared.core.pool
+    }
+
+    /// Closes the engine and its pool cleanly, so that the next [`open`](Engine::open) skips
+    /// recovery: if any transaction ran since the pool was opened, its descriptors are first
+    /// folded into normalised nodes (recovery's rewrite, run here: the rings are left empty),
+    /// then everything is synced, the engine marked clean in its meta region and the pool closed
+    /// ([`Pool::close`]). A crash at any point of it leaves a pool that recovers as usual.
+    /// [`EngineError::InUse`] while a clone or a [`Handle`] of it lives (nothing is closed).
+    pub fn close(self) -> Result<(), EngineError> {
+        // With no clone or handle left, none can appear: every one is made from another.
+        if Arc::strong_count(&self.shared) > 1 {
+            return Err(EngineError::InUse);
+        }
+        let written = self.shared.rings.written();
+        let engine = if written { self.rewrite()? } else { self };
+        let shared = Arc::try_unwrap(engine.shared).map_err(|_| EngineError::InUse)?;
+        let core = shared.core;
+        core.meta.mark_clean(core.pool.mem(), core.epoch);
+        core.pool.close()?;
+        Ok(())
+    }
+
+    /// With every handle gone, folds every committed transaction into new normalised nodes
+    /// (recovery's rewrite, run here) and returns the engine over the same pool, its rings empty.
+    fn rewrite(self) -> Result<Engine<M>, EngineError> {
+        let config = self.config();
+        let shared = Arc::try_unwrap(self.shared).map_err(|_| EngineError::InUse)?;
+        // An open engine never has its clean word set (it is cleared at open), so this is the
+        // full rewrite.
+        Ok(Engine::open(shared.core.pool, config)?.0)
+    }
+
+    /// Gives the pool back, to close it (or, in tests, to drop it as a crash would). Fails,
+    /// returning the engine, while a clone or a [`Handle`] of it lives. A pool closed without
+    /// [`Engine::close`] recovers at its next open.
+    pub fn into_pool(self) -> Result<Pool<M>, Engine<M>> {
+        match Arc::try_unwrap(self.shared) {
+            Ok(shared) => Ok(shared.core.pool),
+            Err(shared) => Err(Engine { shared }),
+        }
+    }
+
+    /// Checkpoints now (see [`Handle::checkpoint`]), on a handle of its own: folds the
+    /// descriptors of the transactions finished before the call into the node records, so that
+    /// recovery reads only what comes after, and recycles their ring slots once no thread can
+    /// read them. That takes two rounds, the second once every thread pinned during the first
+    /// has moved on; if none has yet, the next round folds them. `None` if a round is running or
+    /// the last one's end is still waiting. Rounds also run on their own as rings fill
+    /// ([`EngineConfig::checkpoint_fill`]).
+    pub fn checkpoint(&self) -> Result<Option<CheckpointReport>, EngineError> {
+        Ok(self.handle()?.checkpoint())
+    }
+
+    /// What the checkpoint rounds did since the engine was opened.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.shared.checkpointer.stats()
+    }
+
+    /// The descriptor rings the pool holds (each [`EngineConfig::ring_bytes`] long).
+    pub fn rings(&self) -> usize {
+        self.shared.rings.len()
+    }
+
+    /// A handle for the calling thread: its descriptor ring, allocation cache and epoch
+    /// participation. Keep one per thread.
+    pub fn handle(&self) -> Result<Handle<M>, EngineError> {
+        Ok(Handle::new(&self.shared))
+    }
+
+    /// Creates a new, empty structure of `kind` whose keys are of width `keys` and whose values
+    /// are `values`, and returns its id. The multi-dimensional list takes one-word keys only.
+    pub fn create_structure(
+        &self,
+        kind: StructureKind,
+        keys: KeyWidth,
+        values: Values,
+    ) -> Result<StructId, EngineError> {
+        let core = &self.shared.core;
+        core.structures.create(&core.pool, kind, keys, values)
+    }
+
+    /// Creates a new, empty list set of `u64` keys and word values and returns its id.
+    pub fn create_list(&self) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::List, KeyWidth::U64, Values::Words)
+    }
+
+    /// Creates a new, empty skiplist of `u64` keys and word values and returns its id.
+    pub fn create_skiplist(&self) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Words)
+    }
+
+    /// Creates a new, empty multi-dimensional list of `u64` keys and word values and returns its id.
+    pub fn create_mdlist(&self) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::MdList, KeyWidth::U64, Values::Words)
+    }
+
+    /// Creates a new, empty hash map of `u64` keys and word values with `buckets` buckets and
+    /// returns its id.
+    pub fn create_hash_map(&self, buckets: u64) -> Result<StructId, EngineError> {
+        self.create_structure(StructureKind::HashMap { buckets }, KeyWidth::U64, Values::Words)
+    }
+
+    /// What the values of structure `s` are.
+    pub fn values(&self, s: StructId) -> Result<Values, EngineError> {
+        Ok(self.shared.core.structures.get(s)?.values)
+    }
+
+    /// The kind of structure `s`, with its parameters.
+    pub fn kind(&self, s: StructId) -> Result<StructureKind, EngineError> {
+        Ok(self.shared.core.structures.get(s)?.kind())
+    }
+
+    /// The structures a pool's root table names, read without opening the engine (nothing is
+    /// written): for a caller that must refuse a pool of another shape untouched. `None` for a
+    /// root entry this build does not know.
+    pub fn structures_in(pool: &Pool<M>) -> Vec<(StructId, Option<Shape>)> {
+        registry::in_pool(pool).into_iter().map(|(slot, s)| (StructId(slot), s.map(|s| s.shape()))).collect()
+    }
+
+    /// The structures, by id.
+    pub fn structures(&self) -> Vec<StructId> {
+        self.shared.core.structures.ids()
+    }
+
+    /// The width of the keys of structure `s`.
+    pub fn keys(&self, s: StructId) -> Result<KeyWidth, EngineError> {
+        Ok(self.shared.core.structures.get(s)?.keys())
+    }
+
+    /// Checks the links of structure `s`, a diagnostic for tests and tools, to be run while no
+    /// transaction uses it: every chain and skiplist level in key order with no node left
+    /// marked, every hash map node in its key's bucket, every skiplist tower whole (linked at
+    /// each level of its height, its link count its height), every MDList node where its
+    /// coordinates put it. Returns the number of nodes linked (absent keys' nodes included, until
+    /// they are removed); [`EngineError::Corrupt`] says what is wrong where.
+    pub fn check_links(&self, s: StructId) -> Result<u64, EngineError> {
+        let core = &self.shared.core;
+        core.structures
+            .get(s)?
+            .check_links(core.mem())
+            .map_err(|e| EngineError::Corrupt(format!("structure {}: {e}", s.0)))
+    }
+
+    /// The present keys of a structure with their values, in key order: a snapshot (see
+    /// [`Handle::range`]).
+    pub fn entries<K: Key>(&self, s: StructId) -> Result<Vec<(K, u64)>, EngineError> {
+        self.handle()?.range(s, ..)
+    }
+
+    /// Txids handed out so far (the next one minus one): for checkers that bound when a read
+    /// happened.
+    pub fn txid_watermark(&self) -> u64 {
+        self.shared.core.next_txid() - 1
+    }
+}

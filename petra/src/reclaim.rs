@@ -1,0 +1,111 @@
+//! Reclamation: what leaves the structures waits in the epoch collector until no thread can
+//! still be reading it, then comes back here to be freed or removed.
+//!
+//! Three kinds of item, each handed to `crossbeam-epoch` with `Guard::defer` by the thread that
+//! made it unreachable, and queued here once every thread pinned at that moment has unpinned:
+//! - **unlinked nodes** (a search's unlink, the skiplist's last link): freed;
+//! - **replaced byte values** (a committed write replaced a blob): freed;
+//! - **removals** (a finished transaction, or a checkpoint round, left a key absent): the node is
+//!   unlinked if its info word still names the op that made it absent, and only until the op's
+//!   descriptor slot may have been recycled (see `Checkpointer::removal_expiry`).
+//!
+//! Writers drain the queues as they go, a few items and two per op of the transaction about to
+//! run ([`Reclaim::free_due`], [`Reclaim::run_removals`]), so that they drain at least as fast as transactions fill them.
+//! Deferred functions must not hold the engine (it owns the collector): they hold only this.
+
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+use crossbeam_queue::SegQueue;
+
+use crate::mem::PMem;
+use crate::pool::{AllocCache, POff, Pool};
+use crate::structures::info::Info;
+use crate::tx::StructId;
+
+/// A node to remove once due: its structure, its key, the info word that made it absent, and
+/// the count of recycled rounds from which the item is stale (`u64::MAX`: never).
+pub(crate) type Removal = (StructId, u128, Info, u64);
+
+/// The queues of what the epoch made due.
+#[derive(Debug, Default)]
+pub(crate) struct Reclaim {
+    removals: SegQueue<Removal>,
+    /// Unlinked nodes no thread can reach any more.
+    frees: SegQueue<u64>,
+    /// Byte values replaced by a committed transaction that no thread can read any more.
+    blob_frees: SegQueue<u64>,
+}
+
+impl Reclaim {
+    /// Hands the node `node`, unlinked by this thread, to the epoch: freed once no thread can
+    /// still be reading it.
+    pub(crate) fn retire_node(self: &Arc<Self>, guard: &Guard, node: u64) {
+        let this = Arc::clone(self);
+        guard.defer(move || this.frees.push(node));
+    }
+
+    /// Hands the byte values `blobs`, replaced by a committed transaction, to the epoch.
+    ///
+    /// Like an unlinked node, a replaced value of a slab block waits in this thread's bag of
+    /// deferred work, which the epoch collector takes when it fills (64 items): flushing the bag
+    /// at every overwrite cost a tenth of a put's time. A value of whole chunks (longer than the
+    /// largest block) has the bag flushed at once, so that a thread that seldom writes does not
+    /// hold up to 63 of them (of up to the blob limit each) for as long as it likes.
+    pub(crate) fn retire_blobs<M: PMem>(
+        self: &Arc<Self>,
+        pool: &Pool<M>,
+        guard: &Guard,
+        blobs: impl Iterator<Item = u64>,
+    ) {
+        let mut large = false;
+        for blob in blobs {
+            large |= pool.is_blob_run(POff::new(blob));
+            let this = Arc::clone(self);
+            guard.defer(move || this.blob_frees.push(blob));
+        }
+        if large {
+            guard.flush();
+        }
+    }
+
+    /// Hands a removal to the epoch: it is queued once every thread that could still be executing
+    /// on the node has unpinned.
+    pub(crate) fn defer_removal(self: &Arc<Self>, guard: &Guard, item: Removal) {
+        let this = Arc::clone(self);
+        guard.defer(move || this.removals.push(item));
+    }
+
+    /// Queues removals whose grace has already passed (a checkpoint round's end runs deferred).
+    pub(crate) fn push_removals(&self, items: impl IntoIterator<Item = (StructId, u128, Info)>) {
+        for (s, key, info) in items {
+            self.removals.push((s, key, info, u64::MAX));
+        }
+    }
+
+    /// Frees up to `n` due nodes and up to `n` due byte values into `cache`.
+    pub(crate) fn free_due<M: PMem>(&self, pool: &Pool<M>, cache: &mut AllocCache, n: usize) {
+        for _ in 0..n {
+            let Some(node) = self.frees.pop() else { break };
+            pool.free(cache, POff::new(node));
+        }
+        for _ in 0..n {
+            let Some(blob) = self.blob_frees.pop() else { break };
+            pool.free_blob(cache, POff::new(blob));
+        }
+    }
+
+    /// Runs up to `n` due removals with `remove`, dropping stale ones, with `recycled` the count
+    /// of recycled rounds read while pinned (the caller stays pinned until the removals are done:
+    /// what makes an item that reads as live safe to run holds for every item popped after the
+    /// read). A stale removal is dropped: the round that folds its op makes the node FINAL, if
+    /// the word is still there, and queues its own removal.
+    pub(crate) fn run_removals(&self, recycled: u64, n: usize, mut remove: impl FnMut(StructId, u128, Info)) {
+        for _ in 0..n {
+            let Some((s, key, info, expiry)) = self.removals.pop() else { return };
+            if recycled < expiry {
+                remove(s, key, info);
+            }
+        }
+    }
+}

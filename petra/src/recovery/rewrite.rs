@@ -1,0 +1,88 @@
+//! Recovery's third phase, the **rewrite**: every structure built anew from fresh, normalised
+//! nodes of its present keys, committed by one fenced store of the epoch.
+//!
+//! Each structure builds itself from its nodes in key order (`LinkedSet::build`). The nodes are
+//! written under a fresh attempt number, flushed with their structure's head (or bucket array),
+//! and fenced with the txid reservation; only then does the meta region's epoch move to the
+//! attempt, which makes the new nodes the truth and every older descriptor and record void. A
+//! crash before that leaves the old epoch in force, and with it the old descriptors and records:
+//! recovery simply runs again, under the next attempt number, so that nodes of an attempt that
+//! never committed are never taken for a baseline.
+
+use std::collections::BTreeMap;
+
+use crate::error::EngineError;
+use crate::mem::PMem;
+use crate::meta::{Meta, TXID_BLOCK};
+use crate::pool::{AllocCache, POff, Pool};
+use crate::structures::node::write_normalised;
+use crate::structures::registry::Structure;
+use crate::tx::Values;
+
+/// Writes `present` ((slot, key, value), sorted) as the whole content of `structures` under the
+/// attempt after `attempt`, and commits it as the new epoch, with txids reserved above
+/// `max_txid`. Returns the new epoch, the blocks now live (nodes, their byte values, heads) and
+/// the keys present.
+pub(super) fn rewrite<M: PMem + 'static>(
+    pool: &Pool<M>,
+    meta: Meta,
+    attempt: u64,
+    structures: &BTreeMap<u8, Structure>,
+    present: &[(u8, u128, u64)],
+    max_txid: u64,
+) -> Result<(u64, Vec<POff>, u64), EngineError> {
+    let mem = pool.mem();
+    let new_epoch = attempt + 1;
+    meta.begin_attempt(mem, new_epoch);
+    let mut cache = AllocCache::new();
+    let mut live: Vec<POff> = Vec::new();
+    let mut keys = 0;
+    // The room every other use left free for this.
+    pool.keep_recovery_room(false);
+    for (&slot, structure) in structures {
+        let from = present.partition_point(|p| p.0 < slot);
+        let present = &present[from..from + present[from..].partition_point(|p| p.0 == slot)];
+        keys += present.len() as u64;
+        let bytes = |key| structure.node_bytes::<M>(key);
+        let wide = structure.wide();
+        // (node, key), in key order.
+        let mut nodes = Vec::with_capacity(present.len());
+        for &(_, key, value) in present {
+            let node = pool.alloc(&mut cache, bytes(key))?.get();
+            write_normalised(mem, node, key, wide, value, slot, new_epoch);
+            nodes.push((node, key));
+            live.push(POff::new(node));
+            if structure.values == Values::Bytes {
+                // The value is a blob, written and flushed before its descriptor was persisted.
+                live.push(POff::new(value));
+            }
+        }
+        structure.build(mem, &nodes);
+        for &(node, key) in &nodes {
+            mem.flush_range(node, bytes(key));
+        }
+        // The head sentinel, or the map's bucket array (a region, not a block).
+        let (root, root_bytes) = structure.root::<M>();
+        mem.flush_range(root, root_bytes);
+    }
+    live.extend(heads(structures));
+    pool.release_cache(&mut cache);
+    // The txids handed out from now on start above everything seen: durable before the commit,
+    // since the commit makes the old descriptors (and their txids) unreadable. (The checkpoint
+    // txid moves only after the commit: it filters the descriptors a crash before the commit
+    // must still read.)
+    meta.set_txid_reserved(mem, max_txid + 1 + TXID_BLOCK);
+    // Fence: every new node and the reservation are durable before the epoch that makes the new
+    // nodes the truth.
+    mem.fence();
+    meta.commit_epoch(mem, new_epoch);
+    // Every writer up to here is in the new nodes' records.
+    pool.set_checkpoint_txid(max_txid);
+    pool.sync()?;
+    Ok((new_epoch, live, keys))
+}
+
+/// The head sentinels of `structures`: blocks, unlike the hash map's bucket array (a region).
+pub(super) fn heads(structures: &BTreeMap<u8, Structure>) -> impl Iterator<Item = POff> + '_ {
+    structures.values().filter_map(Structure::head_block).map(POff::new)
+}

@@ -1,0 +1,181 @@
+//! The node: the five words every structure's nodes start with, and the node's record.
+//!
+//! ```text
+//! +0   key     the key's low word (never changes once the node is published)
+//! +8   info    the packed info word (see `info`): which op last took the node, or FINAL
+//! +16  value   the value the node was created with, or the value of its record
+//! +24  norm    its record: 0 (none), or epoch << 32 | structure << 8 | present
+//! +32  check   for a record: the check word of key, value and norm (a torn or stale record
+//!              fails it)
+//! +40  ...     the structure's links
+//! ```
+//!
+//! A node of a structure of two-word keys ([`KeyWidth::U128`](crate::key::KeyWidth)) keeps the
+//! key's high word at [`KEY_HI`] (+48): after the list's and the hash map's `next`, and after the
+//! skiplist's level-0 `next`. Nodes of one-word keys have no such word. The key's encoding orders
+//! it (see [`key`](crate::key)), so the structures compare `u128`s.
+//!
+//! Values are never written into a node by a transaction: a transaction's values live in its
+//! descriptor. A node's **record** (value, norm and check words) is written only by checkpoint
+//! rounds (one at a time) and by recovery (alone): a valid record (its norm word names the epoch
+//! in force and its check word holds) says the key was present with that value when it was
+//! written; a zero norm word says nothing.
+
+use std::sync::atomic::Ordering;
+
+use super::info::Info;
+use crate::error::AllocError;
+use crate::hash::check_words;
+use crate::mem::{PMem, WORD};
+use crate::pool::{AllocCache, Pool};
+
+/// Offset of a node's key.
+pub(crate) const KEY: u64 = 0;
+/// Offset of a node's info word.
+pub(crate) const INFO: u64 = 8;
+/// Offset of a node's value.
+pub(crate) const VALUE: u64 = 16;
+/// Offset of a node's norm word.
+pub(crate) const NORM: u64 = 24;
+/// Offset of a node's record check word.
+pub(crate) const CHECK: u64 = 32;
+/// Offset of a node's first structure-specific word.
+pub(crate) const LINKS: u64 = 40;
+/// Offset of the key's high word in a node of a structure of two-word keys.
+pub(crate) const KEY_HI: u64 = LINKS + 8;
+/// The end of a node's record (its check word): a record is flushed from the node's key to here
+/// (and, for a two-word key, its high word too).
+pub(crate) const RECORD_END: u64 = CHECK + WORD;
+
+/// The key of `node`, of a structure of two-word keys if `wide`.
+#[inline]
+pub(crate) fn load_key<M: PMem>(mem: &M, node: u64, wide: bool) -> u128 {
+    // Relaxed: a node's key never changes after it was published.
+    let lo = mem.load(node + KEY, Ordering::Relaxed) as u128;
+    if wide { (mem.load(node + KEY_HI, Ordering::Relaxed) as u128) << 64 | lo } else { lo }
+}
+
+/// Writes the key of a new (unpublished) node.
+pub(crate) fn store_key<M: PMem>(mem: &M, node: u64, key: u128, wide: bool) {
+    debug_assert!(wide || key >> 64 == 0, "a two-word key in a structure of one-word keys");
+    // Relaxed: the node is unpublished; the CAS that links it (Release) publishes the key.
+    mem.store(node + KEY, key as u64, Ordering::Relaxed);
+    if wide {
+        mem.store(node + KEY_HI, (key >> 64) as u64, Ordering::Relaxed);
+    }
+}
+
+/// The norm word of a node normalised in `epoch` for structure `slot`.
+fn norm_word(epoch: u64, slot: u8, present: bool) -> u64 {
+    (epoch & 0xFFFF_FFFF) << 32 | (slot as u64) << 8 | present as u64
+}
+
+/// The check word of a record.
+fn norm_check(key: u128, value: u64, norm: u64) -> u64 {
+    let hi = (key >> 64) as u64;
+    check_words([key as u64, value, norm].into_iter().chain((hi != 0).then_some(hi)))
+}
+
+/// Makes the record of `node` (key `key`, of two words if `wide`, in structure `slot`) say
+/// `state` in `epoch`: the value, the norm word and its check word for a present key; a zero
+/// norm word for an absent one. Returns whether it changed anything (the caller flushes it then).
+/// Only checkpoint rounds (one at a time) and recovery (alone) write records.
+pub(crate) fn write_record<M: PMem>(
+    mem: &M,
+    node: u64,
+    key: u128,
+    wide: bool,
+    slot: u8,
+    epoch: u64,
+    state: Option<u64>,
+) -> bool {
+    debug_assert!(wide || key >> 64 == 0);
+    // Relaxed (the loads): only the caller writes records.
+    match state {
+        Some(value) => {
+            let norm = norm_word(epoch, slot, true);
+            let check = norm_check(key, value, norm);
+            let same = mem.load(node + VALUE, Ordering::Relaxed) == value
+                && mem.load(node + NORM, Ordering::Relaxed) == norm
+                && mem.load(node + CHECK, Ordering::Relaxed) == check;
+            if same {
+                return false;
+            }
+            // Release: a reader that reads this value through an older FINAL word of the node
+            // also sees the caches the round filled before (see `protocol::before_of`).
+            mem.store(node + VALUE, value, Ordering::Release);
+            // Relaxed: published by the caller's CAS of the info word (or recovery's fence).
+            mem.store(node + NORM, norm, Ordering::Relaxed);
+            mem.store(node + CHECK, check, Ordering::Relaxed);
+            true
+        }
+        None if mem.load(node + NORM, Ordering::Relaxed) == 0 => false,
+        None => {
+            // Relaxed: as above.
+            mem.store(node + NORM, 0, Ordering::Relaxed);
+            true
+        }
+    }
+}
+
+/// A record read back: the structure it is in, its key, and the state it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) slot: u8,
+    pub(crate) key: u128,
+    pub(crate) state: Option<u64>,
+}
+
+/// The record of the block at `node` if it holds a valid one of `epoch`: its norm word names the
+/// epoch and a structure `wide_of` knows (`Some(wide)`), and its check word holds. Recovery alone
+/// reads records this way.
+pub(crate) fn read_record<M: PMem>(
+    mem: &M,
+    node: u64,
+    epoch: u64,
+    wide_of: impl Fn(u8) -> Option<bool>,
+) -> Option<Record> {
+    // Relaxed (here and below): recovery runs alone.
+    let norm = mem.load(node + NORM, Ordering::Relaxed);
+    if norm == 0 || norm >> 32 != epoch & 0xFFFF_FFFF {
+        return None;
+    }
+    let slot = (norm >> 8) as u8;
+    let key = load_key(mem, node, wide_of(slot)?);
+    let value = mem.load(node + VALUE, Ordering::Relaxed);
+    if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
+        return None;
+    }
+    Some(Record { slot, key, state: (norm & 1 != 0).then_some(value) })
+}
+
+/// Writes the common header of a fresh node of recovery's: `key` present with `value`, a FINAL
+/// info word, and the record (value, norm word, check word) that the next recovery's arena scan
+/// trusts. The caller links it, flushes it and fences.
+pub(crate) fn write_normalised<M: PMem>(mem: &M, node: u64, key: u128, wide: bool, value: u64, slot: u8, epoch: u64) {
+    store_key(mem, node, key, wide);
+    // Relaxed: recovery runs alone; its fence orders the node before the epoch commits.
+    mem.store(node + INFO, Info::final_state(node, true, epoch).0, Ordering::Relaxed);
+    write_record(mem, node, key, wide, slot, epoch, Some(value));
+}
+
+/// Allocates a structure's head sentinel of `bytes` bytes: zeroed, FINAL absent, with `words`
+/// stored after that, persisted before the root entry can name it.
+pub(crate) fn create_head<M: PMem>(pool: &Pool<M>, bytes: u64, words: &[(u64, u64)]) -> Result<u64, AllocError> {
+    let mut cache = AllocCache::new();
+    let head = pool.alloc(&mut cache, bytes)?.get();
+    pool.release_cache(&mut cache);
+    let mem = pool.mem();
+    // Relaxed: the head is unpublished; the fence below and the root entry's publish it.
+    for w in (0..bytes).step_by(8) {
+        mem.store(head + w, 0, Ordering::Relaxed);
+    }
+    mem.store(head + INFO, Info::final_state(head, false, 0).0, Ordering::Relaxed);
+    for &(off, val) in words {
+        mem.store(head + off, val, Ordering::Relaxed);
+    }
+    mem.flush_range(head, bytes);
+    // Fence: the head is durable before the root entry names it.
+    mem.fence();
+    Ok(head)
+}

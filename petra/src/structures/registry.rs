@@ -1,0 +1,281 @@
+//! The structure registry: which structure is in which root slot, how the pool's root table
+//! encodes it, and the one place that names every kind.
+//!
+//! A structure's root entry (see [`RootEntry`]) is written once, when the structure is created,
+//! and read at every open:
+//!
+//! | kind      | code | `params[0]`               | `params[1]`      |
+//! |-----------|------|---------------------------|------------------|
+//! | list      | 1    | head sentinel             | 0                |
+//! | hash map  | 2    | bucket array (a region)   | number of buckets|
+//! | skiplist  | 3    | head sentinel             | 0                |
+//! | MDList    | 4    | head sentinel             | 0                |
+//!
+//! Flags: bit 0, values are byte strings (blobs); bit 1, keys are two words. The other
+//! parameters and flags are zero.
+
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use super::hashmap::HashMap;
+use super::info::Info;
+use super::list::List;
+use super::mdlist::MdList;
+use super::skiplist::SkipList;
+use super::{Ctx, LinkedSet, Seen};
+use crate::error::EngineError;
+use crate::key::KeyWidth;
+use crate::mem::PMem;
+use crate::pool::header::ROOT_ENTRIES;
+use crate::pool::{Pool, RootEntry};
+use crate::tx::{StructId, StructureKind, Values};
+
+/// Root table kinds.
+const KIND_LIST: u32 = 1;
+const KIND_HASH_MAP: u32 = 2;
+const KIND_SKIPLIST: u32 = 3;
+const KIND_MDLIST: u32 = 4;
+/// Root table flag: the structure's values are blobs.
+const FLAG_BYTES: u32 = 1;
+/// Root table flag: the structure's keys are two words ([`KeyWidth::U128`]).
+const FLAG_WIDE_KEYS: u32 = 2;
+
+/// Runs `$body` with `$set` bound to the structure behind a [`Set`], whatever its kind: the one
+/// place that names every kind for code that works on any.
+macro_rules! on_set {
+    ($set_expr:expr, $set:ident => $body:expr) => {
+        match $set_expr {
+            $crate::structures::registry::Set::List($set) => $body,
+            $crate::structures::registry::Set::HashMap($set) => $body,
+            $crate::structures::registry::Set::SkipList($set) => $body,
+            $crate::structures::registry::Set::MdList($set) => $body,
+        }
+    };
+}
+pub(crate) use on_set;
+
+/// The linked set behind a structure, whatever its kind.
+#[derive(Debug, Clone)]
+pub(crate) enum Set {
+    List(List),
+    HashMap(HashMap),
+    SkipList(SkipList),
+    MdList(MdList),
+}
+
+/// A structure known to the engine: its set (which knows its key width) and what its values
+/// are.
+#[derive(Debug, Clone)]
+pub(crate) struct Structure {
+    pub(crate) set: Set,
+    pub(crate) values: Values,
+}
+
+impl Structure {
+    /// Makes a new, empty structure in `pool` (its head or buckets persisted), not yet named by
+    /// any root entry.
+    fn create<M: PMem>(
+        pool: &Pool<M>,
+        kind: StructureKind,
+        keys: KeyWidth,
+        values: Values,
+    ) -> Result<Structure, EngineError> {
+        let wide = keys == KeyWidth::U128;
+        if wide && kind == StructureKind::MdList {
+            return Err(EngineError::KeyWidthUnsupported { kind, keys });
+        }
+        let set = match kind {
+            StructureKind::List => Set::List(List::create(pool, wide)?),
+            StructureKind::HashMap { buckets } => Set::HashMap(HashMap::create(pool, buckets, wide)?),
+            StructureKind::SkipList => Set::SkipList(SkipList::create(pool, wide)?),
+            StructureKind::MdList => Set::MdList(MdList::create(pool)?),
+        };
+        Ok(Structure { set, values })
+    }
+
+    /// Its kind, with its parameters.
+    pub(crate) fn kind(&self) -> StructureKind {
+        match &self.set {
+            Set::List(_) => StructureKind::List,
+            Set::HashMap(m) => StructureKind::HashMap { buckets: m.n },
+            Set::SkipList(_) => StructureKind::SkipList,
+            Set::MdList(_) => StructureKind::MdList,
+        }
+    }
+
+    /// Whether its keys are two words (each set keeps this for its own searches).
+    pub(crate) fn wide(&self) -> bool {
+        match &self.set {
+            Set::List(l) => l.wide,
+            Set::HashMap(m) => m.wide,
+            Set::SkipList(l) => l.wide,
+            Set::MdList(_) => false,
+        }
+    }
+
+    /// The width of its keys.
+    pub(crate) fn keys(&self) -> KeyWidth {
+        if self.wide() { KeyWidth::U128 } else { KeyWidth::U64 }
+    }
+
+    /// What it is made for.
+    pub(crate) fn shape(&self) -> (StructureKind, KeyWidth, Values) {
+        (self.kind(), self.keys(), self.values)
+    }
+
+    /// Refuses a key of the wrong width for this structure (number `s`).
+    pub(crate) fn check_key(&self, s: StructId, width: KeyWidth, key: u128) -> Result<(), EngineError> {
+        let keys = self.keys();
+        if width != keys || (width == KeyWidth::U64 && key > u64::MAX as u128) {
+            return Err(EngineError::WrongKey { structure: s.0, expected: keys });
+        }
+        Ok(())
+    }
+
+    /// The root table entry that names the structure.
+    fn root_entry(&self) -> RootEntry {
+        let (kind, params) = match &self.set {
+            Set::List(l) => (KIND_LIST, [l.head, 0]),
+            Set::HashMap(m) => (KIND_HASH_MAP, [m.buckets, m.n]),
+            Set::SkipList(l) => (KIND_SKIPLIST, [l.head, 0]),
+            Set::MdList(l) => (KIND_MDLIST, [l.head, 0]),
+        };
+        let bytes = if self.values == Values::Bytes { FLAG_BYTES } else { 0 };
+        let wide = if self.wide() { FLAG_WIDE_KEYS } else { 0 };
+        RootEntry { kind, flags: bytes | wide, params: [params[0], params[1], 0, 0, 0, 0] }
+    }
+
+    /// The structure a root table entry names, if its kind and flags are known.
+    pub(crate) fn from_root_entry(entry: &RootEntry) -> Option<Structure> {
+        let [a, b, ..] = entry.params;
+        if entry.flags & !(FLAG_BYTES | FLAG_WIDE_KEYS) != 0 {
+            return None;
+        }
+        let wide = entry.flags & FLAG_WIDE_KEYS != 0;
+        let set = match entry.kind {
+            KIND_LIST => Set::List(List { head: a, wide }),
+            KIND_HASH_MAP => Set::HashMap(HashMap { buckets: a, n: b, wide }),
+            KIND_SKIPLIST => Set::SkipList(SkipList { head: a, wide }),
+            KIND_MDLIST if !wide => Set::MdList(MdList { head: a }),
+            _ => return None,
+        };
+        let values = if entry.flags & FLAG_BYTES != 0 { Values::Bytes } else { Values::Words };
+        Some(Structure { set, values })
+    }
+
+    /// Bytes of a node for `key`.
+    pub(crate) fn node_bytes<M: PMem + 'static>(&self, key: u128) -> u64 {
+        on_set!(&self.set, set => LinkedSet::<M>::node_bytes(set, key))
+    }
+
+    /// Starts loading the first word a search for `key` reads, if known (see
+    /// [`LinkedSet::prefetch`]).
+    pub(crate) fn prefetch<M: PMem + 'static>(&self, mem: &M, key: u128) {
+        on_set!(&self.set, set => set.prefetch(mem, key))
+    }
+
+    /// The node holding `key`, if any.
+    pub(crate) fn find_node<M: PMem + 'static>(&self, cx: &impl Ctx<M>, key: u128) -> Option<u64> {
+        on_set!(&self.set, set => set.search(cx, key).1)
+    }
+
+    /// Whether the structure removes nodes left absent (see [`LinkedSet::removes_nodes`]).
+    pub(crate) fn removes_nodes<M: PMem + 'static>(&self) -> bool {
+        on_set!(&self.set, set => LinkedSet::<M>::removes_nodes(set))
+    }
+
+    /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
+    pub(crate) fn remove_if<M: PMem + 'static>(&self, cx: &impl Ctx<M>, key: u128, info: Info) {
+        on_set!(&self.set, set => super::remove_if(cx, set, key, info))
+    }
+
+    /// Whether [`collect`](Structure::collect) sees nodes in key order.
+    pub(crate) fn ordered<M: PMem + 'static>(&self) -> bool {
+        on_set!(&self.set, set => LinkedSet::<M>::ordered(set))
+    }
+
+    /// One pass of a scan over the nodes with keys in `lo..=hi` (see [`LinkedSet::collect`]).
+    pub(crate) fn collect<M: PMem + 'static>(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
+        on_set!(&self.set, set => set.collect(cx, lo, hi, out))
+    }
+
+    /// Links `nodes` as the whole structure (see [`LinkedSet::build`]).
+    pub(crate) fn build<M: PMem + 'static>(&self, mem: &M, nodes: &[(u64, u128)]) {
+        on_set!(&self.set, set => set.build(mem, nodes))
+    }
+
+    /// Checks the links of the structure at rest (see [`LinkedSet::check_links`]).
+    pub(crate) fn check_links<M: PMem + 'static>(&self, mem: &M) -> Result<u64, String> {
+        on_set!(&self.set, set => set.check_links(mem))
+    }
+
+    /// The head sentinel, or the hash map's bucket region, and its bytes.
+    pub(crate) fn root<M: PMem + 'static>(&self) -> (u64, u64) {
+        on_set!(&self.set, set => LinkedSet::<M>::root(set))
+    }
+
+    /// The head sentinel, a block of the node arena (the hash map has none: its bucket array is
+    /// a region).
+    pub(crate) fn head_block(&self) -> Option<u64> {
+        match &self.set {
+            Set::HashMap(_) => None,
+            Set::List(l) => Some(l.head),
+            Set::SkipList(l) => Some(l.head),
+            Set::MdList(l) => Some(l.head),
+        }
+    }
+}
+
+/// The engine's structures by root slot: each set once, when it is created (or recovered), then
+/// only read, so that looking one up is a plain load, not a shared lock's read-modify-write.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    slots: Vec<OnceLock<Structure>>,
+    /// Serialises the creation of structures.
+    creating: Mutex<()>,
+}
+
+impl Registry {
+    /// A registry of `structures`, by slot.
+    pub(crate) fn new(structures: impl IntoIterator<Item = (u8, Structure)>) -> Registry {
+        let slots: Vec<OnceLock<Structure>> = (0..ROOT_ENTRIES).map(|_| OnceLock::new()).collect();
+        for (slot, s) in structures {
+            let _ = slots[slot as usize].set(s);
+        }
+        Registry { slots, creating: Mutex::new(()) }
+    }
+
+    /// Structure `s`.
+    #[inline]
+    pub(crate) fn get(&self, s: StructId) -> Result<&Structure, EngineError> {
+        self.slots.get(s.0 as usize).and_then(OnceLock::get).ok_or(EngineError::UnknownStructure(s.0))
+    }
+
+    /// The structures, by id.
+    pub(crate) fn ids(&self) -> Vec<StructId> {
+        (0..self.slots.len()).filter(|&i| self.slots[i].get().is_some()).map(|i| StructId(i as u8)).collect()
+    }
+
+    /// Creates a new, empty structure in `pool`, names it in the first free root slot, and
+    /// returns its id.
+    pub(crate) fn create<M: PMem>(
+        &self,
+        pool: &Pool<M>,
+        kind: StructureKind,
+        keys: KeyWidth,
+        values: Values,
+    ) -> Result<StructId, EngineError> {
+        let _creating = self.creating.lock();
+        let structure = Structure::create(pool, kind, keys, values)?;
+        let slot = pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
+        self.slots[slot].set(structure).map_err(|_| EngineError::Corrupt(format!("root slot {slot} taken twice")))?;
+        Ok(StructId(slot as u8))
+    }
+}
+
+/// The structures a pool's root table names, read without writing anything: by slot, `None` for
+/// an entry this build does not know.
+pub(crate) fn in_pool<M: PMem>(pool: &Pool<M>) -> Vec<(u8, Option<Structure>)> {
+    pool.roots().into_iter().map(|(slot, entry)| (slot as u8, Structure::from_root_entry(&entry))).collect()
+}
