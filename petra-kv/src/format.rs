@@ -10,8 +10,8 @@ use petra::{
     Blobs, Engine, EngineConfig, EngineError, Handle, KeyWidth, Shape, StructId, StructureKind, Transaction, Values,
 };
 
+use crate::config::{Config, CreateMode};
 use crate::error::{KvError, Result};
-use crate::store::{Config, CreateMode};
 
 /// A kind of pool this crate makes.
 #[derive(Debug)]

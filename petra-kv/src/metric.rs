@@ -37,9 +37,9 @@ use petra::pool::Pool;
 use petra::{CheckpointReport, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use serde::{Deserialize, Serialize};
 
+use crate::config::Config;
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
-use crate::store::Config;
 
 const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_be_bytes(*b"PETRAMS1"), version: 1 };
 const CATALOG: StructId = StructId(1);
