@@ -41,6 +41,7 @@ use crate::config::Config;
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
 
+mod codec;
 mod schema;
 
 pub use schema::{Metric, Sample, Scalar, Schema, SetId, SetInfo, Value};
@@ -49,34 +50,8 @@ const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_
 const CATALOG: StructId = StructId(1);
 const LATEST: StructId = StructId(2);
 const HISTORY: StructId = StructId(3);
-/// Catalog key prefixes.
-const SCHEMA_TAG: u64 = 1 << 56;
-const SET_TAG: u64 = 2 << 56;
-/// Words of a sample before its values.
-const HEADER_WORDS: usize = 5;
-const FLAG_CONSISTENT: u64 = 1;
-const FLAG_PREVIOUS: u64 = 2;
 /// Removals per transaction when trimming history.
 const TRIM_BATCH: usize = 64;
-
-impl Scalar {
-    fn encode(v: &Value) -> u64 {
-        match *v {
-            Value::U(x) => x,
-            Value::S(x) => x as u64,
-            Value::F(x) => x.to_bits(),
-            Value::Array(_) => unreachable!("arrays are encoded element by element"),
-        }
-    }
-
-    fn decode(self, w: u64) -> Value {
-        match self {
-            Scalar::U8 | Scalar::U16 | Scalar::U32 | Scalar::U64 => Value::U(w),
-            Scalar::S8 | Scalar::S16 | Scalar::S32 | Scalar::S64 => Value::S(w as i64),
-            Scalar::F32 | Scalar::F64 => Value::F(f64::from_bits(w)),
-        }
-    }
-}
 
 /// What storing a sample did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +89,7 @@ struct SetEntry {
     /// The latest sample's (timestamp, generation); writers of the set hold this lock.
     /// Shared with the entry that replaces this one when the set's record changes.
     latest: Arc<Mutex<Option<(u64, u64)>>>,
-    /// Whether the schema has array metrics (see [`decode_into`]).
+    /// Whether the schema has array metrics (see [`codec::decode_into`]).
     arrays: bool,
 }
 
@@ -140,10 +115,6 @@ pub struct MetricStore<M: PMem + 'static = MmapMem> {
     catalog: RwLock<Catalog>,
     /// Serialises catalog writes (ids are handed out under it).
     catalog_write: Mutex<()>,
-}
-
-fn history_key(set: SetId, timestamp: u64) -> u128 {
-    (set.0 as u128) << 64 | timestamp as u128
 }
 
 impl MetricStore<MmapMem> {
@@ -207,20 +178,16 @@ impl<M: PMem + 'static> MetricStore<M> {
         let corrupt = |what: String| KvError::Engine(petra::EngineError::Corrupt(what));
         let mut catalog = Catalog::default();
         for (key, bytes) in &records {
-            if key & !0xFFFF_FFFF == SCHEMA_TAG {
-                let schema: Schema =
-                    serde_json::from_slice(bytes).map_err(|e| corrupt(format!("schema record: {e}")))?;
+            if codec::is_schema_key(*key) {
+                let schema = codec::read_schema(bytes).map_err(|e| corrupt(format!("schema record: {e}")))?;
                 catalog.schemas.insert(schema.name.clone(), Arc::new(schema));
             }
         }
         let latest: BTreeMap<u64, u64> = h.range(LATEST, ..)?.into_iter().collect();
         let mut buf = Vec::new();
         for (key, bytes) in &records {
-            if key & !0xFFFF_FFFF != SET_TAG {
-                continue;
-            }
-            let info: SetInfo = serde_json::from_slice(bytes).map_err(|e| corrupt(format!("set record: {e}")))?;
-            let id = SetId(*key as u32);
+            let Some(id) = codec::set_of_key(*key) else { continue };
+            let info = codec::read_set(bytes).map_err(|e| corrupt(format!("set record: {e}")))?;
             let schema = catalog
                 .schemas
                 .get(&info.schema)
@@ -231,7 +198,7 @@ impl<M: PMem + 'static> MetricStore<M> {
                     if !read_sample(&mut h, id, ts, &mut buf)? {
                         return Err(corrupt(format!("set {}'s latest sample is missing", info.instance)));
                     }
-                    Some((ts, word(&buf, 2)))
+                    Some((ts, codec::generation(&buf)))
                 }
                 None => None,
             };
@@ -271,8 +238,7 @@ impl<M: PMem + 'static> MetricStore<M> {
             )));
         }
         let id = self.catalog.read().schemas.len() as u64;
-        let json = serde_json::to_vec(schema).expect("a schema serialises");
-        self.write_record(SCHEMA_TAG | id, &json, false)?;
+        self.write_record(codec::schema_key(id), &codec::schema_record(schema), false)?;
         self.catalog.write().schemas.insert(schema.name.clone(), Arc::new(schema.clone()));
         Ok(())
     }
@@ -300,9 +266,7 @@ impl<M: PMem + 'static> MetricStore<M> {
         }
         let schema = self.catalog.read().schemas.get(&info.schema).cloned();
         let schema = schema.ok_or_else(|| KvError::UnknownSchema(info.schema.clone()))?;
-        let json = serde_json::to_vec(info).expect("a set record serialises");
-        let key = SET_TAG | id.0 as u64;
-        self.write_record(key, &json, old.is_some())?;
+        self.write_record(codec::set_key(id), &codec::set_record(info), old.is_some())?;
         let latest = old.map_or_else(|| Arc::new(Mutex::new(None)), |o| Arc::clone(&o.latest));
         let entry = Arc::new(SetEntry::new(id, info.clone(), schema, latest));
         let mut catalog = self.catalog.write();
@@ -388,78 +352,7 @@ impl<M: PMem + 'static> MetricStore<M> {
 
 /// Reads the blob of set `set`'s sample at `ts`.
 fn read_sample<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64, buf: &mut Vec<u8>) -> Result<bool> {
-    format::read_into(h, HISTORY, history_key(set, ts), buf)
-}
-
-/// Word `i` of a sample's blob.
-fn word(bytes: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-}
-
-/// Decodes a sample from its blob.
-fn decode(schema: &Schema, bytes: &[u8]) -> Sample {
-    let values = values(schema, bytes).collect();
-    let mut sample = Sample { timestamp: 0, duration: 0, generation: 0, consistent: false, values };
-    decode_header(bytes, &mut sample);
-    sample
-}
-
-/// Decodes a sample from its blob into `sample`, reusing its values' allocation, and if
-/// `arrays` (the schema has array metrics) an array metric's too, where `sample` holds an array
-/// in its place.
-fn decode_into(schema: &Schema, bytes: &[u8], sample: &mut Sample, arrays: bool) {
-    decode_header(bytes, sample);
-    if !arrays {
-        sample.values.clear();
-        sample.values.extend(values(schema, bytes));
-        return;
-    }
-    sample.values.truncate(schema.metrics.len());
-    let mut at = HEADER_WORDS;
-    for (k, m) in schema.metrics.iter().enumerate() {
-        let n = m.words();
-        let items = (at..at + n).map(|i| m.scalar.decode(word(bytes, i)));
-        at += n;
-        let value = match (m.array, sample.values.get_mut(k)) {
-            (Some(_), Some(Value::Array(old))) => {
-                old.clear();
-                old.extend(items);
-                continue;
-            }
-            (Some(_), _) => Value::Array(items.collect()),
-            (None, _) => m.scalar.decode(word(bytes, at - 1)),
-        };
-        match sample.values.get_mut(k) {
-            Some(slot) => *slot = value,
-            None => sample.values.push(value),
-        }
-    }
-}
-
-/// A sample's header words: timestamp, duration, generation, flags.
-fn decode_header(bytes: &[u8], sample: &mut Sample) {
-    sample.timestamp = word(bytes, 0);
-    sample.duration = word(bytes, 1);
-    sample.generation = word(bytes, 2);
-    sample.consistent = word(bytes, 3) & FLAG_CONSISTENT != 0;
-}
-
-/// The values of a sample's blob, in the schema's order. Collected or extended in one piece:
-/// a push per value made a single read twice as slow, and decoding each value in a separate
-/// function made a range into a reused `Vec` twice as slow (`petra-bench metrics`).
-fn values<'a>(schema: &'a Schema, bytes: &'a [u8]) -> impl ExactSizeIterator<Item = Value> + 'a {
-    let mut at = HEADER_WORDS;
-    schema.metrics.iter().map(move |m| match m.array {
-        None => {
-            at += 1;
-            m.scalar.decode(word(bytes, at - 1))
-        }
-        Some(n) => {
-            let items = (at..at + n as usize).map(|i| m.scalar.decode(word(bytes, i))).collect();
-            at += n as usize;
-            Value::Array(items)
-        }
-    })
+    format::read_into(h, HISTORY, codec::history_key(set, ts), buf)
 }
 
 /// A thread's access to a [`MetricStore`].
@@ -497,27 +390,12 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
                 return Err(KvError::BadSample { set: entry.info.instance.clone(), why });
             }
         }
-        let mut flags = if sample.consistent { FLAG_CONSISTENT } else { 0 };
-        let prev = latest.map_or(0, |(ts, _)| {
-            flags |= FLAG_PREVIOUS;
-            ts
-        });
-        let w = &mut self.words;
-        w.clear();
-        for x in [sample.timestamp, sample.duration, sample.generation, flags, prev] {
-            w.extend_from_slice(&x.to_le_bytes());
-        }
-        for v in &sample.values {
-            match v {
-                Value::Array(items) => items.iter().for_each(|i| w.extend_from_slice(&Scalar::encode(i).to_le_bytes())),
-                v => w.extend_from_slice(&Scalar::encode(v).to_le_bytes()),
-            }
-        }
-        debug_assert_eq!(w.len(), 8 * (HEADER_WORDS + entry.schema.words()));
+        codec::encode(sample, latest.map(|(ts, _)| ts), &mut self.words);
+        debug_assert_eq!(self.words.len(), codec::sample_len(&entry.schema));
         self.tx.clear().put(LATEST, set.0 as u64, sample.timestamp).insert_bytes(
             HISTORY,
-            history_key(set, sample.timestamp),
-            w,
+            codec::history_key(set, sample.timestamp),
+            &self.words,
         );
         // The history key is new (timestamps increase under the set's lock): the Insert fails only
         // on a history this store did not write.
@@ -540,19 +418,22 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
     pub fn previous(&mut self, set: SetId) -> Result<Option<Sample>> {
         let entry = self.store.entry(set)?;
         let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
-        if !read_sample(&mut self.h, set, ts, &mut self.buf)? || word(&self.buf, 3) & FLAG_PREVIOUS == 0 {
+        if !read_sample(&mut self.h, set, ts, &mut self.buf)? {
             return Ok(None);
         }
-        self.sample_at(&entry, word(&self.buf, 4))
+        match codec::previous_timestamp(&self.buf) {
+            Some(previous) => self.sample_at(&entry, previous),
+            None => Ok(None),
+        }
     }
 
     fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
-        Ok(read_sample(&mut self.h, entry.id, ts, &mut self.buf)?.then(|| decode(&entry.schema, &self.buf)))
+        Ok(read_sample(&mut self.h, entry.id, ts, &mut self.buf)?.then(|| codec::decode(&entry.schema, &self.buf)))
     }
 
     /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
     pub fn scan(&mut self, set: SetId, from: u64, to: u64, mut f: impl FnMut(Sample) -> ControlFlow<()>) -> Result<()> {
-        self.scan_blobs(set, from, to, |entry, bytes| f(decode(&entry.schema, bytes)))
+        self.scan_blobs(set, from, to, |entry, bytes| f(codec::decode(&entry.schema, bytes)))
     }
 
     /// The set's samples with timestamps in `from..=to`, oldest first.
@@ -572,8 +453,8 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         let mut n = 0;
         let result = self.scan_blobs(set, from, to, |entry, bytes| {
             match out.get_mut(n) {
-                Some(sample) => decode_into(&entry.schema, bytes, sample, entry.arrays),
-                None => out.push(decode(&entry.schema, bytes)),
+                Some(sample) => codec::decode_into(&entry.schema, bytes, sample, entry.arrays),
+                None => out.push(codec::decode(&entry.schema, bytes)),
             }
             n += 1;
             ControlFlow::Continue(())
@@ -592,11 +473,11 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         mut f: impl FnMut(&SetEntry, &[u8]) -> ControlFlow<()>,
     ) -> Result<()> {
         let entry = self.store.entry(set)?;
-        let sample_bytes = 8 * (HEADER_WORDS + entry.schema.words());
+        let sample_bytes = codec::sample_len(&entry.schema);
         let buf = &mut self.buf;
         self.h.range_with(
             HISTORY,
-            history_key(set, from)..=history_key(set, to),
+            codec::history_key(set, from)..=codec::history_key(set, to),
             |entries: Vec<(u128, u64)>, blobs| {
                 for (i, &(_, w)) in entries.iter().enumerate() {
                     // The next sample's blob loads while this one is decoded.
@@ -664,13 +545,13 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         let Some((latest_ts, _)) = *latest else { return Ok(0) };
         let older: Vec<u128> = self
             .h
-            .range(HISTORY, history_key(set, 0)..history_key(set, latest_ts))?
+            .range(HISTORY, codec::history_key(set, 0)..codec::history_key(set, latest_ts))?
             .into_iter()
             .map(|(k, _): (u128, u64)| k)
             .collect();
         // `older` excludes the latest: keeping `keep` in all keeps `keep - 1` of these.
         let by_count = keep.map_or(0, |k| older.len().saturating_sub(k.saturating_sub(1)));
-        let by_age = older.iter().take_while(|&&k| (k as u64) < before).count();
+        let by_age = older.iter().take_while(|&&k| codec::history_timestamp(k) < before).count();
         let doomed = &older[..by_count.max(by_age)];
         for chunk in doomed.chunks(TRIM_BATCH) {
             self.tx.clear();
