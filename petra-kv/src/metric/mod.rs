@@ -27,8 +27,10 @@
 //! read at open and kept in memory; adding schemas and sets takes a lock.
 
 mod codec;
+mod query;
 mod schema;
 mod store;
 
+pub use query::WindowStats;
 pub use schema::{Metric, Sample, Scalar, Schema, SetId, SetInfo, Value};
-pub use store::{MetricSession, MetricStore, Stored, WindowStats};
+pub use store::{MetricSession, MetricStore, Stored};

@@ -2,18 +2,16 @@
 //! keeps in memory, and storing samples.
 
 use std::collections::BTreeMap;
-use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use petra::mem::{MmapMem, PMem};
 use petra::pool::Pool;
 use petra::{CheckpointReport, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
-use serde::{Deserialize, Serialize};
 
 use super::codec;
-use super::schema::{Metric, Sample, Schema, SetId, SetInfo};
+use super::schema::{Sample, Schema, SetId, SetInfo};
 use crate::config::Config;
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
@@ -21,7 +19,7 @@ use crate::format::{self, Format};
 const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_be_bytes(*b"PETRAMS1"), version: 1 };
 const CATALOG: StructId = StructId(1);
 const LATEST: StructId = StructId(2);
-const HISTORY: StructId = StructId(3);
+pub(super) const HISTORY: StructId = StructId(3);
 /// Removals per transaction when trimming history.
 const TRIM_BATCH: usize = 64;
 
@@ -34,35 +32,17 @@ pub enum Stored {
     Duplicate,
 }
 
-/// Statistics of one data metric over a window of samples.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WindowStats {
-    /// The metric.
-    pub metric: String,
-    /// Samples in the window.
-    pub samples: usize,
-    /// Least value.
-    pub min: f64,
-    /// Greatest value.
-    pub max: f64,
-    /// Mean value.
-    pub avg: f64,
-    /// Change per second from the first sample of the window to the last (`None` with fewer than
-    /// two samples or no time between them).
-    pub rate: Option<f64>,
-}
-
 /// What the store keeps in memory of a set: its record, its schema and its latest sample.
 #[derive(Debug)]
-struct SetEntry {
-    id: SetId,
-    info: SetInfo,
-    schema: Arc<Schema>,
+pub(super) struct SetEntry {
+    pub(super) id: SetId,
+    pub(super) info: SetInfo,
+    pub(super) schema: Arc<Schema>,
     /// The latest sample's (timestamp, generation); writers of the set hold this lock.
     /// Shared with the entry that replaces this one when the set's record changes.
-    latest: Arc<Mutex<Option<(u64, u64)>>>,
+    pub(super) latest: Arc<Mutex<Option<(u64, u64)>>>,
     /// Whether the schema has array metrics (see [`codec::decode_into`]).
-    arrays: bool,
+    pub(super) arrays: bool,
 }
 
 impl SetEntry {
@@ -72,11 +52,15 @@ impl SetEntry {
     }
 }
 
+/// The schemas and sets of a store: read at open, added to since.
 #[derive(Debug, Default)]
-struct Catalog {
-    schemas: BTreeMap<String, Arc<Schema>>,
-    sets: Vec<Arc<SetEntry>>,
-    by_name: BTreeMap<String, SetId>,
+pub(super) struct Catalog {
+    /// The schemas, by name.
+    pub(super) schemas: BTreeMap<String, Arc<Schema>>,
+    /// The sets, by id.
+    pub(super) sets: Vec<Arc<SetEntry>>,
+    /// The sets' ids, by instance name.
+    pub(super) by_name: BTreeMap<String, SetId>,
 }
 
 /// A metric store. Share it between threads by reference; each thread works through its own
@@ -266,48 +250,13 @@ impl<M: PMem + 'static> MetricStore<M> {
         Ok(())
     }
 
-    /// The set named `instance`.
-    pub fn set_id(&self, instance: &str) -> Option<SetId> {
-        self.catalog.read().by_name.get(instance).copied()
+    /// The catalog, to read.
+    pub(super) fn read_catalog(&self) -> RwLockReadGuard<'_, Catalog> {
+        self.catalog.read()
     }
 
-    /// Every set, by id.
-    pub fn sets(&self) -> Vec<(SetId, SetInfo)> {
-        self.catalog.read().sets.iter().map(|e| (e.id, e.info.clone())).collect()
-    }
-
-    /// The sets of component `id`.
-    pub fn sets_by_component(&self, id: u64) -> Vec<SetId> {
-        self.catalog.read().sets.iter().filter(|e| e.info.component_id == id).map(|e| e.id).collect()
-    }
-
-    /// The sets of job `id`.
-    pub fn sets_by_job(&self, id: u64) -> Vec<SetId> {
-        self.catalog.read().sets.iter().filter(|e| e.info.job_id == id).map(|e| e.id).collect()
-    }
-
-    /// The schema named `name`.
-    pub fn schema(&self, name: &str) -> Option<Schema> {
-        self.catalog.read().schemas.get(name).map(|s| (**s).clone())
-    }
-
-    /// Sets whose producer stopped: a declared interval, and no sample for more than `missed`
-    /// intervals before `now` (ns since the epoch). A set that never had a sample is not listed.
-    pub fn stale_sets(&self, now: u64, missed: u64) -> Vec<SetId> {
-        let catalog = self.catalog.read();
-        catalog
-            .sets
-            .iter()
-            .filter(|e| {
-                let interval = e.info.interval_ns;
-                interval > 0
-                    && e.latest.lock().is_some_and(|(ts, _)| now.saturating_sub(ts) > interval.saturating_mul(missed))
-            })
-            .map(|e| e.id)
-            .collect()
-    }
-
-    fn entry(&self, set: SetId) -> Result<Arc<SetEntry>> {
+    /// Set `set`'s entry.
+    pub(super) fn entry(&self, set: SetId) -> Result<Arc<SetEntry>> {
         self.catalog.read().sets.get(set.0 as usize).cloned().ok_or(KvError::UnknownSet(set.0))
     }
 
@@ -323,19 +272,25 @@ impl<M: PMem + 'static> MetricStore<M> {
 }
 
 /// Reads the blob of set `set`'s sample at `ts`.
-fn read_sample<M: PMem + 'static>(h: &mut Handle<M>, set: SetId, ts: u64, buf: &mut Vec<u8>) -> Result<bool> {
+pub(super) fn read_sample<M: PMem + 'static>(
+    h: &mut Handle<M>,
+    set: SetId,
+    ts: u64,
+    buf: &mut Vec<u8>,
+) -> Result<bool> {
     format::read_into(h, HISTORY, codec::history_key(set, ts), buf)
 }
 
 /// A thread's access to a [`MetricStore`].
 #[derive(Debug)]
 pub struct MetricSession<'s, M: PMem + 'static = MmapMem> {
-    store: &'s MetricStore<M>,
-    h: Handle<M>,
-    tx: Transaction,
+    pub(super) store: &'s MetricStore<M>,
+    pub(super) h: Handle<M>,
+    pub(super) tx: Transaction,
+    /// The blob of the sample being stored, kept for reuse.
     words: Vec<u8>,
     /// The blob of the sample read last, kept for reuse.
-    buf: Vec<u8>,
+    pub(super) buf: Vec<u8>,
 }
 
 impl<'s, M: PMem + 'static> MetricSession<'s, M> {
@@ -377,135 +332,6 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         }
         *latest = Some((sample.timestamp, sample.generation));
         Ok(Stored::New)
-    }
-
-    /// The set's latest sample.
-    pub fn latest(&mut self, set: SetId) -> Result<Option<Sample>> {
-        let entry = self.store.entry(set)?;
-        let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
-        self.sample_at(&entry, ts)
-    }
-
-    /// The sample before the latest one (if the history still has it).
-    pub fn previous(&mut self, set: SetId) -> Result<Option<Sample>> {
-        let entry = self.store.entry(set)?;
-        let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
-        if !read_sample(&mut self.h, set, ts, &mut self.buf)? {
-            return Ok(None);
-        }
-        match codec::previous_timestamp(&self.buf) {
-            Some(previous) => self.sample_at(&entry, previous),
-            None => Ok(None),
-        }
-    }
-
-    fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
-        Ok(read_sample(&mut self.h, entry.id, ts, &mut self.buf)?.then(|| codec::decode(&entry.schema, &self.buf)))
-    }
-
-    /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
-    pub fn scan(&mut self, set: SetId, from: u64, to: u64, mut f: impl FnMut(Sample) -> ControlFlow<()>) -> Result<()> {
-        self.scan_blobs(set, from, to, |entry, bytes| f(codec::decode(&entry.schema, bytes)))
-    }
-
-    /// The set's samples with timestamps in `from..=to`, oldest first.
-    pub fn range(&mut self, set: SetId, from: u64, to: u64) -> Result<Vec<Sample>> {
-        let mut out = Vec::new();
-        self.range_into(set, from, to, &mut out)?;
-        Ok(out)
-    }
-
-    /// As [`range`](Self::range), into `out` (replacing what it held), reusing the samples it
-    /// holds and their values' allocations: once `out` has grown, a query allocates only a few
-    /// buffers of its own, not a `Vec` per sample. (A fresh `Vec` per query of 1 000 samples of
-    /// 144 metrics allocates and frees 4.6 MB; glibc gives the top of its heap back to the
-    /// system after each, and the next query faults it in again, which costs several times
-    /// what the store's own work does.)
-    pub fn range_into(&mut self, set: SetId, from: u64, to: u64, out: &mut Vec<Sample>) -> Result<()> {
-        let mut n = 0;
-        let result = self.scan_blobs(set, from, to, |entry, bytes| {
-            match out.get_mut(n) {
-                Some(sample) => codec::decode_into(&entry.schema, bytes, sample, entry.arrays),
-                None => out.push(codec::decode(&entry.schema, bytes)),
-            }
-            n += 1;
-            ControlFlow::Continue(())
-        });
-        out.truncate(n);
-        result
-    }
-
-    /// `f` on the set's entry and the blob of each of its samples with timestamps in
-    /// `from..=to`, oldest first, until it breaks. The blob is read into the session's buffer.
-    fn scan_blobs(
-        &mut self,
-        set: SetId,
-        from: u64,
-        to: u64,
-        mut f: impl FnMut(&SetEntry, &[u8]) -> ControlFlow<()>,
-    ) -> Result<()> {
-        let entry = self.store.entry(set)?;
-        let sample_bytes = codec::sample_len(&entry.schema);
-        let buf = &mut self.buf;
-        self.h.range_with(
-            HISTORY,
-            codec::history_key(set, from)..=codec::history_key(set, to),
-            |entries: Vec<(u128, u64)>, blobs| {
-                for (i, &(_, w)) in entries.iter().enumerate() {
-                    // The next sample's blob loads while this one is decoded.
-                    if let Some(&(_, next)) = entries.get(i + 1) {
-                        blobs.prefetch(next, sample_bytes);
-                    }
-                    blobs.read_into(w, buf);
-                    if f(&entry, buf).is_break() {
-                        return;
-                    }
-                }
-            },
-        )?;
-        Ok(())
-    }
-
-    /// Minimum, maximum, mean and rate of change of each scalar data metric over the samples in
-    /// `from..=to`; empty if there are none.
-    pub fn window(&mut self, set: SetId, from: u64, to: u64) -> Result<Vec<WindowStats>> {
-        let entry = self.store.entry(set)?;
-        let metrics: Vec<(usize, &Metric)> =
-            entry.schema.metrics.iter().enumerate().filter(|(_, m)| !m.meta && m.array.is_none()).collect();
-        let mut stats: Vec<WindowStats> = metrics
-            .iter()
-            .map(|(_, m)| WindowStats {
-                metric: m.name.clone(),
-                samples: 0,
-                min: f64::INFINITY,
-                max: f64::NEG_INFINITY,
-                avg: 0.0,
-                rate: None,
-            })
-            .collect();
-        // (timestamp, values) of the window's first and last samples.
-        type Point = (u64, Vec<f64>);
-        let (mut first, mut last): (Option<Point>, Option<Point>) = (None, None);
-        self.scan(set, from, to, |s| {
-            let xs: Vec<f64> = metrics.iter().map(|(i, _)| s.values[*i].as_f64().expect("a scalar")).collect();
-            for (st, &x) in stats.iter_mut().zip(&xs) {
-                st.samples += 1;
-                st.min = st.min.min(x);
-                st.max = st.max.max(x);
-                st.avg += x;
-            }
-            if first.is_none() {
-                first = Some((s.timestamp, xs.clone()));
-            }
-            last = Some((s.timestamp, xs));
-            ControlFlow::Continue(())
-        })?;
-        let Some(((t0, x0), (t1, x1))) = first.zip(last) else { return Ok(Vec::new()) };
-        for (i, st) in stats.iter_mut().enumerate() {
-            st.avg /= st.samples as f64;
-            st.rate = (t1 > t0).then(|| (x1[i] - x0[i]) / ((t1 - t0) as f64 / 1e9));
-        }
-        Ok(stats)
     }
 
     /// Removes the set's samples older than `before` (ns) and, if `keep` is given, all but the
