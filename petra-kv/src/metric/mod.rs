@@ -28,6 +28,7 @@
 
 mod codec;
 mod query;
+mod retention;
 mod schema;
 mod store;
 

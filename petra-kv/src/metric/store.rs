@@ -20,8 +20,6 @@ const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_
 const CATALOG: StructId = StructId(1);
 const LATEST: StructId = StructId(2);
 pub(super) const HISTORY: StructId = StructId(3);
-/// Removals per transaction when trimming history.
-const TRIM_BATCH: usize = 64;
 
 /// What storing a sample did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -332,32 +330,5 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         }
         *latest = Some((sample.timestamp, sample.generation));
         Ok(Stored::New)
-    }
-
-    /// Removes the set's samples older than `before` (ns) and, if `keep` is given, all but the
-    /// newest `keep`; the latest sample always stays. Returns how many were removed.
-    pub fn trim(&mut self, set: SetId, before: u64, keep: Option<usize>) -> Result<usize> {
-        let entry = self.store.entry(set)?;
-        // Hold the set: no sample arrives while the history is cut.
-        let latest = entry.latest.lock();
-        let Some((latest_ts, _)) = *latest else { return Ok(0) };
-        let older: Vec<u128> = self
-            .h
-            .range(HISTORY, codec::history_key(set, 0)..codec::history_key(set, latest_ts))?
-            .into_iter()
-            .map(|(k, _): (u128, u64)| k)
-            .collect();
-        // `older` excludes the latest: keeping `keep` in all keeps `keep - 1` of these.
-        let by_count = keep.map_or(0, |k| older.len().saturating_sub(k.saturating_sub(1)));
-        let by_age = older.iter().take_while(|&&k| codec::history_timestamp(k) < before).count();
-        let doomed = &older[..by_count.max(by_age)];
-        for chunk in doomed.chunks(TRIM_BATCH) {
-            self.tx.clear();
-            for &k in chunk {
-                self.tx.remove(HISTORY, k);
-            }
-            format::run_total(&mut self.h, &self.tx, |_, _| ())?;
-        }
-        Ok(doomed.len())
     }
 }
