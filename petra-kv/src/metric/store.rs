@@ -1,5 +1,6 @@
 //! The metric store and its sessions: the pool's structures, the catalog of schemas and sets it
-//! keeps in memory, and storing samples.
+//! keeps in memory, and storing samples. The reads are in `query.rs`, retention in
+//! `retention.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +18,8 @@ use crate::error::{KvError, Result};
 use crate::format::{self, Format};
 
 const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_be_bytes(*b"PETRAMS1"), version: 1 };
+/// The structures after the meta list (see the [module docs](super)): the catalog, each set's
+/// latest timestamp, the history.
 const CATALOG: StructId = StructId(1);
 const LATEST: StructId = StructId(2);
 pub(super) const HISTORY: StructId = StructId(3);
@@ -124,6 +127,8 @@ impl<M: PMem + 'static> MetricStore<M> {
         Ok(store)
     }
 
+    /// Reads the catalog's records into memory, with each set's latest sample's timestamp and
+    /// generation.
     fn load_catalog(&self) -> Result<()> {
         let mut h = self.engine.handle()?;
         let records: Vec<(u64, Vec<u8>)> = h.range_with(CATALOG, .., |entries: Vec<(u64, u64)>, blobs| {
