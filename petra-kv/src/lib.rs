@@ -62,9 +62,8 @@ mod layout;
 pub mod metric;
 pub mod store;
 
-pub use config::{Config, CreateMode, Order};
 pub use error::{KvError, Result};
 pub use metric::{
     Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowStats,
 };
-pub use store::{Batch, MAX_KEY_LEN, MAX_VALUE_LEN, Session, Store};
+pub use store::{Batch, Config, CreateMode, MAX_KEY_LEN, MAX_VALUE_LEN, Order, Session, Store};
