@@ -94,6 +94,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         }
     }
 
+    /// The sample of `entry`'s set at `ts`, if the history has it.
     fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
         Ok(read_sample(&mut self.h, entry.id, ts, &mut self.buf)?.then(|| codec::decode(&entry.schema, &self.buf)))
     }
