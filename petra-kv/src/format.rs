@@ -10,16 +10,18 @@ use petra::{
     Blobs, Engine, EngineConfig, EngineError, Handle, KeyWidth, Shape, StructId, StructureKind, Transaction, Values,
 };
 
+use crate::config::{Config, CreateMode};
 use crate::error::{KvError, Result};
-use crate::store::{Config, CreateMode};
 
 /// A kind of pool this crate makes.
 #[derive(Debug)]
 pub(crate) struct Format {
     /// What it is called in errors.
-    pub name: &'static str,
-    pub magic: u64,
-    pub version: u64,
+    pub(crate) name: &'static str,
+    /// The word in the meta list that marks a finished pool of this kind.
+    pub(crate) magic: u64,
+    /// The format version this build writes, and the only one it opens.
+    pub(crate) version: u64,
 }
 
 const META: StructId = StructId(0);

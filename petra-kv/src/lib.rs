@@ -52,6 +52,10 @@
 //! ([`KvError::Full`]) with what it holds; the engine's checkpoint rounds recycle the room its
 //! writes' descriptors take, as they go.
 
+// Internals are `pub(crate)` at most: what is `pub` is the API.
+#![warn(unreachable_pub)]
+
+mod config;
 pub mod error;
 mod format;
 mod layout;

@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
-use std::path::PathBuf;
 
 use parking_lot::{Mutex, MutexGuard};
 use petra::MAX_OPS;
 use petra::mem::{Durability, MmapMem, PMem};
-use petra::pool::{Mapping, Pool};
+use petra::pool::Pool;
 use petra::{CheckpointReport, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 
+pub use crate::config::{Config, CreateMode, Order};
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
 use crate::layout::{Bucket, BucketEdit, Placement, Slot, is_bucket, short_key, within};
@@ -23,77 +23,6 @@ pub const MAX_VALUE_LEN: usize = 64 << 20;
 const FORMAT: Format = Format { name: "petra-kv store", magic: u64::from_be_bytes(*b"PETRAKV1"), version: 1 };
 /// Locks serialising writers of buckets (long keys) that hash to the same stripe.
 const STRIPES: usize = 64;
-
-/// How a store orders its keys. Fixed at creation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// On the skiplist: scans return keys in byte-string order.
-    Sorted,
-    /// On the hash map, of `buckets` buckets (it does not resize: choose about the number of keys
-    /// expected). Scans walk every bucket and return keys in no particular order.
-    Unsorted {
-        /// Buckets of the hash map.
-        buckets: u64,
-    },
-}
-
-impl Order {
-    fn name(self) -> &'static str {
-        match self {
-            Order::Sorted => "sorted",
-            Order::Unsorted { .. } => "unsorted",
-        }
-    }
-
-    fn placement(self) -> Placement {
-        match self {
-            Order::Sorted => Placement::Sorted,
-            Order::Unsorted { .. } => Placement::Hashed,
-        }
-    }
-}
-
-/// Whether opening may create the file, or must.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CreateMode {
-    /// Open an existing store; fail if there is none.
-    Open,
-    /// Create a new store; fail if the file exists.
-    Create,
-    /// Open the store if the file exists, else create it.
-    OpenOrCreate,
-}
-
-/// Where a store lives and how it is made.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The pool file.
-    pub path: PathBuf,
-    /// Bytes the file starts with (creation only).
-    pub size: u64,
-    /// Bytes the file may grow to (creation only); beyond it writes fail with [`KvError::Full`].
-    pub max_size: u64,
-    /// Whether to create the file.
-    pub create: CreateMode,
-    /// The order of a new store; an existing store must have it ([`KvError::WrongOrder`]).
-    pub order: Order,
-    /// How the file is mapped.
-    pub mapping: Mapping,
-}
-
-impl Config {
-    /// A sorted store at `path`, opened or created, starting at 16 MiB and growing up to 16 GiB.
-    pub fn new(path: impl Into<PathBuf>) -> Config {
-        Config {
-            path: path.into(),
-            size: 16 << 20,
-            max_size: 16 << 30,
-            create: CreateMode::OpenOrCreate,
-            order: Order::Sorted,
-            mapping: Mapping::default(),
-        }
-    }
-}
 
 /// A key-value store. Share it between threads by reference; each thread works through its own
 /// [`Session`].
