@@ -23,7 +23,7 @@ use crossbeam_skiplist::SkipMap;
 use petra::mem::MmapMem;
 use petra::pool::{Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Handle, Key, KeyWidth, StructId, StructureKind, Transaction, Values};
-use petra_suite::scratch_dir;
+use petra_recovery::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

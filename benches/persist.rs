@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use petra::mem::{FlushKind, PMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra_suite::scratch_dir;
+use petra_recovery::scratch_dir;
 
 fn config(flush: Option<FlushKind>) -> PoolConfig {
     PoolConfig {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
-use petra_suite::model::Model;
+use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -60,7 +60,7 @@ fn engine_config() -> EngineConfig {
 
 fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, keys: u64, seed: u64) {
     let engine = Engine::create(pool, engine_config()).unwrap();
-    let lists = petra_suite::kinds::create_all(&engine);
+    let lists = petra_recovery::battery::create_all(&engine);
     let logs: Vec<(Vec<Committed>, Vec<SingleRead>, usize)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -83,7 +83,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                         }
                         tx.sorted(sort);
                         let lo = engine.txid_watermark();
-                        let out = petra_suite::kinds::execute(&mut h, &tx).unwrap();
+                        let out = petra_recovery::battery::execute(&mut h, &tx).unwrap();
                         let hi = engine.txid_watermark();
                         match out {
                             Outcome::Committed { results, txid: Some(txid) } => {
@@ -170,7 +170,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
         }
     }
     for &s in &lists {
-        assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "final state of {s:?}");
+        assert_eq!(petra_recovery::battery::entries(&engine, s).unwrap(), model.entries(s), "final state of {s:?}");
     }
     // Not a degenerate run: at least a quarter of the transactions committed (on many keys, most
     // strict ops find their key absent and abort).
@@ -180,7 +180,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
     let (engine, report) = Engine::open(pool, engine_config()).unwrap();
     assert!(report.descriptors < committed.len() as u64, "the rounds folded nothing: {report:?}");
     for &s in &lists {
-        assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), model.entries(s), "recovered state of {s:?}");
+        assert_eq!(petra_recovery::battery::entries(&engine, s).unwrap(), model.entries(s), "recovered state of {s:?}");
     }
     eprintln!("{} committed, {} single reads, {aborted} aborted", committed.len(), reads.len());
 }
@@ -216,7 +216,7 @@ fn four_threads_on_two_cores_are_serializable() {
 fn threads_on_a_real_mapping_and_many_keys_are_serializable() {
     // As above, on real memory: the slots recycled by a round are written again at once by the
     // other thread's transactions.
-    let dir = petra_suite::scratch_dir();
+    let dir = petra_recovery::scratch_dir();
     for seed in [40, 41] {
         let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
         run(pool, 2, 30_000, 512, seed);
@@ -226,7 +226,7 @@ fn threads_on_a_real_mapping_and_many_keys_are_serializable() {
 #[test]
 fn threads_on_a_real_mapping_are_serializable() {
     // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's.
-    let dir = petra_suite::scratch_dir();
+    let dir = petra_recovery::scratch_dir();
     for (seed, threads) in [(20, 2), (21, 3), (22, 4)] {
         let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
         run(pool, threads, 20_000, 8, seed);
@@ -242,7 +242,7 @@ fn ops_that_change_nothing_leave_no_reference_into_a_recycled_slot() {
     // follows from one op to another transaction's is checked in debug builds to lead to a
     // finished descriptor with that op (a recycled slot, written again, would fail it); and a
     // recovery of what is left gives the state the engine held.
-    let dir = petra_suite::scratch_dir();
+    let dir = petra_recovery::scratch_dir();
     let pool = Pool::create(dir.path().join("finds.pool"), &config()).unwrap();
     let engine = Engine::create(pool, engine_config()).unwrap();
     let map = engine.create_hash_map(1 << 17).unwrap();

@@ -10,13 +10,13 @@ use petra::{
     Engine, EngineConfig, EngineError, KeyWidth, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values,
 };
 use petra_recovery::crash::{CrashTest, Report};
-use petra_suite::model::Model;
+use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const MAX_LEN: u64 = 16 << 20;
-/// One structure of each kind (see `petra_suite::kinds`).
-const ALL: [StructId; petra_suite::kinds::ALL.len()] = petra_suite::kinds::IDS;
+/// One structure of each kind (see `petra_recovery::battery`).
+const ALL: [StructId; petra_recovery::battery::ALL.len()] = petra_recovery::battery::IDS;
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 512 << 10, max_size: MAX_LEN, chunk_size: 64 << 10, mapping: Mapping::default() }
@@ -51,14 +51,14 @@ fn setup() -> SimMem {
     let mem = Arc::new(SimMem::new(0, MAX_LEN));
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let engine = Engine::create(pool, engine_config()).unwrap();
-    let ids = petra_suite::kinds::create_all(&engine);
+    let ids = petra_recovery::battery::create_all(&engine);
     assert_eq!(ids, ALL);
     let mut h = engine.handle().unwrap();
     let mut tx = Transaction::new();
     for op in initial_ops() {
         tx.op(op);
     }
-    assert!(petra_suite::kinds::execute(&mut h, &tx).unwrap().is_committed());
+    assert!(petra_recovery::battery::execute(&mut h, &tx).unwrap().is_committed());
     drop(h);
     engine.into_pool().unwrap().close().unwrap();
     Arc::into_inner(mem).unwrap()
@@ -126,7 +126,7 @@ fn workload(mem: Arc<SimMem>, run: Run) -> Vec<Acked> {
                             tx.op(*op);
                         }
                         let start = mem.events();
-                        let out = petra_suite::kinds::execute(&mut h, &tx).unwrap();
+                        let out = petra_recovery::battery::execute(&mut h, &tx).unwrap();
                         let end = mem.events();
                         if let Outcome::Committed { results, txid: Some(txid) } = out
                             && ops.iter().any(|o| !o.kind.is_read())
@@ -164,11 +164,12 @@ fn replay(base: &Model, set: &[&Acked], acked_before: u64) -> Option<Model> {
 fn check(acked: &[Acked], crash_event: u64, mem: SimMem) -> Result<(), String> {
     let pool = Pool::open_in(mem).map_err(|e| format!("open: {e}"))?;
     let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
-    let got: Vec<Vec<(u64, u64)>> = ALL.iter().map(|&s| petra_suite::kinds::entries(&engine, s).unwrap()).collect();
+    let got: Vec<Vec<(u64, u64)>> =
+        ALL.iter().map(|&s| petra_recovery::battery::entries(&engine, s).unwrap()).collect();
     // The allocator holds exactly the nodes of the present keys and the list's head (the map's
     // buckets are a region).
     let live = report.allocator.live_blocks;
-    if live != petra_suite::kinds::live_blocks(&engine, report.present_keys) {
+    if live != petra_recovery::battery::live_blocks(&engine, report.present_keys) {
         return Err(format!("{live} live blocks for {} keys and the heads", report.present_keys));
     }
     let mut base = Model::default();
@@ -300,7 +301,7 @@ fn an_interrupted_engine_create_leaves_no_engine_or_a_whole_one() {
         },
         |mem| {
             let engine = Engine::create(Pool::open_in(mem).unwrap(), engine_config()).unwrap();
-            petra_suite::kinds::create_all(&engine);
+            petra_recovery::battery::create_all(&engine);
         },
         |_, _, mem| {
             let pool = Pool::open_in(mem).map_err(|e| e.to_string())?;
@@ -308,7 +309,7 @@ fn an_interrupted_engine_create_leaves_no_engine_or_a_whole_one() {
                 Ok((engine, report)) if report.present_keys == 0 => {
                     // Whatever structures were created are empty and usable.
                     for s in engine.structures() {
-                        if !petra_suite::kinds::entries(&engine, s).map_err(|e| e.to_string())?.is_empty() {
+                        if !petra_recovery::battery::entries(&engine, s).map_err(|e| e.to_string())?.is_empty() {
                             return Err("a new structure is not empty".into());
                         }
                     }

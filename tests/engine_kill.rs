@@ -9,12 +9,12 @@ use std::path::Path;
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
-use petra_suite::model::Model;
-use petra_suite::scratch_dir;
+use petra_recovery::model::Model;
+use petra_recovery::scratch_dir;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const LISTS: [StructId; petra_suite::kinds::ALL.len()] = petra_suite::kinds::IDS;
+const LISTS: [StructId; petra_recovery::battery::ALL.len()] = petra_recovery::battery::IDS;
 
 /// Rings of one chunk: a child goes round them after about 500 transactions.
 fn engine_config() -> EngineConfig {
@@ -69,7 +69,7 @@ fn child(arg: &str) {
             tx.op(*op);
         }
         ack(format!("B {}", encode(&ops)));
-        match petra_suite::kinds::execute(&mut h, &tx) {
+        match petra_recovery::battery::execute(&mut h, &tx) {
             Ok(out) if out.is_committed() => ack("C"),
             Ok(_) => ack("A"),
             Err(e) => panic!("{e}"),
@@ -82,7 +82,8 @@ fn child(arg: &str) {
 fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
     let pool = Pool::open(path, &Mapping::default()).map_err(|e| format!("reopen: {e}"))?;
     let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
-    let got: Vec<Vec<(u64, u64)>> = LISTS.iter().map(|&s| petra_suite::kinds::entries(&engine, s).unwrap()).collect();
+    let got: Vec<Vec<(u64, u64)>> =
+        LISTS.iter().map(|&s| petra_recovery::battery::entries(&engine, s).unwrap()).collect();
     let mut done = base.clone();
     let mut in_flight: Option<Vec<Op>> = None;
     for a in acks {
@@ -123,7 +124,7 @@ fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
         Some(m) => {
             *base = m;
             let live = report.allocator.live_blocks;
-            if live != petra_suite::kinds::live_blocks(&engine, report.present_keys) {
+            if live != petra_recovery::battery::live_blocks(&engine, report.present_keys) {
                 return Err(format!("{live} live blocks for {} keys and the heads: a leak", report.present_keys));
             }
             Ok(())
@@ -142,7 +143,7 @@ fn transactions_survive_sigkill() {
     let path = dir.path().join("list.pool");
     let config = PoolConfig { initial_size: 4 << 20, max_size: 1 << 30, chunk_size: 64 << 10, ..PoolConfig::default() };
     let engine = Engine::create(Pool::create(&path, &config).unwrap(), engine_config()).unwrap();
-    assert_eq!(petra_suite::kinds::create_all(&engine), LISTS);
+    assert_eq!(petra_recovery::battery::create_all(&engine), LISTS);
     engine.into_pool().unwrap().close().unwrap();
     let mut base = Model::default();
     let report = KillLoop::new("transactions_survive_sigkill", 50)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use petra::mem::{Counting, MemCounts, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, KeyWidth, Op, OpKind, Outcome, StructId, StructureKind, Transaction, Values};
-use petra_suite::model::{Model, same_outcome};
+use petra_recovery::model::{Model, same_outcome};
 use proptest::prelude::*;
 
 fn config() -> PoolConfig {
@@ -58,8 +58,8 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
     let mem = Arc::new(SimMem::new(0, 64 << 20));
     let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
     let mut engine = Engine::create(pool, engine_config()).unwrap();
-    let ids = petra_suite::kinds::create_all(&engine);
-    assert_eq!(ids, petra_suite::kinds::IDS);
+    let ids = petra_recovery::battery::create_all(&engine);
+    assert_eq!(ids, petra_recovery::battery::IDS);
     let mut model = Model::default();
     let mut h = engine.handle().unwrap();
     // The txid of the last committed transaction that wrote.
@@ -74,7 +74,7 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
                     tx.op(*op);
                 }
                 tx.sorted(*sort);
-                let got = petra_suite::kinds::execute(&mut h, &tx).unwrap();
+                let got = petra_recovery::battery::execute(&mut h, &tx).unwrap();
                 // Sorting changes which strict op fails first, not whether the transaction fails.
                 let mut sorted_ops = ops.clone();
                 if *sort {
@@ -105,14 +105,14 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
                 let want: Vec<(u64, u64)> =
                     model.entries(*s).into_iter().filter(|(k, _)| (*lo..=*hi).contains(k)).collect();
                 prop_assert_eq!(
-                    petra_suite::kinds::range(&mut h, *s, *lo..=*hi).unwrap(),
+                    petra_recovery::battery::range(&mut h, *s, *lo..=*hi).unwrap(),
                     want.clone(),
                     "{:?}..={:?}",
                     lo,
                     hi
                 );
                 let half_open: Vec<(u64, u64)> = want.into_iter().filter(|(k, _)| k < hi).collect();
-                prop_assert_eq!(petra_suite::kinds::range(&mut h, *s, *lo..*hi).unwrap(), half_open);
+                prop_assert_eq!(petra_recovery::battery::range(&mut h, *s, *lo..*hi).unwrap(), half_open);
             }
             Step::Checkpoint => {
                 let report = h.checkpoint().expect("a single thread's round always runs");
@@ -137,7 +137,10 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
                 writers_since = 0;
                 // Either way the allocator holds exactly the present keys' nodes (and blobs) and
                 // the heads: nothing live is handed out again, nothing dead is kept.
-                prop_assert_eq!(report.allocator.live_blocks, petra_suite::kinds::live_blocks(&e, report.present_keys));
+                prop_assert_eq!(
+                    report.allocator.live_blocks,
+                    petra_recovery::battery::live_blocks(&e, report.present_keys)
+                );
                 engine = e;
                 h = engine.handle().unwrap();
             }
@@ -147,12 +150,18 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
             let linked = engine.check_links(s);
             prop_assert!(linked.is_ok(), "{:?} after {:?}", linked, step);
             let entries = model.entries(s);
-            prop_assert_eq!(petra_suite::kinds::entries(&engine, s).unwrap(), entries.clone(), "after {:?}", step);
+            prop_assert_eq!(petra_recovery::battery::entries(&engine, s).unwrap(), entries.clone(), "after {:?}", step);
             // Single reads without a transaction: every present key, and the absent keys beside them.
             for &(k, v) in &entries {
-                prop_assert_eq!(petra_suite::kinds::get(&mut h, s, k).unwrap(), Some(v), "get {} after {:?}", k, step);
+                prop_assert_eq!(
+                    petra_recovery::battery::get(&mut h, s, k).unwrap(),
+                    Some(v),
+                    "get {} after {:?}",
+                    k,
+                    step
+                );
                 if entries.binary_search_by_key(&(k + 1), |e| e.0).is_err() {
-                    prop_assert_eq!(petra_suite::kinds::get(&mut h, s, k + 1).unwrap(), None, "get {}", k + 1);
+                    prop_assert_eq!(petra_recovery::battery::get(&mut h, s, k + 1).unwrap(), None, "get {}", k + 1);
                 }
             }
         }
@@ -172,24 +181,24 @@ proptest! {
 fn persistence_costs_exactly_one_fence_and_the_descriptor_lines() {
     let pool = Pool::create_in(Counting::new(SimMem::new(0, 64 << 20)), &config()).unwrap();
     let engine = Engine::create(pool, engine_config()).unwrap();
-    for kind in petra_suite::kinds::ALL {
-        costs_of(&engine, petra_suite::kinds::create(&engine, kind));
+    for kind in petra_recovery::battery::ALL {
+        costs_of(&engine, petra_recovery::battery::create(&engine, kind));
     }
 }
 
 fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
-    use petra_suite::kinds;
+    use petra_recovery::battery;
     let mut h = engine.handle().unwrap();
     // A handle takes its descriptor ring (a region, persisted once) with its first descriptor, and
     // the first node or blob of each size persists its slab chunk's use once: warm both up.
     for k in 0..512 {
         let mut tx = Transaction::new();
         tx.put(s, 1 << 40 | k, k).remove(s, 1 << 40 | k);
-        assert!(kinds::execute(&mut h, &tx).unwrap().is_committed());
+        assert!(battery::execute(&mut h, &tx).unwrap().is_committed());
     }
     let count = |h: &mut petra::Handle<Counting<SimMem>>, tx: &Transaction| {
         let before = MemCounts::current();
-        let out = kinds::execute(h, tx).unwrap();
+        let out = battery::execute(h, tx).unwrap();
         let d = MemCounts::current() - before;
         (out, d.flushes, d.fences)
     };
@@ -198,7 +207,7 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let bytes = engine.values(s).unwrap() == Values::Bytes;
     let blob_lines = |h: &mut petra::Handle<Counting<SimMem>>, key: u64| {
         let (word, len) =
-            kinds::range_with(h, s, key..=key, |e, blobs| (e[0].1, blobs.to_vec(e[0].1).len() as u64)).unwrap();
+            battery::range_with(h, s, key..=key, |e, blobs| (e[0].1, blobs.to_vec(e[0].1).len() as u64)).unwrap();
         let end = word + (8 + len).next_multiple_of(8);
         (end - 1) / 64 - word / 64 + 1
     };
@@ -246,7 +255,7 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     // Four new keys: four records, their lines, one fence for them; the checkpoint txid's line
     // and its fence.
     for k in 0..4u64 {
-        assert!(kinds::execute(&mut h, Transaction::new().put(s, 9000 + k, k)).unwrap().is_committed());
+        assert!(battery::execute(&mut h, Transaction::new().put(s, 9000 + k, k)).unwrap().is_committed());
     }
     let (report, flushes, fences) = round(&mut h);
     assert_eq!((report.descriptors, report.keys, report.records), (4, 4, 4), "{report:?}");
@@ -256,7 +265,7 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     // Reads change no record: only the checkpoint txid's line and fence.
     let mut tx = Transaction::new();
     tx.get(s, 9000u64).get(s, 9001u64);
-    assert!(kinds::execute(&mut h, &tx).unwrap().is_committed());
+    assert!(battery::execute(&mut h, &tx).unwrap().is_committed());
     let (report, flushes, fences) = round(&mut h);
     assert_eq!((report.descriptors, report.records, flushes, fences), (1, 0, 1, 1), "{report:?}");
 }

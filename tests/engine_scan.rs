@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
-use petra_suite::model::Model;
+use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -77,7 +77,7 @@ fn writer<M: PMem + 'static>(
             tx.op(op);
             ops.push(op);
         }
-        if let Outcome::Committed { txid: Some(txid), .. } = petra_suite::kinds::execute(&mut h, &tx).unwrap() {
+        if let Outcome::Committed { txid: Some(txid), .. } = petra_recovery::battery::execute(&mut h, &tx).unwrap() {
             committed.push(Committed { txid, ops });
         }
     }
@@ -112,7 +112,7 @@ fn scanner<M: PMem + 'static>(
         let from = rng.random_range(0..KEYS);
         let to = rng.random_range(from..KEYS + 2);
         let lo = engine.txid_watermark();
-        let got = petra_suite::kinds::range(&mut h, s, from..=to).unwrap();
+        let got = petra_recovery::battery::range(&mut h, s, from..=to).unwrap();
         let hi = engine.txid_watermark();
         overlapped += usize::from(hi > lo);
         out.push(Scan { lo, hi, s, from, to, got });
@@ -126,7 +126,7 @@ fn scanner<M: PMem + 'static>(
 
 fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64) {
     let engine = Engine::create(pool, EngineConfig::rings(64 << 20)).unwrap();
-    let ids = petra_suite::kinds::create_all(&engine);
+    let ids = petra_recovery::battery::create_all(&engine);
     // Half the keys present at the start, so that scans see keys from the first: a transaction
     // per structure.
     let mut committed = Vec::new();
@@ -135,7 +135,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
         for k in (0..KEYS).step_by(2) {
             prefill.insert(s, k, k);
         }
-        let out = petra_suite::kinds::execute(&mut engine.handle().unwrap(), &prefill).unwrap();
+        let out = petra_recovery::battery::execute(&mut engine.handle().unwrap(), &prefill).unwrap();
         let Outcome::Committed { txid: Some(txid), .. } = out else { panic!("the prefill commits") };
         committed.push(Committed { txid, ops: prefill.ops().to_vec() });
     }
@@ -214,7 +214,7 @@ fn scans_are_snapshots_on_the_simulator_and_on_a_real_mapping() {
         run(Pool::create_in(SimMem::new(0, 1 << 30), &config()).unwrap(), 2, 300_000, 3000, seed);
     }
     // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's.
-    let dir = petra_suite::scratch_dir();
+    let dir = petra_recovery::scratch_dir();
     for (seed, writers) in [(10, 1), (11, 2), (12, 3)] {
         let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
         run(pool, writers, 300_000, 8000, seed);

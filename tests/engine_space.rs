@@ -36,12 +36,12 @@ fn crash_and_reopen(engine: Engine<Arc<SimMem>>, mem: &Arc<SimMem>) -> (Engine<A
 
 #[test]
 fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
-    let dir = petra_suite::scratch_dir();
+    let dir = petra_recovery::scratch_dir();
     // A pool per kind.
-    for kind in petra_suite::kinds::ALL.into_iter().filter(|k| k.removes_nodes()) {
+    for kind in petra_recovery::battery::ALL.into_iter().filter(|k| k.removes_nodes()) {
         let pool = Pool::create(dir.path().join(format!("churn-{kind:?}.pool")), &config()).unwrap();
         let engine = Engine::create(pool, EngineConfig::rings(32 << 20)).unwrap();
-        churn(&engine, petra_suite::kinds::create(&engine, kind));
+        churn(&engine, petra_recovery::battery::create(&engine, kind));
     }
 }
 
@@ -75,7 +75,7 @@ fn the_mdlist_keeps_absent_nodes_until_recovery_drops_them() {
 }
 
 fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
-    use petra_suite::kinds::execute;
+    use petra_recovery::battery::execute;
     let before = engine.pool().chunk_counts();
     let mut h = engine.handle().unwrap();
     // Fresh keys every round, so that every insert makes a new node (and, for byte values, a
@@ -107,7 +107,7 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
     // chunks; with it, a chunk per size class in use (12 classes hold 16 to 320 bytes).
     let blobs = after.blob - before.blob;
     assert!(blobs <= 14, "{blobs} more blob chunks for at most 50 live values: replaced blobs are not reused");
-    assert!(petra_suite::kinds::entries(engine, s).unwrap().is_empty());
+    assert!(petra_recovery::battery::entries(engine, s).unwrap().is_empty());
 }
 
 #[test]
@@ -351,12 +351,12 @@ fn a_steady_workload_keeps_the_pool_and_its_rings_flat_and_recovery_short() {
     // than what the others write meanwhile would grow in number. 1 MiB rings, 10 ms of this
     // workload, grew after the warm-up in one run of 20 here.)
     use rand::{Rng, SeedableRng};
-    let dir = petra_suite::scratch_dir();
+    let dir = petra_recovery::scratch_dir();
     let path = dir.path().join("steady.pool");
     let rings = EngineConfig::rings(4 << 20);
     let pool = Pool::create(&path, &config()).unwrap();
     let engine = Engine::create(pool, rings.clone()).unwrap();
-    let ids = petra_suite::kinds::create_all(&engine);
+    let ids = petra_recovery::battery::create_all(&engine);
     let sizes = |engine: &Engine<_>| (std::fs::metadata(&path).unwrap().len(), engine.pool().chunk_counts().runs);
     let mut seen = Vec::new();
     for step in 0..10u64 {
@@ -379,7 +379,7 @@ fn a_steady_workload_keeps_the_pool_and_its_rings_flat_and_recovery_short() {
                                 _ => tx.get(s, k),
                             };
                         }
-                        assert!(petra_suite::kinds::execute(&mut h, &tx).unwrap().is_committed());
+                        assert!(petra_recovery::battery::execute(&mut h, &tx).unwrap().is_committed());
                     }
                 });
             }

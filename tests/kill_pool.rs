@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use petra::mem::PMem;
 use petra::pool::{Mapping, POff, Pool, PoolConfig};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
-use petra_suite::scratch_dir;
+use petra_recovery::scratch_dir;
 
 const REGION_TAG: u16 = 1;
 const SLOTS: u64 = 1000;

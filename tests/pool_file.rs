@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use petra::error::{AllocError, CreateError, OpenError, RebuildError};
 use petra::mem::{Counting, Durability, MemCounts, PMem, SimMem};
 use petra::pool::{Mapping, POff, Pool, PoolConfig, RootEntry};
-use petra_suite::scratch_dir;
+use petra_recovery::scratch_dir;
 
 const CHUNK: u64 = 64 << 10;
 

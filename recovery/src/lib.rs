@@ -6,10 +6,18 @@
 //!   with what it takes to replay each failure.
 //! - [`kill`]: re-executes the test binary as a child, kills it with SIGKILL at a random moment,
 //!   and lets the parent reopen the pool file and check it against what the child acknowledged.
+//! - [`battery`]: the structures every engine test runs on (one of each kind, and two of
+//!   two-word keys), and the helpers that speak to them in one-word keys and word values.
+//! - [`model`]: the sequential model every transactional structure is checked against.
 //! - [`scratch_dir`], [`try_scratch_dir`]: a fresh directory for pool files.
+//!
+//! It is the one home of what the workspace's tests share (`tests/` at the root, and each
+//! crate's own tests).
 
+pub mod battery;
 pub mod crash;
 pub mod kill;
+pub mod model;
 
 /// A fresh directory for pool files, removed when dropped: under `/dev/shm` where it exists (the
 /// usual stand-in for persistent memory), else under the system temporary directory.

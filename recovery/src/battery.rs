@@ -1,0 +1,211 @@
+//! The battery of structures every engine test runs on: one of each kind, so that every transaction test
+//! also crosses structures, and two of two-word keys (one of them of byte values), so that every
+//! test also covers wide keys and blobs.
+//!
+//! The tests speak in one-word keys and word values. On a structure of two-word keys,
+//! [`execute`], [`range`] and [`entries`] write each
+//! key `k` as [`wide_key`]`(k)` (`k` in the high word, a hash of it in the low
+//! one) and map the keys read back. On a structure of byte values they write each word `v` as the
+//! bytes [`encode`]`(v)` (8 to 300 bytes, so blobs of several size classes and
+//! lines) and read them back, checking that every byte read is the one written.
+
+use std::ops::{Bound, RangeBounds};
+
+use petra::mem::PMem;
+use petra::{Blobs, Engine, EngineError, Handle, KeyWidth, Op, Outcome, StructId, StructureKind, Transaction, Values};
+
+/// A kind of structure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The list set.
+    List,
+    /// The hash map, with 16 buckets: short chains, and collisions on small key ranges.
+    HashMap,
+    /// The skiplist.
+    SkipList,
+    /// The multi-dimensional list.
+    MdList,
+    /// The skiplist with two-word keys and byte values (blobs).
+    SkipListWide,
+    /// The hash map (16 buckets) with two-word keys.
+    HashMapWide,
+}
+
+/// Every kind.
+pub const ALL: [Kind; 6] =
+    [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList, Kind::SkipListWide, Kind::HashMapWide];
+
+/// Blocks the allocator holds besides the nodes and blobs of present keys: the head sentinels
+/// of the list, the skiplists and the MDList (the hash map's buckets are a region).
+pub const HEADS: u64 = 4;
+
+impl Kind {
+    /// Whether the kind removes the nodes of absent keys while open (the MDList keeps them
+    /// until the next recovery).
+    pub fn removes_nodes(self) -> bool {
+        self != Kind::MdList
+    }
+
+    /// The engine's structure kind, key width and values.
+    pub fn spec(self) -> (StructureKind, KeyWidth, Values) {
+        let hash = StructureKind::HashMap { buckets: 16 };
+        match self {
+            Kind::List => (StructureKind::List, KeyWidth::U64, Values::Words),
+            Kind::HashMap => (hash, KeyWidth::U64, Values::Words),
+            Kind::SkipList => (StructureKind::SkipList, KeyWidth::U64, Values::Words),
+            Kind::MdList => (StructureKind::MdList, KeyWidth::U64, Values::Words),
+            Kind::SkipListWide => (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
+            Kind::HashMapWide => (hash, KeyWidth::U128, Values::Words),
+        }
+    }
+}
+
+/// Creates a structure of `kind`.
+pub fn create<M: PMem + 'static>(engine: &Engine<M>, kind: Kind) -> StructId {
+    let (k, w, v) = kind.spec();
+    engine.create_structure(k, w, v).expect("a structure is created")
+}
+
+/// The ids [`create_all`] returns in a new engine.
+pub const IDS: [StructId; ALL.len()] = [StructId(0), StructId(1), StructId(2), StructId(3), StructId(4), StructId(5)];
+
+/// One structure of each kind, in the order of [`ALL`].
+pub fn create_all<M: PMem + 'static>(engine: &Engine<M>) -> Vec<StructId> {
+    ALL.iter().map(|&k| create(engine, k)).collect()
+}
+
+/// The byte value that stands for the word `v`: `v`'s little-endian bytes, repeated (with the
+/// byte count mixed in) to a length of 8 to 300 bytes that depends on `v`.
+pub fn encode(v: u64) -> Vec<u8> {
+    let len = 8 + (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % 293;
+    (0..len).map(|i| v.to_le_bytes()[i % 8] ^ (i / 8) as u8).collect()
+}
+
+/// The word a byte value stands for.
+///
+/// # Panics
+/// If the bytes are not exactly [`encode`] of a word: a blob read back wrong.
+pub fn decode(b: &[u8]) -> u64 {
+    assert!(b.len() >= 8, "a byte value of {} bytes", b.len());
+    let v = u64::from_le_bytes(b[..8].try_into().unwrap());
+    assert!(encode(v) == b, "the byte value of {v} was read back wrong: {b:02x?}");
+    v
+}
+
+/// The value a state's `word` stands for: the word, or on a structure of byte values
+/// (`bytes`) the word its blob holds.
+fn value_of<M: PMem>(bytes: bool, blobs: &Blobs<'_, M>, word: u64) -> u64 {
+    if bytes { decode(&blobs.to_vec(word)) } else { word }
+}
+
+/// The two-word key that stands for the one-word key `k`: `k` in the high word (so the order
+/// is `k`'s), and a hash of `k` in the low word (so both words matter). `wide_key(0)` has a
+/// high word of zero: a key of a two-word structure that a one-word descriptor carries.
+pub fn wide_key(k: u64) -> u128 {
+    let lo = (k ^ 0x5EED).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    (k as u128) << 64 | lo as u128
+}
+
+/// The one-word key a two-word key read back stands for.
+///
+/// # Panics
+/// If `bits` is not [`wide_key`] of a key: a key read back wrong.
+pub fn narrow_key(bits: u128) -> u64 {
+    let k = (bits >> 64) as u64;
+    assert_eq!(wide_key(k), bits, "the two-word key of {k} was read back wrong");
+    k
+}
+
+/// Executes the word-valued `tx` of one-word keys, writing the keys of ops on structures of
+/// two-word keys as [`wide_key`]s and the values of ops on structures of byte values as
+/// [`encode`]d bytes, and reading their results back as words.
+pub fn execute<M: PMem + 'static>(h: &mut Handle<M>, tx: &Transaction) -> Result<Outcome, EngineError> {
+    let bytes: Vec<bool> = tx.ops().iter().map(|op| h.values(op.structure).is_ok_and(|v| v == Values::Bytes)).collect();
+    let wide: Vec<bool> = tx.ops().iter().map(|op| h.keys(op.structure).is_ok_and(|w| w == KeyWidth::U128)).collect();
+    if !bytes.contains(&true) && !wide.contains(&true) {
+        return h.execute(tx);
+    }
+    let mut t = Transaction::new();
+    for ((op, &b), &w) in tx.ops().iter().zip(&bytes).zip(&wide) {
+        let key = u64::try_from(op.key).expect("the tests speak in one-word keys");
+        let op = if w { Op::new(op.kind, op.structure, wide_key(key), op.value) } else { *op };
+        match op.kind.writes() {
+            Some(true) if b => t.op_bytes(op, &encode(op.value)),
+            _ => t.op(op),
+        };
+    }
+    t.sorted(tx.is_sorted());
+    h.execute_with(&t, |out, blobs| match out {
+        Outcome::Committed { results, txid } => Outcome::Committed {
+            results: results.iter().zip(&bytes).map(|(r, &b)| r.map(|w| value_of(b, blobs, w))).collect(),
+            txid: *txid,
+        },
+        aborted => aborted.clone(),
+    })
+}
+
+/// [`Handle::get_with`] of one-word key `k` (as its [`wide_key`] on a structure of two-word
+/// keys), with a byte value read back as a word.
+pub fn get<M: PMem + 'static>(h: &mut Handle<M>, s: StructId, k: u64) -> Result<Option<u64>, EngineError> {
+    let bytes = h.values(s)? == Values::Bytes;
+    let value = move |state: Option<u64>, blobs: &Blobs<'_, M>| state.map(|w| value_of(bytes, blobs, w));
+    if h.keys(s)? == KeyWidth::U64 { h.get_with(s, k, value) } else { h.get_with(s, wide_key(k), value) }
+}
+
+/// [`Handle::range`] over one-word keys, with two-word keys mapped back and byte values read
+/// back as words.
+pub fn range<M: PMem + 'static>(
+    h: &mut Handle<M>,
+    s: StructId,
+    r: impl RangeBounds<u64>,
+) -> Result<Vec<(u64, u64)>, EngineError> {
+    let bytes = h.values(s)? == Values::Bytes;
+    range_with(h, s, r, |entries, blobs| entries.into_iter().map(|(k, w)| (k, value_of(bytes, blobs, w))).collect())
+}
+
+/// [`Handle::range_with`] over one-word keys, with two-word keys mapped back (values as the
+/// engine gives them: words, or blob words).
+pub fn range_with<M: PMem + 'static, R>(
+    h: &mut Handle<M>,
+    s: StructId,
+    r: impl RangeBounds<u64>,
+    f: impl FnOnce(Vec<(u64, u64)>, &Blobs<'_, M>) -> R,
+) -> Result<R, EngineError> {
+    if h.keys(s)? == KeyWidth::U64 {
+        return h.range_with(s, r, f);
+    }
+    // The two-word keys of one-word key k run from k << 64 to k << 64 | u64::MAX.
+    let first = |k: &u64| (*k as u128) << 64;
+    let last = |k: &u64| first(k) | u64::MAX as u128;
+    let lo = match r.start_bound() {
+        Bound::Included(k) => Bound::Included(first(k)),
+        Bound::Excluded(k) => Bound::Excluded(last(k)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let hi = match r.end_bound() {
+        Bound::Included(k) => Bound::Included(last(k)),
+        Bound::Excluded(k) => Bound::Excluded(first(k)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    h.range_with(s, (lo, hi), |entries: Vec<(u128, u64)>, blobs| {
+        f(entries.into_iter().map(|(k, w)| (narrow_key(k), w)).collect(), blobs)
+    })
+}
+
+/// [`Engine::entries`], with byte values read back as words.
+pub fn entries<M: PMem + 'static>(engine: &Engine<M>, s: StructId) -> Result<Vec<(u64, u64)>, EngineError> {
+    range(&mut engine.handle()?, s, ..)
+}
+
+/// The slab blocks a recovered engine must hold live, no more (a leak) and no fewer: a node
+/// per present key, a blob per present key of a structure of byte values (every test value
+/// fits a slab block), and the [`HEADS`].
+pub fn live_blocks<M: PMem + 'static>(engine: &Engine<M>, present_keys: u64) -> u64 {
+    let blobs: usize = engine
+        .structures()
+        .into_iter()
+        .filter(|&s| engine.values(s).is_ok_and(|v| v == Values::Bytes))
+        .map(|s| entries(engine, s).expect("a scan").len())
+        .sum();
+    present_keys + blobs as u64 + HEADS
+}
