@@ -18,7 +18,7 @@
 //!   keys; only the reads are counted (with one thread, that thread reads while nothing writes).
 
 use std::ops::{Bound, ControlFlow};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -27,6 +27,9 @@ use petra_kv::{Batch, Config, CreateMode, Order, Session, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redb::{ReadableDatabase, ReadableTable};
+
+use crate::cli::{progress_bar, scratch, wrote};
+use crate::report::KvRow;
 
 /// The workloads, by pmemkv_bench's names.
 pub const WORKLOADS: [&str; 11] = [
@@ -228,7 +231,7 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
 
 /// Runs `workloads` in order on a new store at `path` (which must not exist), of `(size, max)`
 /// bytes (size 0: [`START_BYTES`](crate::START_BYTES)), handing each result to `done` as it finishes.
-pub fn run(
+pub fn run_case(
     case: &KvCase,
     workloads: &[String],
     path: &Path,
@@ -792,4 +795,123 @@ mod tests {
         assert_eq!(*model.removes.lock().unwrap(), 4_000);
         assert!(model.map.lock().unwrap().is_empty());
     }
+}
+
+/// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
+/// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and
+/// thread count: benchmark, micros/op (wall time over operations), ops/sec, MB/s (keys and
+/// values moved), found (reads and removes that found their key), and with --histogram the
+/// 50th, 99th and 99.9th percentile latencies in microseconds.
+#[derive(Debug, clap::Args)]
+pub struct KvArgs {
+    /// Workloads, comma-separated: fillseq, fillrandom, overwrite, txfillrandom, readseq,
+    /// readrandom, readmissing, deleteseq, deleterandom, readrandomwriterandom, readwhilewriting.
+    #[arg(long, value_delimiter = ',', default_values_t = ["fillrandom".to_string(), "readrandom".to_string()])]
+    benchmarks: Vec<String>,
+    /// Keys of the fill workloads, and the key range.
+    #[arg(long, default_value_t = 1_000_000)]
+    num: u64,
+    /// Operations of the read workloads (default: --num).
+    #[arg(long)]
+    reads: Option<u64>,
+    /// Threads running each workload, each with its own session; the operations are shared out.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Bytes per key (at least 8).
+    #[arg(long = "key_size", default_value_t = 8)]
+    key_size: usize,
+    /// Bytes per value.
+    #[arg(long = "value_size", default_value_t = 100)]
+    value_size: usize,
+    /// Share of reads in readrandomwriterandom, percent.
+    #[arg(long = "readwritepercent", default_value_t = 90)]
+    readwritepercent: u32,
+    /// Puts per atomic batch in txfillrandom (1 to 64).
+    #[arg(long = "tx_size", default_value_t = 8)]
+    tx_size: usize,
+    /// Stores, comma-separated, each run on its own file: sorted (petra-kv on the skiplist),
+    /// unsorted (petra-kv on a hash map of --num buckets), redb-none and redb-immediate (redb
+    /// with its commit durability none and immediate: the baseline).
+    #[arg(long, value_delimiter = ',', default_values_t = ["sorted".to_string()])]
+    engine: Vec<String>,
+    /// The file to create, for one engine (default: a new file in /dev/shm or the temporary
+    /// directory, removed afterwards). It must not exist.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// As pmemkv_bench's: the size of the petra-kv pool file to create, GiB, its pages faulted in
+    /// before the workloads (on tmpfs or DAX). 0: start at 64 MiB and grow as the workloads need.
+    #[arg(long = "db_size_in_gb", default_value_t = 0)]
+    db_size_in_gb: u64,
+    /// The most a petra-kv pool file may grow to, GiB (at least --db_size_in_gb).
+    #[arg(long = "db_max_size_in_gb", default_value_t = 8)]
+    db_max_size_in_gb: u64,
+    /// Record per-operation latencies and print percentiles.
+    #[arg(long)]
+    histogram: bool,
+    /// petra-kv without flushes and fences: what durability costs (nothing is durable).
+    #[arg(long)]
+    volatile: bool,
+    /// Seed of the random keys and values.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the results to this directory: kv.csv and kv.json, a row per workload run.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench kv`.
+pub fn run(args: KvArgs) -> Result<(), String> {
+    let engines: Vec<Engine> = args.engine.iter().map(|e| Engine::parse(e, args.num)).collect::<Result<_, _>>()?;
+    if args.db.is_some() && engines.len() > 1 {
+        return Err("--db names one file: give one engine".into());
+    }
+    let cases: Vec<KvCase> = engines
+        .iter()
+        .map(|&engine| KvCase {
+            num: args.num,
+            reads: args.reads.unwrap_or(args.num),
+            threads: args.threads,
+            key_size: args.key_size,
+            value_size: args.value_size,
+            read_write_percent: args.readwritepercent,
+            tx_size: args.tx_size,
+            engine,
+            seed: args.seed,
+            histogram: args.histogram,
+            volatile: args.volatile,
+        })
+        .collect();
+    for case in &cases {
+        check(case, &args.benchmarks)?;
+    }
+    let tmp = if args.db.is_none() { Some(scratch()?) } else { None };
+    println!(
+        "{} keys of {} bytes, {}-byte values, {} thread{}{}, files in {}",
+        args.num,
+        args.key_size,
+        args.value_size,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" },
+        if args.volatile { ", petra-kv volatile (flushes and fences off)" } else { "" },
+        args.db.as_ref().and_then(|p| p.parent()).or(tmp.as_ref().map(|t| t.path())).unwrap_or(".".as_ref()).display()
+    );
+    println!("engine,threads,benchmark,micros/op,ops/sec,MB/s,found,p50,p99,p99.9");
+    let progress = progress_bar(cases.len() * args.benchmarks.len(), "workloads");
+    let mut rows = Vec::new();
+    for case in &cases {
+        let name = case.engine.name();
+        let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name));
+        let sizes = (args.db_size_in_gb << 30, args.db_max_size_in_gb << 30);
+        run_case(case, &args.benchmarks, &path, sizes, |r| {
+            let row = KvRow::new(name, args.threads, r);
+            progress.suspend(|| println!("{}", row.line()));
+            progress.inc(1);
+            rows.push(row);
+        })?;
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_rows(out, "kv", &rows)?);
+    }
+    Ok(())
 }

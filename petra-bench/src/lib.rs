@@ -10,13 +10,19 @@
 //! - [`tatp`]: TATP on PETRA's hash maps.
 //! - [`reopen`]: what a clean close, and an open after it or after a crash, cost.
 //! - [`steady`]: a long run on a fixed working set while checkpoint rounds keep the pool flat.
+//! - [`lftt`]: the C++ LFTT/PETRA harness's argument form, run as a `micro` configuration.
+//!
+//! Each of these modules owns its subcommand's arguments and its `run`; [`cli`] holds what they
+//! share on the command line.
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
 //! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
 //! (`benches/lookup.rs`).
 
 pub mod baseline;
+pub mod cli;
 pub mod kv;
+pub mod lftt;
 pub mod metrics;
 pub mod micro;
 pub mod reopen;

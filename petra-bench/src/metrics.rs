@@ -10,6 +10,7 @@ use petra_kv::{
     Config, CreateMode, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Value,
 };
 
+use crate::cli::scratch;
 use crate::kv::{RedbDb, RedbDurability, redb_err};
 
 /// One run's settings.
@@ -384,4 +385,88 @@ fn visit(db: &RedbDb, set: usize, from: u64, to: u64, mut f: impl FnMut(&[u8])) 
         }
         Ok(())
     })
+}
+
+/// The metric store: durable ingest of samples of one set of u64 metrics, then latest-value
+/// reads and range queries, one thread.
+#[derive(Debug, clap::Args)]
+pub struct MetricsArgs {
+    /// Metrics in each set (u64 data metrics).
+    #[arg(long, default_value_t = 144)]
+    metrics: usize,
+    /// Sets, one per producer.
+    #[arg(long, default_value_t = 1)]
+    sets: usize,
+    /// Threads storing samples, each the samples of every THREADS-th set (at most --sets).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Samples stored into each set.
+    #[arg(long, default_value_t = 200_000)]
+    samples: u64,
+    /// Latest-value reads timed.
+    #[arg(long, default_value_t = 100_000)]
+    reads: u64,
+    /// Range queries timed.
+    #[arg(long, default_value_t = 1_000)]
+    ranges: u64,
+    /// Samples per range query.
+    #[arg(long, default_value_t = 1_000)]
+    range_len: u64,
+    /// Engines, comma-separated, each on its own file: petra (the metric store), redb-none and
+    /// redb-immediate (the same records in redb, one write transaction per sample, with its
+    /// commit durability none or immediate: the baseline).
+    #[arg(long, value_delimiter = ',', default_values_t = ["petra".to_string(), "redb-none".to_string(), "redb-immediate".to_string()])]
+    engine: Vec<String>,
+}
+
+/// Runs `petra-bench metrics`.
+pub fn run(args: MetricsArgs) -> Result<(), String> {
+    let engines: Vec<MetricsEngine> = args.engine.iter().map(|e| MetricsEngine::parse(e)).collect::<Result<_, _>>()?;
+    if args.threads > args.sets {
+        return Err(format!("{} threads for {} sets: a thread stores whole sets", args.threads, args.sets));
+    }
+    let case = MetricsCase {
+        metrics: args.metrics,
+        sets: args.sets,
+        threads: args.threads,
+        samples: args.samples,
+        reads: args.reads,
+        ranges: args.ranges,
+        range_len: args.range_len,
+    };
+    let tmp = scratch()?;
+    println!(
+        "{} set(s) of {} u64 metrics, {} samples each, {} thread(s), files in {}",
+        args.sets,
+        args.metrics,
+        args.samples,
+        args.threads,
+        tmp.path().display()
+    );
+    println!(
+        "{:<15} {:>12} {:>12} {:>16} {:>16} {:>16} {:>10}",
+        "engine",
+        "samples/s",
+        "latest us",
+        format!("range {} us", args.range_len),
+        "reused Vec us",
+        format!("scan {} us", args.range_len),
+        "file MiB"
+    );
+    for engine in engines {
+        let path = tmp.path().join(format!("{}.db", engine.name()));
+        let r = run_on(engine, &case, &path, 64 << 30)?;
+        let _ = std::fs::remove_file(&path);
+        println!(
+            "{:<15} {:>12.0} {:>12.2} {:>16.1} {:>16.1} {:>16.1} {:>10.1}",
+            engine.name(),
+            r.ingest_per_sec,
+            r.latest_micros,
+            r.range_micros,
+            r.reused_micros,
+            r.scan_micros,
+            r.file_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
 }

@@ -10,6 +10,7 @@
 //! - **abort %**: aborted transactions over all transactions run;
 //! - **flushes/tx** and **fences/tx**: per committed or aborted transaction, counted.
 
+use std::path::PathBuf;
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -19,7 +20,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::baseline::{LockMap, SkipMapBound, TxMap, TxWorker};
-use crate::workload::{GenOp, Workload};
+use crate::cli::{progress_bar, scratch, wrote};
+use crate::workload::{GenOp, Mix, Workload};
 
 /// What a run runs on: PETRA durable or volatile, or a baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +160,7 @@ impl MicroResult {
 
 /// Runs one configuration on a fresh structure in a pool file under `dir`, or on a fresh
 /// baseline map.
-pub fn run(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
+pub fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
     match case.mode {
         Mode::Durable | Mode::Volatile => run_petra(case, dir),
         Mode::Locks => measure(case, &LockMap::default()),
@@ -331,4 +333,182 @@ impl Encoding<'_> {
             _ => tx.op(op),
         };
     }
+}
+
+/// The dissertation's micro-benchmarks: transactions of strict inserts, deletes, updates and
+/// finds on a structure, durable and volatile in one run.
+///
+/// tx/s counts committed transactions per second; ops/s counts their operations; abort % is
+/// the share of transactions aborted because a strict op failed (or to break a helping
+/// cycle); flushes/tx and fences/tx are counted over every transaction run.
+#[derive(Debug, clap::Args)]
+pub struct MicroArgs {
+    /// The structure: list (defaults: key range 10K, mixes 40/40/20 and 10/10/80), skiplist or
+    /// mdlist (key range 1M, the same mixes) or hashmap (key range 1M, mixes 40/30/10/20 and 10/10/5/75,
+    /// insert/delete/update/find).
+    #[arg(long, default_value = "list")]
+    pub(crate) structure: String,
+    /// Thread counts to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    pub(crate) threads: Vec<usize>,
+    /// Transaction sizes to run, comma-separated (1 to 16).
+    #[arg(long = "tx-size", value_delimiter = ',', default_values_t = [1usize, 4])]
+    pub(crate) tx_sizes: Vec<usize>,
+    /// Keys are uniform in [0, key-range) (default: the structure's).
+    #[arg(long)]
+    pub(crate) key_range: Option<u64>,
+    /// Operation mixes in percent, insert/delete/find or insert/delete/update/find (default: the
+    /// structure's, from the dissertation).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) mix: Vec<String>,
+    /// Transactions per thread.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) txs: u64,
+    /// Share of the key range inserted before timing.
+    #[arg(long, default_value_t = 0.5)]
+    pub(crate) prefill: f64,
+    /// What to run on, comma-separated: durable and volatile (PETRA with and without flushes
+    /// and fences), locks (a volatile map under 1 024 striped locks taken in order, with an undo
+    /// log: the dissertation's abstract-locking baseline) and skipmap (crossbeam-skiplist, each op
+    /// on its own with no transaction: an upper bound, neither atomic nor isolated). The
+    /// baselines are the same whatever the structure, with word values and one-word keys.
+    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string(), "locks".to_string(), "skipmap".to_string()])]
+    pub(crate) modes: Vec<String>,
+    /// Directory for the pool files (default: /dev/shm if it exists, else the temporary directory).
+    #[arg(long)]
+    pub(crate) dir: Option<PathBuf>,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Value size in bytes: 0 for word values (the dissertation's), otherwise byte values (blobs)
+    /// of this size.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) value_size: usize,
+    /// Key width in bytes: 8 (u64 keys, the dissertation's) or 16 (two-word keys: each key k
+    /// written as k in both words). Not for the mdlist, whose keys are one word.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) key_bytes: usize,
+    /// Checkpoint rounds start when a thread's descriptor ring (64 MiB) is this full, percent;
+    /// 0 turns them off (what bounding the pool and recovery costs).
+    #[arg(long = "checkpoint-fill", default_value_t = 25)]
+    pub(crate) checkpoint_fill: u8,
+    /// Also write the results to this directory: micro.csv, micro.json, and SVG plots of tx/s
+    /// against threads (micro-threads.svg) and against transaction size (micro-txsize.svg)
+    /// when more than one of each was run.
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench micro`.
+pub fn run(args: MicroArgs) -> Result<(), String> {
+    let mut modes: Vec<Mode> = args.modes.iter().map(|m| Mode::parse(m)).collect::<Result<_, _>>()?;
+    if args.value_size > 0 || args.key_bytes != 8 {
+        // The baselines hold word values under one-word keys only.
+        modes.retain(|m| matches!(m, Mode::Durable | Mode::Volatile));
+    }
+    let structure = StructureKind::parse(&args.structure)?;
+    let (default_range, default_mixes): (u64, &[&str]) = match structure {
+        StructureKind::List => (10_000, &["40/40/20", "10/10/80"]),
+        StructureKind::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
+        StructureKind::SkipList | StructureKind::MdList => (1_000_000, &["40/40/20", "10/10/80"]),
+    };
+    let key_range = args.key_range.unwrap_or(default_range);
+    let mix_names: Vec<String> =
+        if args.mix.is_empty() { default_mixes.iter().map(|m| m.to_string()).collect() } else { args.mix.clone() };
+    let mixes: Vec<Mix> = mix_names.iter().map(|m| Mix::parse(m)).collect::<Result<_, _>>()?;
+    if let Some(&bad) = args.tx_sizes.iter().find(|&&s| s == 0 || s > 16) {
+        return Err(format!("transaction size {bad} is outside 1 to 16"));
+    }
+    if args.threads.contains(&0) {
+        return Err("thread counts must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&args.prefill) {
+        return Err(format!("prefill {} is outside 0 to 1", args.prefill));
+    }
+    let tmp = match &args.dir {
+        Some(_) => None,
+        None => Some(scratch()?),
+    };
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().to_path_buf());
+    let wide_keys = match args.key_bytes {
+        8 => false,
+        16 if structure != StructureKind::MdList => true,
+        16 => return Err("the mdlist's keys are one word: --key-bytes 8".into()),
+        n => return Err(format!("key width {n} bytes: use 8 or 16")),
+    };
+    let values = match args.value_size {
+        0 => "word values".to_string(),
+        n => format!("{n}-byte values"),
+    };
+    println!(
+        "{}, {}-byte keys, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
+        structure.name(),
+        args.key_bytes,
+        key_range,
+        args.txs,
+        args.prefill * 100.0,
+        dir.display()
+    );
+    println!(
+        "{:<12} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
+        "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
+    );
+    let runs = mixes.len() * args.tx_sizes.len() * args.threads.len() * modes.len();
+    let progress = progress_bar(runs, "runs");
+    let mut all = Vec::new();
+    for mix in &mixes {
+        for &tx_size in &args.tx_sizes {
+            for &threads in &args.threads {
+                let mut volatile_tps = None;
+                let mut rows = Vec::new();
+                for &mode in &modes {
+                    let case = MicroCase {
+                        structure,
+                        mode,
+                        threads,
+                        workload: Workload { key_range, mix: *mix, tx_size },
+                        txs_per_thread: args.txs,
+                        prefill: args.prefill,
+                        seed: args.seed,
+                        value_size: args.value_size,
+                        wide_keys,
+                        checkpoint_fill: args.checkpoint_fill,
+                    };
+                    let r = run_case(case, &dir)?;
+                    progress.inc(1);
+                    if mode == Mode::Volatile {
+                        volatile_tps = Some(r.tx_per_sec());
+                    }
+                    rows.push(r);
+                }
+                for r in rows {
+                    let ratio = match (r.case.mode, volatile_tps) {
+                        (Mode::Volatile, _) | (_, None) => String::from("-"),
+                        (_, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
+                    };
+                    progress.suspend(|| {
+                        println!(
+                            "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
+                            mix.to_string(),
+                            r.case.mode.name(),
+                            threads,
+                            tx_size,
+                            r.tx_per_sec(),
+                            r.ops_per_sec(),
+                            r.abort_pct(),
+                            r.flushes_per_tx(),
+                            r.fences_per_tx(),
+                            ratio
+                        )
+                    });
+                    all.push(crate::report::MicroRow::from(&r));
+                }
+            }
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_all(out, &all)?);
+    }
+    Ok(())
 }

@@ -15,6 +15,8 @@ use petra::mem::MmapMem;
 use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
+use crate::cli::scratch;
+
 /// One run's settings.
 #[derive(Debug, Clone)]
 pub struct ReopenCase {
@@ -73,7 +75,7 @@ fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String
 }
 
 /// Runs the case on a new pool at `path`.
-pub fn run(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
+pub fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
     if case.updates > case.keys {
         return Err(format!("{} updates of {} keys", case.updates, case.keys));
     }
@@ -99,4 +101,62 @@ pub fn run(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
     engine.close().map_err(|e| e.to_string())?;
     let file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
     Ok(ReopenResult { fill_secs, after_crash, close, after_close, file_bytes })
+}
+
+/// What closing and opening cost: fills a pool, opens it after a crash (full recovery),
+/// overwrites some keys, closes it cleanly (their descriptors folded into the nodes) and
+/// opens it again (recovery skipped).
+#[derive(Debug, clap::Args)]
+pub struct ReopenArgs {
+    /// Keys in the pool.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Keys overwritten between the two opens (what the clean close folds into the nodes).
+    #[arg(long, default_value_t = 100_000)]
+    updates: u64,
+    /// hashmap (of --keys buckets) or skiplist.
+    #[arg(long, value_delimiter = ',', default_values_t = ["hashmap".to_string(), "skiplist".to_string()])]
+    structure: Vec<String>,
+}
+
+/// Runs `petra-bench reopen`.
+pub fn run(args: ReopenArgs) -> Result<(), String> {
+    let cases: Vec<ReopenCase> = args
+        .structure
+        .iter()
+        .map(|s| {
+            let structure = match s.as_str() {
+                "hashmap" => petra::StructureKind::HashMap { buckets: args.keys.max(1) },
+                "skiplist" => petra::StructureKind::SkipList,
+                other => return Err(format!("unknown structure {other:?}: use hashmap or skiplist")),
+            };
+            Ok(ReopenCase { structure, keys: args.keys, updates: args.updates })
+        })
+        .collect::<Result<_, _>>()?;
+    let tmp = scratch()?;
+    println!(
+        "{} keys, {} overwritten before the clean close, pool files in {}",
+        args.keys,
+        args.updates,
+        tmp.path().display()
+    );
+    println!(
+        "{:<10} {:>9} {:>15} {:>12} {:>12} {:>15} {:>10}",
+        "structure", "fill s", "open, crash s", "descriptors", "close s", "open, clean s", "file MiB"
+    );
+    for (case, name) in cases.iter().zip(&args.structure) {
+        let path = tmp.path().join(format!("{name}.pool"));
+        let r = run_case(case, &path)?;
+        let _ = std::fs::remove_file(&path);
+        let descriptors = r.after_crash.report.as_ref().map_or(0, |r| r.descriptors);
+        println!(
+            "{name:<10} {:>9.2} {:>15.3} {descriptors:>12} {:>12.3} {:>15.3} {:>10.1}",
+            r.fill_secs,
+            r.after_crash.secs,
+            r.close.secs,
+            r.after_close.secs,
+            r.file_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! records the throughput, the rounds run and the time they took, and the pool file's size;
 //! at the end, the time to open the pool after a crash (recovery) and after a clean close.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,8 @@ use petra::{CheckpointStats, Engine, EngineConfig, KeyWidth, StructId, Structure
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
+
+use crate::cli::{progress_bar, scratch, wrote};
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -70,7 +72,7 @@ pub struct SteadyEnd {
 }
 
 /// Runs the case on a new pool at `path`, calling `row` after each interval.
-pub fn run(
+pub fn run_case(
     case: &SteadyCase,
     path: &Path,
     mut row: impl FnMut(&SteadyRow),
@@ -194,6 +196,102 @@ fn worker(
         }
         // Relaxed: a counter read for a report.
         committed.fetch_add(n, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
+/// and recycle the descriptors: throughput, rounds, their time and the pool file's size per
+/// interval; then the time to open after a crash and after a clean close.
+#[derive(Debug, clap::Args)]
+pub struct SteadyArgs {
+    /// Keys of the working set (half put before the run).
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Ops per transaction (puts 50%, removes 25%, gets 25%, uniform keys).
+    #[arg(long = "tx-size", default_value_t = 4)]
+    tx_size: usize,
+    /// Seconds between the rows (samples of the counters).
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    /// Intervals to run (60 at 10 s: ten minutes).
+    #[arg(long, default_value_t = 6)]
+    intervals: usize,
+    /// Bytes of a descriptor ring (a checkpoint round runs when a thread's ring is a quarter full).
+    #[arg(long = "ring-bytes", default_value_t = 64 << 20)]
+    ring_bytes: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the rows to this directory: steady.csv and steady.json.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench steady`.
+pub fn run(args: SteadyArgs) -> Result<(), String> {
+    if !(args.interval > 0.0 && args.interval.is_finite()) {
+        return Err(format!("interval {} s: give a positive number of seconds", args.interval));
+    }
+    let case = SteadyCase {
+        keys: args.keys,
+        threads: args.threads,
+        interval: std::time::Duration::from_secs_f64(args.interval),
+        intervals: args.intervals,
+        tx_size: args.tx_size,
+        ring_bytes: args.ring_bytes,
+        seed: args.seed,
+    };
+    let tmp = scratch()?;
+    println!(
+        "hash map of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, a row every {} s, pool in {}",
+        args.keys,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" },
+        args.tx_size,
+        args.ring_bytes >> 20,
+        args.interval,
+        tmp.path().display()
+    );
+    println!(
+        "{:>8} {:>9} {:>12} {:>7} {:>12} {:>9} {:>10} {:>6}",
+        "interval", "at s", "tx/s", "rounds", "descriptors", "rounds s", "file MiB", "rings"
+    );
+    let progress = progress_bar(args.intervals, "intervals");
+    let (rows, end) = run_case(&case, &tmp.path().join("steady.pool"), |r| {
+        progress.suspend(|| {
+            println!(
+                "{:>8} {:>9.1} {:>12.0} {:>7} {:>12} {:>9.3} {:>10.1} {:>6}",
+                r.interval,
+                r.at_secs,
+                r.tx_per_sec,
+                r.rounds,
+                r.descriptors,
+                r.round_secs,
+                r.file_bytes as f64 / (1 << 20) as f64,
+                r.rings
+            )
+        });
+        progress.inc(1);
+    })?;
+    progress.finish_and_clear();
+    let total = rows.last().map_or(0.0, |r| r.at_secs);
+    let busy: f64 = rows.iter().map(|r| r.round_secs).sum();
+    let thread_secs = total * args.threads as f64;
+    println!(
+        "rounds took {busy:.2} s of the threads' {thread_secs:.1} s ({:.2}%)",
+        100.0 * busy / thread_secs.max(1e-9)
+    );
+    println!(
+        "open after a crash {:.3} s ({} descriptors read, {} keys), clean close {:.3} s, open after it {:.3} s",
+        end.open_after_crash_secs, end.descriptors_read, end.present_keys, end.close_secs, end.open_after_close_secs
+    );
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_rows(out, "steady", &rows)?);
+        wrote(crate::report::write_rows(out, "steady-end", std::slice::from_ref(&end))?);
     }
     Ok(())
 }

@@ -29,7 +29,7 @@
 //! a strict Insert) and DELETE_CALL_FORWARDING (a strict Delete). A transaction aborted to break a
 //! helping cycle is run again; the success rate counts the others.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use petra::mem::MmapMem;
@@ -37,6 +37,9 @@ use petra::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Tra
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+
+use crate::cli::{progress_bar, scratch, wrote};
+use crate::report::TatpRow;
 
 /// The transaction types: name, share of the full mix (percent), the success rate the
 /// specification quotes, and the one its population rules and parameter ranges imply (percent).
@@ -325,7 +328,7 @@ impl Schema {
         for cf in &rows.call_forwarding {
             tx.insert(self.call_forwarding, forwarding_key(s, cf.sf_type, cf.start_time), cf_word(cf));
         }
-        match run(h, tx)? {
+        match decided(h, tx)? {
             Some(_) => Ok(()),
             None => Err(format!("subscriber {s} could not be inserted")),
         }
@@ -346,7 +349,7 @@ impl Schema {
         // The lookup by number: sub_nbr is s_id's 15 digits.
         let by_number = |h: &mut Handle<MmapMem>, tx: &mut Transaction| -> Result<Option<u64>, String> {
             tx.clear().get(self.sub_nbr, s_id);
-            Ok(run(h, tx)?.and_then(|r| r[0]))
+            Ok(decided(h, tx)?.and_then(|r| r[0]))
         };
         match kind {
             GET_SUBSCRIBER_DATA => {
@@ -366,26 +369,26 @@ impl Schema {
                 for start in (0..=start_time).step_by(8) {
                     tx.get(self.call_forwarding, forwarding_key(s_id, sf_type, start));
                 }
-                let Some(r) = run(h, tx)? else { return Ok(false) };
+                let Some(r) = decided(h, tx)? else { return Ok(false) };
                 let active = r[0].is_some_and(|sf| sf >> 48 & 1 == 1);
                 Ok(active && r[1..].iter().flatten().any(|&cf| (cf >> 56) as u8 > end_time))
             }
             GET_ACCESS_DATA => {
                 let ai_type = rng.random_range(1..=4u8);
                 tx.clear().find(self.access_info, facility_key(s_id, ai_type));
-                Ok(run(h, tx)?.is_some())
+                Ok(decided(h, tx)?.is_some())
             }
             UPDATE_SUBSCRIBER_DATA => {
                 let (bit, sf_type, data_a) =
                     (rng.random_range(0..2u64), rng.random_range(1..=4u8), rng.random_range(0..256u64));
                 tx.clear().update(self.bit_1, s_id, bit).update(self.data_a, facility_key(s_id, sf_type), data_a);
-                Ok(run(h, tx)?.is_some())
+                Ok(decided(h, tx)?.is_some())
             }
             UPDATE_LOCATION => {
                 let vlr = rng.random_range(1..=u32::MAX) as u64;
                 let Some(s) = by_number(h, tx)? else { return Ok(false) };
                 tx.clear().update(self.vlr, s, vlr);
-                Ok(run(h, tx)?.is_some())
+                Ok(decided(h, tx)?.is_some())
             }
             INSERT_CALL_FORWARDING => {
                 let sf_type = rng.random_range(1..=4u8);
@@ -404,14 +407,14 @@ impl Schema {
                     forwarding_key(s, sf_type, start_time),
                     (end_time as u64) << 56 | numberx,
                 );
-                Ok(run(h, tx)?.is_some())
+                Ok(decided(h, tx)?.is_some())
             }
             DELETE_CALL_FORWARDING => {
                 let sf_type = rng.random_range(1..=4u8);
                 let start_time = [0u8, 8, 16][rng.random_range(0..3)];
                 let Some(s) = by_number(h, tx)? else { return Ok(false) };
                 tx.clear().delete(self.call_forwarding, forwarding_key(s, sf_type, start_time));
-                Ok(run(h, tx)?.is_some())
+                Ok(decided(h, tx)?.is_some())
             }
             other => Err(format!("unknown transaction type {other}")),
         }
@@ -431,7 +434,7 @@ impl Schema {
 
 /// Executes `tx` until it is decided ([`Handle::execute_decided`]): its results if it
 /// committed, `None` if a strict op failed.
-fn run(h: &mut Handle<MmapMem>, tx: &Transaction) -> Result<Option<Vec<Option<u64>>>, String> {
+fn decided(h: &mut Handle<MmapMem>, tx: &Transaction) -> Result<Option<Vec<Option<u64>>>, String> {
     Ok(h.execute_decided(tx, |results, _| results.to_vec()).map_err(|e| e.to_string())?.ok())
 }
 
@@ -650,4 +653,106 @@ mod tests {
             assert!((pct - implied).abs() < slack, "{name}: {pct:.1}% of {run} succeeded, {implied}% implied");
         }
     }
+}
+
+/// TATP (the Telecom Application Transaction Processing benchmark) on PETRA's hash maps:
+/// populates the four tables, runs the seven-transaction mix (or UPDATE_LOCATION alone) and
+/// prints throughput and each type's success rate beside the specification's.
+#[derive(Debug, clap::Args)]
+pub struct TatpArgs {
+    /// Subscribers (the specification's scale; at least 100 000 for a conforming run).
+    #[arg(long, default_value_t = 100_000)]
+    subscribers: u64,
+    /// Thread counts to run, comma-separated (each run on a fresh population).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    threads: Vec<usize>,
+    /// Transactions per thread.
+    #[arg(long, default_value_t = 200_000)]
+    txs: u64,
+    /// full (the seven types) or update-location.
+    #[arg(long, default_value = "full")]
+    mix: String,
+    /// Modes to run: durable, volatile.
+    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string()])]
+    modes: Vec<String>,
+    /// Seed of the population and the transactions.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the results to this directory: tatp.csv and tatp.json, a row per transaction
+    /// type of each run.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench tatp`.
+pub fn run(args: TatpArgs) -> Result<(), String> {
+    let mix = Mix::parse(&args.mix)?;
+    let modes: Vec<bool> = args
+        .modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "durable" => Ok(false),
+            "volatile" => Ok(true),
+            other => Err(format!("unknown mode {other:?}: use durable or volatile")),
+        })
+        .collect::<Result<_, _>>()?;
+    if args.subscribers == 0 || args.threads.contains(&0) {
+        return Err("--subscribers and --threads must be at least 1".into());
+    }
+    let tmp = scratch()?;
+    println!(
+        "TATP, {} subscribers, {} mix, {} transactions per thread, pool files in {}",
+        args.subscribers,
+        args.mix,
+        args.txs,
+        tmp.path().display()
+    );
+    let progress = progress_bar(args.threads.len() * modes.len(), "runs");
+    let mut rows = Vec::new();
+    for &threads in &args.threads {
+        for &volatile in &modes {
+            let case = TatpCase {
+                subscribers: args.subscribers,
+                threads,
+                txs_per_thread: args.txs,
+                mix,
+                seed: args.seed,
+                volatile,
+            };
+            let mode = if volatile { "volatile" } else { "durable" };
+            let path = tmp.path().join(format!("tatp-{threads}-{mode}.pool"));
+            let r = run_case(&case, &path)?;
+            let _ = std::fs::remove_file(&path);
+            progress.inc(1);
+            let run_rows = TatpRow::of(&case, &r);
+            progress.suspend(|| {
+                println!(
+                    "\n{mode}, {threads} thread{}: {:.0} tx/s; populated in {:.2} s (rows: subscriber {}, access_info {}, special_facility {}, call_forwarding {})",
+                    if threads == 1 { "" } else { "s" },
+                    r.tx_per_sec,
+                    r.populate_secs,
+                    r.rows[0],
+                    r.rows[1],
+                    r.rows[2],
+                    r.rows[3]
+                );
+                println!(
+                    "{:<24} {:>10} {:>10} {:>12} {:>12}",
+                    "transaction", "run", "success %", "specified %", "implied %"
+                );
+                for t in &run_rows {
+                    println!(
+                        "{:<24} {:>10} {:>10.2} {:>12.2} {:>12.2}",
+                        t.transaction, t.run, t.success_pct, t.specified_pct, t.implied_pct
+                    );
+                }
+            });
+            rows.extend(run_rows);
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_rows(out, "tatp", &rows)?);
+    }
+    Ok(())
 }
