@@ -17,92 +17,6 @@ use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
 use crate::cli::scratch;
 
-/// One run's settings.
-#[derive(Debug, Clone)]
-pub struct ReopenCase {
-    /// The structure: a hash map (of `keys` buckets) or a skiplist.
-    pub structure: StructureKind,
-    /// Keys filled.
-    pub keys: u64,
-    /// Keys overwritten before the clean close.
-    pub updates: u64,
-}
-
-/// One open or close, timed.
-#[derive(Debug, Clone)]
-pub struct Timed {
-    /// Seconds it took.
-    pub secs: f64,
-    /// What the open found (`None` for a close).
-    pub report: Option<RecoveryReport>,
-}
-
-/// What a run measured.
-#[derive(Debug, Clone)]
-pub struct ReopenResult {
-    /// Filling the pool (transactions of 16 puts), seconds.
-    pub fill_secs: f64,
-    /// The open after the crash (full recovery).
-    pub after_crash: Timed,
-    /// The clean close after the updates (their descriptors folded into nodes).
-    pub close: Timed,
-    /// The open after the clean close.
-    pub after_close: Timed,
-    /// The pool file's size at the end, bytes.
-    pub file_bytes: u64,
-}
-
-fn engine_config() -> EngineConfig {
-    EngineConfig::rings(16 << 20)
-}
-
-fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed), String> {
-    let start = Instant::now();
-    let pool = crate::open_pool(path)?;
-    let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| e.to_string())?;
-    Ok((engine, Timed { secs: start.elapsed().as_secs_f64(), report: Some(report) }))
-}
-
-/// Puts `keys` keys (values `key + round`) in transactions of 16 puts.
-fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String> {
-    // A multiplicative walk over the key space: the keys in an order unrelated to their values.
-    const STEP: u64 = 0x9E37_79B9_7F4A_7C15;
-    crate::put_in_batches(
-        engine,
-        StructId(0),
-        (0..keys).map(|k| k.wrapping_mul(STEP)).map(|key| (key, key.wrapping_add(round))),
-    )
-}
-
-/// Runs the case on a new pool at `path`.
-pub fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
-    if case.updates > case.keys {
-        return Err(format!("{} updates of {} keys", case.updates, case.keys));
-    }
-    let engine = Engine::create(crate::create_pool(path, false)?, engine_config()).map_err(|e| e.to_string())?;
-    engine.create_structure(case.structure, KeyWidth::U64, Values::Words).map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    put_all(&engine, case.keys, 0)?;
-    let fill_secs = start.elapsed().as_secs_f64();
-    // As a crash leaves it: the mapping is dropped, nothing is marked.
-    drop(engine.into_pool().map_err(|_| "the engine is still shared".to_string())?);
-    let (engine, after_crash) = open(path)?;
-    put_all(&engine, case.updates, 1)?;
-    let start = Instant::now();
-    engine.close().map_err(|e| e.to_string())?;
-    let close = Timed { secs: start.elapsed().as_secs_f64(), report: None };
-    let (engine, after_close) = open(path)?;
-    for t in [&after_crash, &after_close] {
-        let present = t.report.as_ref().map_or(0, |r| r.present_keys);
-        if present != case.keys {
-            return Err(format!("{present} keys after an open, {} put", case.keys));
-        }
-    }
-    engine.close().map_err(|e| e.to_string())?;
-    let file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
-    Ok(ReopenResult { fill_secs, after_crash, close, after_close, file_bytes })
-}
-
 /// What closing and opening cost: fills a pool, opens it after a crash (full recovery),
 /// overwrites some keys, closes it cleanly (their descriptors folded into the nodes) and
 /// opens it again (recovery skipped).
@@ -159,4 +73,90 @@ pub fn run(args: ReopenArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+pub struct ReopenCase {
+    /// The structure: a hash map (of `keys` buckets) or a skiplist.
+    pub structure: StructureKind,
+    /// Keys filled.
+    pub keys: u64,
+    /// Keys overwritten before the clean close.
+    pub updates: u64,
+}
+
+/// One open or close, timed.
+#[derive(Debug, Clone)]
+pub struct Timed {
+    /// Seconds it took.
+    pub secs: f64,
+    /// What the open found (`None` for a close).
+    pub report: Option<RecoveryReport>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct ReopenResult {
+    /// Filling the pool (transactions of 16 puts), seconds.
+    pub fill_secs: f64,
+    /// The open after the crash (full recovery).
+    pub after_crash: Timed,
+    /// The clean close after the updates (their descriptors folded into nodes).
+    pub close: Timed,
+    /// The open after the clean close.
+    pub after_close: Timed,
+    /// The pool file's size at the end, bytes.
+    pub file_bytes: u64,
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig::rings(16 << 20)
+}
+
+fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed), String> {
+    let start = Instant::now();
+    let pool = crate::pool::open_pool(path)?;
+    let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| e.to_string())?;
+    Ok((engine, Timed { secs: start.elapsed().as_secs_f64(), report: Some(report) }))
+}
+
+/// Puts `keys` keys (values `key + round`) in transactions of 16 puts.
+fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String> {
+    // A multiplicative walk over the key space: the keys in an order unrelated to their values.
+    const STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+    crate::pool::put_in_batches(
+        engine,
+        StructId(0),
+        (0..keys).map(|k| k.wrapping_mul(STEP)).map(|key| (key, key.wrapping_add(round))),
+    )
+}
+
+/// Runs the case on a new pool at `path`.
+pub fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
+    if case.updates > case.keys {
+        return Err(format!("{} updates of {} keys", case.updates, case.keys));
+    }
+    let engine = Engine::create(crate::pool::create_pool(path, false)?, engine_config()).map_err(|e| e.to_string())?;
+    engine.create_structure(case.structure, KeyWidth::U64, Values::Words).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    put_all(&engine, case.keys, 0)?;
+    let fill_secs = start.elapsed().as_secs_f64();
+    // As a crash leaves it: the mapping is dropped, nothing is marked.
+    drop(engine.into_pool().map_err(|_| "the engine is still shared".to_string())?);
+    let (engine, after_crash) = open(path)?;
+    put_all(&engine, case.updates, 1)?;
+    let start = Instant::now();
+    engine.close().map_err(|e| e.to_string())?;
+    let close = Timed { secs: start.elapsed().as_secs_f64(), report: None };
+    let (engine, after_close) = open(path)?;
+    for t in [&after_crash, &after_close] {
+        let present = t.report.as_ref().map_or(0, |r| r.present_keys);
+        if present != case.keys {
+            return Err(format!("{present} keys after an open, {} put", case.keys));
+        }
+    }
+    engine.close().map_err(|e| e.to_string())?;
+    let file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    Ok(ReopenResult { fill_secs, after_crash, close, after_close, file_bytes })
 }

@@ -15,191 +15,6 @@ use serde::Serialize;
 
 use crate::cli::{progress_bar, scratch, wrote};
 
-/// One run's settings.
-#[derive(Debug, Clone)]
-pub struct SteadyCase {
-    /// Keys of the working set (a hash map of as many buckets); half are put before the run.
-    pub keys: u64,
-    /// Threads running transactions.
-    pub threads: usize,
-    /// Length of an interval between samples of the counters.
-    pub interval: Duration,
-    /// Intervals run.
-    pub intervals: usize,
-    /// Ops per transaction: each a put (50%), a remove (25%) or a get (25%) of a uniform key.
-    pub tx_size: usize,
-    /// Bytes of a descriptor ring; a round starts when a thread's ring is a quarter full.
-    pub ring_bytes: u64,
-    /// Seed of the keys and ops.
-    pub seed: u64,
-}
-
-/// One interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SteadyRow {
-    /// The interval's index, from 0.
-    pub interval: usize,
-    /// Seconds since the run started, at the interval's end.
-    pub at_secs: f64,
-    /// Committed transactions per second during the interval.
-    pub tx_per_sec: f64,
-    /// Checkpoint rounds run during the interval.
-    pub rounds: u64,
-    /// Descriptors they folded.
-    pub descriptors: u64,
-    /// Seconds the threads spent in them (each round runs on the thread whose ring called for
-    /// it, between two of its transactions).
-    pub round_secs: f64,
-    /// The pool file's size at the interval's end, bytes.
-    pub file_bytes: u64,
-    /// Descriptor rings in the pool at the interval's end.
-    pub rings: u64,
-}
-
-/// How long the pool took to open at the end of the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SteadyEnd {
-    /// After the run was left as a crash leaves it (recovery).
-    pub open_after_crash_secs: f64,
-    /// Descriptors that recovery read (those written since the last round's batch).
-    pub descriptors_read: u64,
-    /// The clean close after that.
-    pub close_secs: f64,
-    /// The open after the clean close (no recovery).
-    pub open_after_close_secs: f64,
-    /// Keys present at the end.
-    pub present_keys: u64,
-}
-
-/// Runs the case on a new pool at `path`, calling `row` after each interval.
-pub fn run_case(
-    case: &SteadyCase,
-    path: &Path,
-    mut row: impl FnMut(&SteadyRow),
-) -> Result<(Vec<SteadyRow>, SteadyEnd), String> {
-    if case.keys == 0 || case.threads == 0 || case.tx_size == 0 || case.tx_size > 64 {
-        return Err("--keys and --threads must be at least 1, --tx-size 1 to 64".into());
-    }
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let config = EngineConfig::rings(case.ring_bytes);
-    let engine = Engine::create(crate::create_pool(path, false)?, config.clone()).map_err(|x| e(&x))?;
-    let s = engine
-        .create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)
-        .map_err(|x| e(&x))?;
-    crate::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
-    let committed = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let rows = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..case.threads)
-            .map(|t| {
-                let (engine, committed, stop) = (&engine, &committed, &stop);
-                let seed = case.seed.wrapping_mul(1_000_003).wrapping_add(t as u64);
-                scope.spawn(move || worker(engine, s, case, seed, committed, stop))
-            })
-            .collect();
-        let rows = sample(case, path, &engine, &committed, &mut row);
-        // Relaxed: a stop flag; the joins publish what the workers did.
-        stop.store(true, Ordering::Relaxed);
-        for w in workers {
-            w.join().unwrap_or_else(|_| Err("a thread panicked".into()))?;
-        }
-        rows
-    })?;
-    // Left as a crash leaves it: the next open recovers.
-    let pool = engine.into_pool().map_err(|_| "a handle outlived the run".to_string())?;
-    drop(pool);
-    let t = Instant::now();
-    let (engine, report) = Engine::open(crate::open_pool(path)?, config.clone()).map_err(|x| e(&x))?;
-    let open_after_crash_secs = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    engine.close().map_err(|x| e(&x))?;
-    let close_secs = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let (engine, clean) = Engine::open(crate::open_pool(path)?, config).map_err(|x| e(&x))?;
-    let open_after_close_secs = t.elapsed().as_secs_f64();
-    if !clean.clean {
-        return Err("the open after a clean close recovered".into());
-    }
-    engine.close().map_err(|x| e(&x))?;
-    let end = SteadyEnd {
-        open_after_crash_secs,
-        descriptors_read: report.descriptors,
-        close_secs,
-        open_after_close_secs,
-        present_keys: report.present_keys,
-    };
-    Ok((rows, end))
-}
-
-/// The main thread's part: a row per interval, from the counters' differences.
-fn sample(
-    case: &SteadyCase,
-    path: &Path,
-    engine: &Engine<MmapMem>,
-    committed: &AtomicU64,
-    row: &mut impl FnMut(&SteadyRow),
-) -> Result<Vec<SteadyRow>, String> {
-    let start = Instant::now();
-    let mut rows = Vec::with_capacity(case.intervals);
-    // Relaxed: counters read for a report.
-    let (mut last_committed, mut last_stats, mut last_at) =
-        (committed.load(Ordering::Relaxed), engine.checkpoint_stats(), Duration::ZERO);
-    for interval in 0..case.intervals {
-        std::thread::sleep((case.interval * (interval as u32 + 1)).saturating_sub(start.elapsed()));
-        let at = start.elapsed();
-        let (now_committed, stats) = (committed.load(Ordering::Relaxed), engine.checkpoint_stats());
-        let CheckpointStats { rounds, descriptors, busy, .. } = stats;
-        let r = SteadyRow {
-            interval,
-            at_secs: at.as_secs_f64(),
-            tx_per_sec: (now_committed - last_committed) as f64 / (at - last_at).as_secs_f64(),
-            rounds: rounds - last_stats.rounds,
-            descriptors: descriptors - last_stats.descriptors,
-            round_secs: (busy - last_stats.busy).as_secs_f64(),
-            file_bytes: std::fs::metadata(path).map_err(|x| x.to_string())?.len(),
-            rings: engine.rings() as u64,
-        };
-        row(&r);
-        rows.push(r);
-        (last_committed, last_stats, last_at) = (now_committed, stats, at);
-    }
-    Ok(rows)
-}
-
-/// One thread: transactions until told to stop, counted in `committed` every 256.
-fn worker(
-    engine: &Engine<MmapMem>,
-    s: StructId,
-    case: &SteadyCase,
-    seed: u64,
-    committed: &AtomicU64,
-    stop: &AtomicBool,
-) -> Result<(), String> {
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut tx = Transaction::new();
-    tx.sorted(true);
-    // Relaxed: a stop flag.
-    while !stop.load(Ordering::Relaxed) {
-        let mut n = 0;
-        for _ in 0..256 {
-            tx.clear();
-            for _ in 0..case.tx_size {
-                let key = rng.random_range(0..case.keys);
-                match rng.random_range(0..4) {
-                    0 | 1 => tx.put(s, key, rng.random()),
-                    2 => tx.remove(s, key),
-                    _ => tx.get(s, key),
-                };
-            }
-            n += h.execute(&tx).map_err(|e| e.to_string())?.is_committed() as u64;
-        }
-        // Relaxed: a counter read for a report.
-        committed.fetch_add(n, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
 /// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
 /// and recycle the descriptors: throughput, rounds, their time and the pool file's size per
 /// interval; then the time to open after a crash and after a clean close.
@@ -292,6 +107,191 @@ pub fn run(args: SteadyArgs) -> Result<(), String> {
     if let Some(out) = &args.out {
         wrote(crate::report::write_rows(out, "steady", &rows)?);
         wrote(crate::report::write_rows(out, "steady-end", std::slice::from_ref(&end))?);
+    }
+    Ok(())
+}
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+pub struct SteadyCase {
+    /// Keys of the working set (a hash map of as many buckets); half are put before the run.
+    pub keys: u64,
+    /// Threads running transactions.
+    pub threads: usize,
+    /// Length of an interval between samples of the counters.
+    pub interval: Duration,
+    /// Intervals run.
+    pub intervals: usize,
+    /// Ops per transaction: each a put (50%), a remove (25%) or a get (25%) of a uniform key.
+    pub tx_size: usize,
+    /// Bytes of a descriptor ring; a round starts when a thread's ring is a quarter full.
+    pub ring_bytes: u64,
+    /// Seed of the keys and ops.
+    pub seed: u64,
+}
+
+/// One interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SteadyRow {
+    /// The interval's index, from 0.
+    pub interval: usize,
+    /// Seconds since the run started, at the interval's end.
+    pub at_secs: f64,
+    /// Committed transactions per second during the interval.
+    pub tx_per_sec: f64,
+    /// Checkpoint rounds run during the interval.
+    pub rounds: u64,
+    /// Descriptors they folded.
+    pub descriptors: u64,
+    /// Seconds the threads spent in them (each round runs on the thread whose ring called for
+    /// it, between two of its transactions).
+    pub round_secs: f64,
+    /// The pool file's size at the interval's end, bytes.
+    pub file_bytes: u64,
+    /// Descriptor rings in the pool at the interval's end.
+    pub rings: u64,
+}
+
+/// How long the pool took to open at the end of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SteadyEnd {
+    /// After the run was left as a crash leaves it (recovery).
+    pub open_after_crash_secs: f64,
+    /// Descriptors that recovery read (those written since the last round's batch).
+    pub descriptors_read: u64,
+    /// The clean close after that.
+    pub close_secs: f64,
+    /// The open after the clean close (no recovery).
+    pub open_after_close_secs: f64,
+    /// Keys present at the end.
+    pub present_keys: u64,
+}
+
+/// Runs the case on a new pool at `path`, calling `row` after each interval.
+pub fn run_case(
+    case: &SteadyCase,
+    path: &Path,
+    mut row: impl FnMut(&SteadyRow),
+) -> Result<(Vec<SteadyRow>, SteadyEnd), String> {
+    if case.keys == 0 || case.threads == 0 || case.tx_size == 0 || case.tx_size > 64 {
+        return Err("--keys and --threads must be at least 1, --tx-size 1 to 64".into());
+    }
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let config = EngineConfig::rings(case.ring_bytes);
+    let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone()).map_err(|x| e(&x))?;
+    let s = engine
+        .create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)
+        .map_err(|x| e(&x))?;
+    crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
+    let committed = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let rows = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..case.threads)
+            .map(|t| {
+                let (engine, committed, stop) = (&engine, &committed, &stop);
+                let seed = case.seed.wrapping_mul(1_000_003).wrapping_add(t as u64);
+                scope.spawn(move || worker(engine, s, case, seed, committed, stop))
+            })
+            .collect();
+        let rows = sample(case, path, &engine, &committed, &mut row);
+        // Relaxed: a stop flag; the joins publish what the workers did.
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().unwrap_or_else(|_| Err("a thread panicked".into()))?;
+        }
+        rows
+    })?;
+    // Left as a crash leaves it: the next open recovers.
+    let pool = engine.into_pool().map_err(|_| "a handle outlived the run".to_string())?;
+    drop(pool);
+    let t = Instant::now();
+    let (engine, report) = Engine::open(crate::pool::open_pool(path)?, config.clone()).map_err(|x| e(&x))?;
+    let open_after_crash_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    engine.close().map_err(|x| e(&x))?;
+    let close_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let (engine, clean) = Engine::open(crate::pool::open_pool(path)?, config).map_err(|x| e(&x))?;
+    let open_after_close_secs = t.elapsed().as_secs_f64();
+    if !clean.clean {
+        return Err("the open after a clean close recovered".into());
+    }
+    engine.close().map_err(|x| e(&x))?;
+    let end = SteadyEnd {
+        open_after_crash_secs,
+        descriptors_read: report.descriptors,
+        close_secs,
+        open_after_close_secs,
+        present_keys: report.present_keys,
+    };
+    Ok((rows, end))
+}
+
+/// The main thread's part: a row per interval, from the counters' differences.
+fn sample(
+    case: &SteadyCase,
+    path: &Path,
+    engine: &Engine<MmapMem>,
+    committed: &AtomicU64,
+    row: &mut impl FnMut(&SteadyRow),
+) -> Result<Vec<SteadyRow>, String> {
+    let start = Instant::now();
+    let mut rows = Vec::with_capacity(case.intervals);
+    // Relaxed: counters read for a report.
+    let (mut last_committed, mut last_stats, mut last_at) =
+        (committed.load(Ordering::Relaxed), engine.checkpoint_stats(), Duration::ZERO);
+    for interval in 0..case.intervals {
+        std::thread::sleep((case.interval * (interval as u32 + 1)).saturating_sub(start.elapsed()));
+        let at = start.elapsed();
+        let (now_committed, stats) = (committed.load(Ordering::Relaxed), engine.checkpoint_stats());
+        let CheckpointStats { rounds, descriptors, busy, .. } = stats;
+        let r = SteadyRow {
+            interval,
+            at_secs: at.as_secs_f64(),
+            tx_per_sec: (now_committed - last_committed) as f64 / (at - last_at).as_secs_f64(),
+            rounds: rounds - last_stats.rounds,
+            descriptors: descriptors - last_stats.descriptors,
+            round_secs: (busy - last_stats.busy).as_secs_f64(),
+            file_bytes: std::fs::metadata(path).map_err(|x| x.to_string())?.len(),
+            rings: engine.rings() as u64,
+        };
+        row(&r);
+        rows.push(r);
+        (last_committed, last_stats, last_at) = (now_committed, stats, at);
+    }
+    Ok(rows)
+}
+
+/// One thread: transactions until told to stop, counted in `committed` every 256.
+fn worker(
+    engine: &Engine<MmapMem>,
+    s: StructId,
+    case: &SteadyCase,
+    seed: u64,
+    committed: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let mut h = engine.handle().map_err(|e| e.to_string())?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut tx = Transaction::new();
+    tx.sorted(true);
+    // Relaxed: a stop flag.
+    while !stop.load(Ordering::Relaxed) {
+        let mut n = 0;
+        for _ in 0..256 {
+            tx.clear();
+            for _ in 0..case.tx_size {
+                let key = rng.random_range(0..case.keys);
+                match rng.random_range(0..4) {
+                    0 | 1 => tx.put(s, key, rng.random()),
+                    2 => tx.remove(s, key),
+                    _ => tx.get(s, key),
+                };
+            }
+            n += h.execute(&tx).map_err(|e| e.to_string())?.is_committed() as u64;
+        }
+        // Relaxed: a counter read for a report.
+        committed.fetch_add(n, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -1,0 +1,300 @@
+//! `petra-bench kv`: pmemkv_bench's workloads on a key-value store behind one trait
+//! ([`KvTarget`]): the petra-kv [`Store`], sorted or unsorted, and redb as a baseline.
+//!
+//! Keys are `key_size` bytes as pmemkv_bench makes them: the key number big-endian in the first 8
+//! bytes (so the key order is the number order), `'0'` padding after; values are slices of one
+//! random buffer. Each workload runs on the store the previous ones left, as in pmemkv_bench, on
+//! `threads` threads, each with its own session; a workload's operations are shared out between
+//! them (the sequential ones by disjoint key ranges) and its time is the wall time of all.
+//!
+//! - `fillseq`, `fillrandom`, `overwrite`: puts, in key order or at random keys.
+//! - `txfillrandom`: random puts in atomic batches of `tx_size` (one transaction each).
+//! - `readseq`: each thread scans from the first key; `readrandom`, `readmissing` (keys above the
+//!   range): gets.
+//! - `deleteseq`, `deleterandom`: removes.
+//! - `readrandomwriterandom`: every thread gets (`readwritepercent` percent of its operations) or
+//!   puts, at random keys.
+//! - `readwhilewriting`: one thread puts at random keys for as long as the others read at random
+//!   keys; only the reads are counted (with one thread, that thread reads while nothing writes).
+
+mod store;
+mod target;
+mod workloads;
+
+use std::path::{Path, PathBuf};
+
+use petra::pool::Mapping;
+use petra_kv::{Config, CreateMode, Order, Store};
+
+use crate::baselines::redb::{Redb, RedbDurability};
+use crate::cli::{progress_bar, scratch, wrote};
+use crate::report::KvRow;
+
+pub use target::{KvSession, KvTarget, Visit};
+pub use workloads::{WORKLOADS, run_on};
+
+/// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
+/// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and
+/// thread count: benchmark, micros/op (wall time over operations), ops/sec, MB/s (keys and
+/// values moved), found (reads and removes that found their key), and with --histogram the
+/// 50th, 99th and 99.9th percentile latencies in microseconds.
+#[derive(Debug, clap::Args)]
+pub struct KvArgs {
+    /// Workloads, comma-separated: fillseq, fillrandom, overwrite, txfillrandom, readseq,
+    /// readrandom, readmissing, deleteseq, deleterandom, readrandomwriterandom, readwhilewriting.
+    #[arg(long, value_delimiter = ',', default_values_t = ["fillrandom".to_string(), "readrandom".to_string()])]
+    benchmarks: Vec<String>,
+    /// Keys of the fill workloads, and the key range.
+    #[arg(long, default_value_t = 1_000_000)]
+    num: u64,
+    /// Operations of the read workloads (default: --num).
+    #[arg(long)]
+    reads: Option<u64>,
+    /// Threads running each workload, each with its own session; the operations are shared out.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Bytes per key (at least 8).
+    #[arg(long = "key_size", default_value_t = 8)]
+    key_size: usize,
+    /// Bytes per value.
+    #[arg(long = "value_size", default_value_t = 100)]
+    value_size: usize,
+    /// Share of reads in readrandomwriterandom, percent.
+    #[arg(long = "readwritepercent", default_value_t = 90)]
+    readwritepercent: u32,
+    /// Puts per atomic batch in txfillrandom (1 to 64).
+    #[arg(long = "tx_size", default_value_t = 8)]
+    tx_size: usize,
+    /// Stores, comma-separated, each run on its own file: sorted (petra-kv on the skiplist),
+    /// unsorted (petra-kv on a hash map of --num buckets), redb-none and redb-immediate (redb
+    /// with its commit durability none and immediate: the baseline).
+    #[arg(long, value_delimiter = ',', default_values_t = ["sorted".to_string()])]
+    engine: Vec<String>,
+    /// The file to create, for one engine (default: a new file in /dev/shm or the temporary
+    /// directory, removed afterwards). It must not exist.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// As pmemkv_bench's: the size of the petra-kv pool file to create, GiB, its pages faulted in
+    /// before the workloads (on tmpfs or DAX). 0: start at 64 MiB and grow as the workloads need.
+    #[arg(long = "db_size_in_gb", default_value_t = 0)]
+    db_size_in_gb: u64,
+    /// The most a petra-kv pool file may grow to, GiB (at least --db_size_in_gb).
+    #[arg(long = "db_max_size_in_gb", default_value_t = 8)]
+    db_max_size_in_gb: u64,
+    /// Record per-operation latencies and print percentiles.
+    #[arg(long)]
+    histogram: bool,
+    /// petra-kv without flushes and fences: what durability costs (nothing is durable).
+    #[arg(long)]
+    volatile: bool,
+    /// Seed of the random keys and values.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the results to this directory: kv.csv and kv.json, a row per workload run.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench kv`.
+pub fn run(args: KvArgs) -> Result<(), String> {
+    let engines: Vec<Engine> = args.engine.iter().map(|e| Engine::parse(e, args.num)).collect::<Result<_, _>>()?;
+    if args.db.is_some() && engines.len() > 1 {
+        return Err("--db names one file: give one engine".into());
+    }
+    let cases: Vec<KvCase> = engines
+        .iter()
+        .map(|&engine| KvCase {
+            num: args.num,
+            reads: args.reads.unwrap_or(args.num),
+            threads: args.threads,
+            key_size: args.key_size,
+            value_size: args.value_size,
+            read_write_percent: args.readwritepercent,
+            tx_size: args.tx_size,
+            engine,
+            seed: args.seed,
+            histogram: args.histogram,
+            volatile: args.volatile,
+        })
+        .collect();
+    for case in &cases {
+        check(case, &args.benchmarks)?;
+    }
+    let tmp = if args.db.is_none() { Some(scratch()?) } else { None };
+    println!(
+        "{} keys of {} bytes, {}-byte values, {} thread{}{}, files in {}",
+        args.num,
+        args.key_size,
+        args.value_size,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" },
+        if args.volatile { ", petra-kv volatile (flushes and fences off)" } else { "" },
+        args.db.as_ref().and_then(|p| p.parent()).or(tmp.as_ref().map(|t| t.path())).unwrap_or(".".as_ref()).display()
+    );
+    println!("engine,threads,benchmark,micros/op,ops/sec,MB/s,found,p50,p99,p99.9");
+    let progress = progress_bar(cases.len() * args.benchmarks.len(), "workloads");
+    let mut rows = Vec::new();
+    for case in &cases {
+        let name = case.engine.name();
+        let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name));
+        let sizes = (args.db_size_in_gb << 30, args.db_max_size_in_gb << 30);
+        run_case(case, &args.benchmarks, &path, sizes, |r| {
+            let row = KvRow::new(name, args.threads, r);
+            progress.suspend(|| println!("{}", row.line()));
+            progress.inc(1);
+            rows.push(row);
+        })?;
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_rows(out, "kv", &rows)?);
+    }
+    Ok(())
+}
+
+/// The stores `petra-bench kv` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// A petra-kv store of this order.
+    Petra(Order),
+    /// redb, each put or batch one write transaction committed with this durability.
+    Redb(RedbDurability),
+}
+
+impl Engine {
+    /// Parses an engine name: `sorted`, `unsorted` (a hash map of `buckets` buckets), `redb-none`
+    /// or `redb-immediate`.
+    pub fn parse(name: &str, buckets: u64) -> Result<Engine, String> {
+        Ok(match name {
+            "sorted" => Engine::Petra(Order::Sorted),
+            "unsorted" => Engine::Petra(Order::Unsorted { buckets: buckets.max(1) }),
+            "redb-none" => Engine::Redb(RedbDurability::None),
+            "redb-immediate" => Engine::Redb(RedbDurability::Immediate),
+            other => {
+                return Err(format!("unknown engine {other:?}: use sorted, unsorted, redb-none or redb-immediate"));
+            }
+        })
+    }
+
+    /// The engine's name, as parsed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Petra(Order::Sorted) => "sorted",
+            Engine::Petra(Order::Unsorted { .. }) => "unsorted",
+            Engine::Redb(RedbDurability::None) => "redb-none",
+            Engine::Redb(RedbDurability::Immediate) => "redb-immediate",
+        }
+    }
+}
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+pub struct KvCase {
+    /// Keys written by the fill workloads, and the key range.
+    pub num: u64,
+    /// Operations of the read workloads.
+    pub reads: u64,
+    /// Threads running each workload.
+    pub threads: usize,
+    /// Bytes per key (at least 8).
+    pub key_size: usize,
+    /// Bytes per value.
+    pub value_size: usize,
+    /// Share of reads in `readrandomwriterandom`, percent.
+    pub read_write_percent: u32,
+    /// Puts per batch in `txfillrandom`.
+    pub tx_size: usize,
+    /// The store.
+    pub engine: Engine,
+    /// Seed of the random keys and values.
+    pub seed: u64,
+    /// Record each operation's latency (for percentiles).
+    pub histogram: bool,
+    /// Skip flushes and fences (petra-kv only: what durability costs; nothing is durable).
+    pub volatile: bool,
+}
+
+/// One workload's result.
+#[derive(Debug, Clone)]
+pub struct KvResult {
+    /// The workload's name.
+    pub name: String,
+    /// Operations done (counted ones: the reads of `readwhilewriting`).
+    pub ops: u64,
+    /// Seconds taken.
+    pub secs: f64,
+    /// Bytes of keys and values moved by the counted operations.
+    pub bytes: u64,
+    /// Of the reads and removes, how many found their key.
+    pub found: u64,
+    /// Per-operation latencies in microseconds, sorted (empty without `histogram`).
+    pub latencies: Vec<f64>,
+}
+
+impl KvResult {
+    /// Microseconds per operation (wall time over operations, as pmemkv_bench prints it).
+    pub fn micros_per_op(&self) -> f64 {
+        self.secs * 1e6 / self.ops.max(1) as f64
+    }
+
+    /// Operations per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.secs
+    }
+
+    /// MB/s of keys and values.
+    pub fn mb_per_sec(&self) -> f64 {
+        self.bytes as f64 / self.secs / 1e6
+    }
+
+    /// The `p`th percentile latency (microseconds), if recorded.
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        let n = self.latencies.len();
+        (n > 0).then(|| self.latencies[((n as f64 * p / 100.0) as usize).min(n - 1)])
+    }
+}
+
+/// Checks a case and its workloads before anything is created.
+pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
+    if case.key_size < 8 {
+        return Err(format!("key size {} is below 8 bytes", case.key_size));
+    }
+    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+        return Err(format!("unknown benchmark {w:?}: use {}", WORKLOADS.join(", ")));
+    }
+    if case.threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    if case.read_write_percent > 100 {
+        return Err(format!("--readwritepercent {} is above 100", case.read_write_percent));
+    }
+    if case.tx_size == 0 || case.tx_size > 64 {
+        return Err(format!("--tx_size {} is outside 1 to 64 (a batch's engine entries)", case.tx_size));
+    }
+    if case.volatile && matches!(case.engine, Engine::Redb(_)) {
+        return Err("--volatile is petra-kv's mode: for redb, use redb-none".into());
+    }
+    Ok(())
+}
+
+/// Runs `workloads` in order on a new store at `path` (which must not exist), of `(size, max)`
+/// bytes (size 0: [`START_BYTES`](crate::pool::START_BYTES)), handing each result to `done` as it finishes.
+pub fn run_case(
+    case: &KvCase,
+    workloads: &[String],
+    path: &Path,
+    (size, max_size): (u64, u64),
+    done: impl FnMut(&KvResult),
+) -> Result<Vec<KvResult>, String> {
+    check(case, workloads)?;
+    match case.engine {
+        Engine::Petra(order) => {
+            let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
+            let size = if size == 0 { crate::pool::START_BYTES } else { size };
+            let max_size = max_size.max(size);
+            let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
+            run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads, done)
+        }
+        Engine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),
+    }
+}
