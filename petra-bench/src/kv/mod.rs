@@ -97,7 +97,7 @@ pub struct KvArgs {
 
 /// Runs `petra-bench kv`.
 pub fn run(args: KvArgs) -> Result<(), String> {
-    let engines: Vec<Engine> = args.engine.iter().map(|e| Engine::parse(e, args.num)).collect::<Result<_, _>>()?;
+    let engines: Vec<KvEngine> = args.engine.iter().map(|e| KvEngine::parse(e, args.num)).collect::<Result<_, _>>()?;
     if args.db.is_some() && engines.len() > 1 {
         return Err("--db names one file: give one engine".into());
     }
@@ -152,24 +152,24 @@ pub fn run(args: KvArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The stores `petra-bench kv` knows.
+/// The stores `petra-bench kv` knows, by their `--engine` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
+pub enum KvEngine {
     /// A petra-kv store of this order.
     Petra(Order),
     /// redb, each put or batch one write transaction committed with this durability.
     Redb(RedbDurability),
 }
 
-impl Engine {
+impl KvEngine {
     /// Parses an engine name: `sorted`, `unsorted` (a hash map of `buckets` buckets), `redb-none`
     /// or `redb-immediate`.
-    pub fn parse(name: &str, buckets: u64) -> Result<Engine, String> {
+    pub fn parse(name: &str, buckets: u64) -> Result<KvEngine, String> {
         Ok(match name {
-            "sorted" => Engine::Petra(Order::Sorted),
-            "unsorted" => Engine::Petra(Order::Unsorted { buckets: buckets.max(1) }),
-            "redb-none" => Engine::Redb(RedbDurability::None),
-            "redb-immediate" => Engine::Redb(RedbDurability::Immediate),
+            "sorted" => KvEngine::Petra(Order::Sorted),
+            "unsorted" => KvEngine::Petra(Order::Unsorted { buckets: buckets.max(1) }),
+            "redb-none" => KvEngine::Redb(RedbDurability::None),
+            "redb-immediate" => KvEngine::Redb(RedbDurability::Immediate),
             other => {
                 return Err(format!("unknown engine {other:?}: use sorted, unsorted, redb-none or redb-immediate"));
             }
@@ -179,10 +179,10 @@ impl Engine {
     /// The engine's name, as parsed.
     pub fn name(self) -> &'static str {
         match self {
-            Engine::Petra(Order::Sorted) => "sorted",
-            Engine::Petra(Order::Unsorted { .. }) => "unsorted",
-            Engine::Redb(RedbDurability::None) => "redb-none",
-            Engine::Redb(RedbDurability::Immediate) => "redb-immediate",
+            KvEngine::Petra(Order::Sorted) => "sorted",
+            KvEngine::Petra(Order::Unsorted { .. }) => "unsorted",
+            KvEngine::Redb(RedbDurability::None) => "redb-none",
+            KvEngine::Redb(RedbDurability::Immediate) => "redb-immediate",
         }
     }
 }
@@ -205,7 +205,7 @@ pub struct KvCase {
     /// Puts per batch in `txfillrandom`.
     pub tx_size: usize,
     /// The store.
-    pub engine: Engine,
+    pub engine: KvEngine,
     /// Seed of the random keys and values.
     pub seed: u64,
     /// Record each operation's latency (for percentiles).
@@ -271,7 +271,7 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
     if case.tx_size == 0 || case.tx_size > 64 {
         return Err(format!("--tx_size {} is outside 1 to 64 (a batch's engine entries)", case.tx_size));
     }
-    if case.volatile && matches!(case.engine, Engine::Redb(_)) {
+    if case.volatile && matches!(case.engine, KvEngine::Redb(_)) {
         return Err("--volatile is petra-kv's mode: for redb, use redb-none".into());
     }
     Ok(())
@@ -288,13 +288,13 @@ pub fn run_case(
 ) -> Result<Vec<KvResult>, String> {
     check(case, workloads)?;
     match case.engine {
-        Engine::Petra(order) => {
+        KvEngine::Petra(order) => {
             let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
             let size = if size == 0 { crate::pool::START_BYTES } else { size };
             let max_size = max_size.max(size);
             let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
             run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads, done)
         }
-        Engine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),
+        KvEngine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),
     }
 }

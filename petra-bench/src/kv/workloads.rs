@@ -255,7 +255,7 @@ mod tests {
 
     use super::*;
     use crate::kv::target::Visit;
-    use crate::kv::{Engine, check};
+    use crate::kv::{KvEngine, check};
 
     /// A store in a `BTreeMap` that counts what the workloads ask of it.
     #[derive(Default)]
@@ -331,7 +331,7 @@ mod tests {
             value_size: 100,
             read_write_percent: 70,
             tx_size: 8,
-            engine: Engine::Petra(Order::Sorted),
+            engine: KvEngine::Petra(Order::Sorted),
             seed: 7,
             histogram: true,
             volatile: false,

@@ -100,11 +100,11 @@ pub fn run(args: MicroArgs) -> Result<(), String> {
         // The baselines hold word values under one-word keys only.
         modes.retain(|m| matches!(m, Mode::Durable | Mode::Volatile));
     }
-    let structure = StructureKind::parse(&args.structure)?;
+    let structure = Structure::parse(&args.structure)?;
     let (default_range, default_mixes): (u64, &[&str]) = match structure {
-        StructureKind::List => (10_000, &["40/40/20", "10/10/80"]),
-        StructureKind::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
-        StructureKind::SkipList | StructureKind::MdList => (1_000_000, &["40/40/20", "10/10/80"]),
+        Structure::List => (10_000, &["40/40/20", "10/10/80"]),
+        Structure::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
+        Structure::SkipList | Structure::MdList => (1_000_000, &["40/40/20", "10/10/80"]),
     };
     let key_range = args.key_range.unwrap_or(default_range);
     let mix_names: Vec<String> =
@@ -126,7 +126,7 @@ pub fn run(args: MicroArgs) -> Result<(), String> {
     let dir = args.dir.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().to_path_buf());
     let wide_keys = match args.key_bytes {
         8 => false,
-        16 if structure != StructureKind::MdList => true,
+        16 if structure != Structure::MdList => true,
         16 => return Err("the mdlist's keys are one word: --key-bytes 8".into()),
         n => return Err(format!("key width {n} bytes: use 8 or 16")),
     };
@@ -240,9 +240,10 @@ impl Mode {
     }
 }
 
-/// The structure a configuration runs on.
+/// Which of PETRA's structures a configuration runs on; the run sizes it (a hash map gets as many
+/// buckets as keys in the range) when it makes the engine's [`petra::StructureKind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StructureKind {
+pub enum Structure {
     /// The list set.
     List,
     /// The hash map, with as many buckets as keys in the range.
@@ -253,24 +254,24 @@ pub enum StructureKind {
     MdList,
 }
 
-impl StructureKind {
+impl Structure {
     /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
         match self {
-            StructureKind::List => "list",
-            StructureKind::HashMap => "hashmap",
-            StructureKind::SkipList => "skiplist",
-            StructureKind::MdList => "mdlist",
+            Structure::List => "list",
+            Structure::HashMap => "hashmap",
+            Structure::SkipList => "skiplist",
+            Structure::MdList => "mdlist",
         }
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Result<StructureKind, String> {
+    pub fn parse(s: &str) -> Result<Structure, String> {
         match s {
-            "list" => Ok(StructureKind::List),
-            "hashmap" => Ok(StructureKind::HashMap),
-            "skiplist" => Ok(StructureKind::SkipList),
-            "mdlist" => Ok(StructureKind::MdList),
+            "list" => Ok(Structure::List),
+            "hashmap" => Ok(Structure::HashMap),
+            "skiplist" => Ok(Structure::SkipList),
+            "mdlist" => Ok(Structure::MdList),
             other => Err(format!("unknown structure {other:?}: use list, hashmap, skiplist or mdlist")),
         }
     }
@@ -280,7 +281,7 @@ impl StructureKind {
 #[derive(Debug, Clone, Copy)]
 pub struct MicroCase {
     /// The structure.
-    pub structure: StructureKind,
+    pub structure: Structure,
     /// Durable or volatile.
     pub mode: Mode,
     /// Worker threads.

@@ -7,7 +7,7 @@ use petra::mem::{Counting, MmapMem};
 use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, Transaction, Values};
 
 use super::target::{TxMap, TxWorker};
-use super::{MicroCase, MicroResult, Mode, StructureKind, measure};
+use super::{MicroCase, MicroResult, Mode, Structure, measure};
 use crate::workload::GenOp;
 
 /// PETRA's structure `list` in `engine`, as a [`TxMap`].
@@ -77,10 +77,10 @@ pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult, Stri
     let config = EngineConfig::default().checkpoint_fill(case.checkpoint_fill);
     let engine = Engine::create(pool, config).map_err(|e| e.to_string())?;
     let kind = match case.structure {
-        StructureKind::List => petra::StructureKind::List,
-        StructureKind::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },
-        StructureKind::SkipList => petra::StructureKind::SkipList,
-        StructureKind::MdList => petra::StructureKind::MdList,
+        Structure::List => petra::StructureKind::List,
+        Structure::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },
+        Structure::SkipList => petra::StructureKind::SkipList,
+        Structure::MdList => petra::StructureKind::MdList,
     };
     let values = if case.value_size > 0 { Values::Bytes } else { Values::Words };
     let keys = if case.wide_keys { KeyWidth::U128 } else { KeyWidth::U64 };
