@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::error::{BenchError, Result};
+
 /// Says on stderr which files a run wrote (stdout keeps the results alone).
 pub fn wrote(files: Vec<PathBuf>) {
     for file in files {
@@ -18,6 +20,6 @@ pub fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
 }
 
 /// A scratch directory under /dev/shm where it exists, else the temporary directory.
-pub fn scratch() -> Result<tempfile::TempDir, String> {
-    petra_recovery::try_scratch_dir().map_err(|e| format!("cannot make a scratch directory: {e}"))
+pub fn scratch() -> Result<tempfile::TempDir> {
+    petra_recovery::try_scratch_dir().map_err(BenchError::ScratchDir)
 }

@@ -1,6 +1,7 @@
 //! `petra-bench lftt`: the C++ LFTT/PETRA harness's argument form, run as a `micro`
 //! configuration.
 
+use crate::error::{BenchError, Result};
 use crate::micro::{self, MicroArgs};
 use crate::workload::Mix;
 
@@ -33,12 +34,16 @@ pub struct LfttArgs {
 }
 
 /// Runs `petra-bench lftt`.
-pub fn run(args: LfttArgs) -> Result<(), String> {
+pub fn run(args: LfttArgs) -> Result<()> {
     let mode = match args.set_type {
         0 => "durable",
         2 => "locks",
-        1 => return Err("set type 1 (an STM list) is not built: use 0 (PETRA) or 2 (locks)".into()),
-        n => return Err(format!("set type {n}: use 0 (PETRA) or 2 (locks)")),
+        1 => {
+            return Err(BenchError::InvalidArgument(
+                "set type 1 (an STM list) is not built: use 0 (PETRA) or 2 (locks)".into(),
+            ));
+        }
+        n => return Err(BenchError::InvalidArgument(format!("set type {n}: use 0 (PETRA) or 2 (locks)"))),
     };
     let mix = Mix::new(args.insert, args.delete, args.update.unwrap_or(0))?;
     micro::run(MicroArgs {

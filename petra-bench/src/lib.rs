@@ -21,6 +21,7 @@
 
 pub mod baselines;
 pub mod cli;
+pub mod error;
 pub mod kv;
 pub mod lftt;
 pub mod metrics;

@@ -7,20 +7,22 @@ use petra::mem::MmapMem;
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, StructId, Transaction};
 
+use crate::error::{BenchError, Result};
+
 /// The bytes a benchmark's pool file starts with (it grows as the run needs).
 pub const START_BYTES: u64 = 64 << 20;
 
 /// A new pool file at `path` for a benchmark: [`START_BYTES`] to start in 1 MiB chunks, growing
 /// as far as the run needs (up to 1 TiB); `volatile` turns flushes and fences off.
-pub fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>, String> {
+pub fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>> {
     let mapping = Mapping { volatile, ..Mapping::default() };
     let config = PoolConfig { initial_size: START_BYTES, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
-    Pool::create(path, &config).map_err(|e| e.to_string())
+    Ok(Pool::create(path, &config)?)
 }
 
 /// Opens the pool file at `path` that [`create_pool`] made.
-pub fn open_pool(path: &Path) -> Result<Pool<MmapMem>, String> {
-    Pool::open(path, &Mapping::default()).map_err(|e| e.to_string())
+pub fn open_pool(path: &Path) -> Result<Pool<MmapMem>> {
+    Ok(Pool::open(path, &Mapping::default())?)
 }
 
 /// Puts `pairs` (key, value) into structure `s` of `engine`, 16 to a transaction, on one thread.
@@ -28,8 +30,8 @@ pub fn put_in_batches(
     engine: &Engine<MmapMem>,
     s: StructId,
     pairs: impl IntoIterator<Item = (u64, u64)>,
-) -> Result<(), String> {
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
+) -> Result<()> {
+    let mut h = engine.handle()?;
     let mut tx = Transaction::new();
     let mut pairs = pairs.into_iter().peekable();
     while pairs.peek().is_some() {
@@ -38,8 +40,8 @@ pub fn put_in_batches(
             tx.put(s, key, value);
         }
         // Puts never fail, and one thread meets no helping cycle.
-        if !h.execute(&tx).map_err(|e| e.to_string())?.is_committed() {
-            return Err("a transaction of puts aborted".into());
+        if !h.execute(&tx)?.is_committed() {
+            return Err(BenchError::Check("a transaction of puts aborted".into()));
         }
     }
     Ok(())

@@ -16,6 +16,7 @@ use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
 use crate::cli::scratch;
+use crate::error::{BenchError, Result};
 
 /// What closing and opening cost: fills a pool, opens it after a crash (full recovery),
 /// overwrites some keys, closes it cleanly (their descriptors folded into the nodes) and
@@ -34,7 +35,7 @@ pub struct ReopenArgs {
 }
 
 /// Runs `petra-bench reopen`.
-pub fn run(args: ReopenArgs) -> Result<(), String> {
+pub fn run(args: ReopenArgs) -> Result<()> {
     let cases: Vec<ReopenCase> = args
         .structure
         .iter()
@@ -42,7 +43,11 @@ pub fn run(args: ReopenArgs) -> Result<(), String> {
             let structure = match s.as_str() {
                 "hashmap" => petra::StructureKind::HashMap { buckets: args.keys.max(1) },
                 "skiplist" => petra::StructureKind::SkipList,
-                other => return Err(format!("unknown structure {other:?}: use hashmap or skiplist")),
+                other => {
+                    return Err(BenchError::InvalidArgument(format!(
+                        "unknown structure {other:?}: use hashmap or skiplist"
+                    )));
+                }
             };
             Ok(ReopenCase { structure, keys: args.keys, updates: args.updates })
         })
@@ -114,15 +119,15 @@ fn engine_config() -> EngineConfig {
     EngineConfig::rings(16 << 20)
 }
 
-fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed), String> {
+fn open(path: &Path) -> Result<(Engine<MmapMem>, Timed)> {
     let start = Instant::now();
     let pool = crate::pool::open_pool(path)?;
-    let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| e.to_string())?;
+    let (engine, report) = Engine::open(pool, engine_config())?;
     Ok((engine, Timed { secs: start.elapsed().as_secs_f64(), report: Some(report) }))
 }
 
 /// Puts `keys` keys (values `key + round`) in transactions of 16 puts.
-fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String> {
+fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<()> {
     // A multiplicative walk over the key space: the keys in an order unrelated to their values.
     const STEP: u64 = 0x9E37_79B9_7F4A_7C15;
     crate::pool::put_in_batches(
@@ -133,30 +138,30 @@ fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<(), String
 }
 
 /// Runs the case on a new pool at `path`.
-pub fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult, String> {
+pub fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult> {
     if case.updates > case.keys {
-        return Err(format!("{} updates of {} keys", case.updates, case.keys));
+        return Err(BenchError::InvalidArgument(format!("{} updates of {} keys", case.updates, case.keys)));
     }
-    let engine = Engine::create(crate::pool::create_pool(path, false)?, engine_config()).map_err(|e| e.to_string())?;
-    engine.create_structure(case.structure, KeyWidth::U64, Values::Words).map_err(|e| e.to_string())?;
+    let engine = Engine::create(crate::pool::create_pool(path, false)?, engine_config())?;
+    engine.create_structure(case.structure, KeyWidth::U64, Values::Words)?;
     let start = Instant::now();
     put_all(&engine, case.keys, 0)?;
     let fill_secs = start.elapsed().as_secs_f64();
     // As a crash leaves it: the mapping is dropped, nothing is marked.
-    drop(engine.into_pool().map_err(|_| "the engine is still shared".to_string())?);
+    drop(engine.into_pool().map_err(|_| BenchError::Check("the engine is still shared".into()))?);
     let (engine, after_crash) = open(path)?;
     put_all(&engine, case.updates, 1)?;
     let start = Instant::now();
-    engine.close().map_err(|e| e.to_string())?;
+    engine.close()?;
     let close = Timed { secs: start.elapsed().as_secs_f64(), report: None };
     let (engine, after_close) = open(path)?;
     for t in [&after_crash, &after_close] {
         let present = t.report.as_ref().map_or(0, |r| r.present_keys);
         if present != case.keys {
-            return Err(format!("{present} keys after an open, {} put", case.keys));
+            return Err(BenchError::Check(format!("{present} keys after an open, {} put", case.keys)));
         }
     }
-    engine.close().map_err(|e| e.to_string())?;
-    let file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    engine.close()?;
+    let file_bytes = std::fs::metadata(path)?.len();
     Ok(ReopenResult { fill_secs, after_crash, close, after_close, file_bytes })
 }

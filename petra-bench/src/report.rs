@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::error::{BenchError, Result};
 use crate::kv::KvResult;
 use crate::micro::MicroResult;
 use crate::tatp::{TYPES, TatpCase, TatpResult};
@@ -174,17 +175,19 @@ impl TatpRow {
 /// Writes `rows` as `{stem}.csv` (a header of the field names, then a line per row) and
 /// `{stem}.json` (an array of objects) in `dir`, which is created if missing; returns the two
 /// paths.
-pub fn write_rows<R: Serialize>(dir: &Path, stem: &str, rows: &[R]) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub fn write_rows<R: Serialize>(dir: &Path, stem: &str, rows: &[R]) -> Result<Vec<PathBuf>> {
+    let file = |path: &Path, source| BenchError::File { path: path.to_path_buf(), source };
+    std::fs::create_dir_all(dir).map_err(|e| file(dir, e))?;
     let (csv_path, json_path) = (dir.join(format!("{stem}.csv")), dir.join(format!("{stem}.json")));
-    let e = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
-    let mut w = csv::Writer::from_path(&csv_path).map_err(|x| e(&csv_path, &x))?;
+    let csv_error = |source| BenchError::Csv { path: csv_path.clone(), source };
+    let mut w = csv::Writer::from_path(&csv_path).map_err(csv_error)?;
     for r in rows {
-        w.serialize(r).map_err(|x| e(&csv_path, &x))?;
+        w.serialize(r).map_err(csv_error)?;
     }
-    w.flush().map_err(|x| e(&csv_path, &x))?;
-    let f = std::fs::File::create(&json_path).map_err(|x| e(&json_path, &x))?;
-    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows).map_err(|x| e(&json_path, &x))?;
+    w.flush().map_err(|e| file(&csv_path, e))?;
+    let f = std::fs::File::create(&json_path).map_err(|e| file(&json_path, e))?;
+    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows)
+        .map_err(|source| BenchError::Json { path: json_path.clone(), source })?;
     Ok(vec![csv_path, json_path])
 }
 
@@ -199,8 +202,8 @@ pub enum Axis {
 
 /// Plots committed transactions per second against `axis` as an SVG at `path`, one line per
 /// series.
-pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<()> {
+    let e = |e: &dyn std::fmt::Display| BenchError::Plot { path: path.to_path_buf(), message: e.to_string() };
     // Series name -> points (x, tx/s), x ascending.
     let mut series: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     for r in rows {
@@ -259,7 +262,7 @@ pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<(), String> {
 
 /// Writes `micro.csv`, `micro.json`, and the plots that have more than one point per line
 /// (`micro-threads.svg`, `micro-txsize.svg`) into `dir`; returns the files written.
-pub fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<PathBuf>, String> {
+pub fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<PathBuf>> {
     let mut written = write_rows(dir, "micro", rows)?;
     let distinct = |f: fn(&MicroRow) -> usize| {
         let mut v: Vec<usize> = rows.iter().map(f).collect();

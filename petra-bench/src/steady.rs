@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::cli::{progress_bar, scratch, wrote};
+use crate::error::{BenchError, Result};
 
 /// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
 /// and recycle the descriptors: throughput, rounds, their time and the pool file's size per
@@ -47,9 +48,12 @@ pub struct SteadyArgs {
 }
 
 /// Runs `petra-bench steady`.
-pub fn run(args: SteadyArgs) -> Result<(), String> {
+pub fn run(args: SteadyArgs) -> Result<()> {
     if !(args.interval > 0.0 && args.interval.is_finite()) {
-        return Err(format!("interval {} s: give a positive number of seconds", args.interval));
+        return Err(BenchError::InvalidArgument(format!(
+            "interval {} s: give a positive number of seconds",
+            args.interval
+        )));
     }
     let case = SteadyCase {
         keys: args.keys,
@@ -172,16 +176,13 @@ pub fn run_case(
     case: &SteadyCase,
     path: &Path,
     mut row: impl FnMut(&SteadyRow),
-) -> Result<(Vec<SteadyRow>, SteadyEnd), String> {
+) -> Result<(Vec<SteadyRow>, SteadyEnd)> {
     if case.keys == 0 || case.threads == 0 || case.tx_size == 0 || case.tx_size > 64 {
-        return Err("--keys and --threads must be at least 1, --tx-size 1 to 64".into());
+        return Err(BenchError::InvalidArgument("--keys and --threads must be at least 1, --tx-size 1 to 64".into()));
     }
-    let e = |e: &dyn std::fmt::Display| e.to_string();
     let config = EngineConfig::rings(case.ring_bytes);
-    let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone()).map_err(|x| e(&x))?;
-    let s = engine
-        .create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)
-        .map_err(|x| e(&x))?;
+    let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone())?;
+    let s = engine.create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)?;
     crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
     let committed = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -197,26 +198,26 @@ pub fn run_case(
         // Relaxed: a stop flag; the joins publish what the workers did.
         stop.store(true, Ordering::Relaxed);
         for w in workers {
-            w.join().unwrap_or_else(|_| Err("a thread panicked".into()))?;
+            w.join().unwrap_or_else(|_| Err(BenchError::Panicked("a thread")))?;
         }
         rows
     })?;
     // Left as a crash leaves it: the next open recovers.
-    let pool = engine.into_pool().map_err(|_| "a handle outlived the run".to_string())?;
+    let pool = engine.into_pool().map_err(|_| BenchError::Check("a handle outlived the run".into()))?;
     drop(pool);
     let t = Instant::now();
-    let (engine, report) = Engine::open(crate::pool::open_pool(path)?, config.clone()).map_err(|x| e(&x))?;
+    let (engine, report) = Engine::open(crate::pool::open_pool(path)?, config.clone())?;
     let open_after_crash_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    engine.close().map_err(|x| e(&x))?;
+    engine.close()?;
     let close_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let (engine, clean) = Engine::open(crate::pool::open_pool(path)?, config).map_err(|x| e(&x))?;
+    let (engine, clean) = Engine::open(crate::pool::open_pool(path)?, config)?;
     let open_after_close_secs = t.elapsed().as_secs_f64();
     if !clean.clean {
-        return Err("the open after a clean close recovered".into());
+        return Err(BenchError::Check("the open after a clean close recovered".into()));
     }
-    engine.close().map_err(|x| e(&x))?;
+    engine.close()?;
     let end = SteadyEnd {
         open_after_crash_secs,
         descriptors_read: report.descriptors,
@@ -234,7 +235,7 @@ fn sample(
     engine: &Engine<MmapMem>,
     committed: &AtomicU64,
     row: &mut impl FnMut(&SteadyRow),
-) -> Result<Vec<SteadyRow>, String> {
+) -> Result<Vec<SteadyRow>> {
     let start = Instant::now();
     let mut rows = Vec::with_capacity(case.intervals);
     // Relaxed: counters read for a report.
@@ -252,7 +253,7 @@ fn sample(
             rounds: rounds - last_stats.rounds,
             descriptors: descriptors - last_stats.descriptors,
             round_secs: (busy - last_stats.busy).as_secs_f64(),
-            file_bytes: std::fs::metadata(path).map_err(|x| x.to_string())?.len(),
+            file_bytes: std::fs::metadata(path)?.len(),
             rings: engine.rings() as u64,
         };
         row(&r);
@@ -270,8 +271,8 @@ fn worker(
     seed: u64,
     committed: &AtomicU64,
     stop: &AtomicBool,
-) -> Result<(), String> {
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
+) -> Result<()> {
+    let mut h = engine.handle()?;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tx = Transaction::new();
     tx.sorted(true);
@@ -288,7 +289,7 @@ fn worker(
                     _ => tx.get(s, key),
                 };
             }
-            n += h.execute(&tx).map_err(|e| e.to_string())?.is_committed() as u64;
+            n += h.execute(&tx)?.is_committed() as u64;
         }
         // Relaxed: a counter read for a report.
         committed.fetch_add(n, Ordering::Relaxed);

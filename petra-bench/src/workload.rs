@@ -3,6 +3,8 @@
 use petra::OpKind;
 use rand::Rng;
 
+use crate::error::{BenchError, Result};
+
 /// Shares of each operation kind, in percent (they add up to 100).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
@@ -18,28 +20,34 @@ pub struct Mix {
 
 impl Mix {
     /// A mix from insert, delete and update percentages; finds take the rest.
-    pub fn new(insert: u32, delete: u32, update: u32) -> Result<Mix, String> {
+    pub fn new(insert: u32, delete: u32, update: u32) -> Result<Mix> {
         let writes = insert + delete + update;
         if writes > 100 {
-            return Err(format!("insert {insert}% + delete {delete}% + update {update}% exceeds 100%"));
+            return Err(BenchError::InvalidArgument(format!(
+                "insert {insert}% + delete {delete}% + update {update}% exceeds 100%"
+            )));
         }
         Ok(Mix { insert, delete, update, find: 100 - writes })
     }
 
     /// Parses "40/40/20" (insert/delete/find) or "40/30/10/20" (insert/delete/update/find).
-    pub fn parse(s: &str) -> Result<Mix, String> {
+    pub fn parse(s: &str) -> Result<Mix> {
         let parts: Vec<u32> = s
             .split('/')
             .map(|p| p.trim().parse::<u32>())
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("bad mix {s:?}: {e}"))?;
+            .map_err(|e| BenchError::InvalidArgument(format!("bad mix {s:?}: {e}")))?;
         let mix = match parts[..] {
             [i, d, f] => Mix { insert: i, delete: d, update: 0, find: f },
             [i, d, u, f] => Mix { insert: i, delete: d, update: u, find: f },
-            _ => return Err(format!("bad mix {s:?}: give insert/delete/find or insert/delete/update/find")),
+            _ => {
+                return Err(BenchError::InvalidArgument(format!(
+                    "bad mix {s:?}: give insert/delete/find or insert/delete/update/find"
+                )));
+            }
         };
         if mix.insert + mix.delete + mix.update + mix.find != 100 {
-            return Err(format!("bad mix {s:?}: the shares must add up to 100"));
+            return Err(BenchError::InvalidArgument(format!("bad mix {s:?}: the shares must add up to 100")));
         }
         Ok(mix)
     }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use petra::OpKind;
 
+use crate::error::Result;
 use crate::micro::{TxMap, TxWorker};
 use crate::workload::GenOp;
 
@@ -89,17 +90,17 @@ impl LockMap {
 impl TxMap for LockMap {
     type Worker<'a> = &'a LockMap;
 
-    fn worker(&self) -> Result<&LockMap, String> {
+    fn worker(&self) -> Result<&LockMap> {
         Ok(self)
     }
 }
 
 impl TxWorker for &LockMap {
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64> {
         Ok(keys.iter().filter(|&&k| self.put(k, 0)).count() as u64)
     }
 
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool> {
         Ok(LockMap::run(self, ops))
     }
 }

@@ -6,6 +6,7 @@
 use crossbeam_skiplist::SkipMap;
 use petra::OpKind;
 
+use crate::error::Result;
 use crate::micro::{TxMap, TxWorker};
 use crate::workload::GenOp;
 
@@ -18,13 +19,13 @@ pub struct SkipMapBound {
 impl TxMap for SkipMapBound {
     type Worker<'a> = &'a SkipMapBound;
 
-    fn worker(&self) -> Result<&SkipMapBound, String> {
+    fn worker(&self) -> Result<&SkipMapBound> {
         Ok(self)
     }
 }
 
 impl TxWorker for &SkipMapBound {
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64> {
         Ok(keys
             .iter()
             .filter(|&&k| {
@@ -35,7 +36,7 @@ impl TxWorker for &SkipMapBound {
             .count() as u64)
     }
 
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool> {
         Ok(ops.iter().all(|op| match op.kind {
             OpKind::Insert => {
                 !self.map.contains_key(&op.key) && {

@@ -28,6 +28,7 @@ use petra_kv::{Config, CreateMode, Order, Store};
 
 use crate::baselines::redb::{Redb, RedbDurability};
 use crate::cli::{progress_bar, scratch, wrote};
+use crate::error::{BenchError, Result};
 use crate::report::KvRow;
 
 pub use target::{KvSession, KvTarget, Visit};
@@ -96,10 +97,10 @@ pub struct KvArgs {
 }
 
 /// Runs `petra-bench kv`.
-pub fn run(args: KvArgs) -> Result<(), String> {
+pub fn run(args: KvArgs) -> Result<()> {
     let engines: Vec<KvEngine> = args.engine.iter().map(|e| KvEngine::parse(e, args.num)).collect::<Result<_, _>>()?;
     if args.db.is_some() && engines.len() > 1 {
-        return Err("--db names one file: give one engine".into());
+        return Err(BenchError::InvalidArgument("--db names one file: give one engine".into()));
     }
     let cases: Vec<KvCase> = engines
         .iter()
@@ -164,14 +165,16 @@ pub enum KvEngine {
 impl KvEngine {
     /// Parses an engine name: `sorted`, `unsorted` (a hash map of `buckets` buckets), `redb-none`
     /// or `redb-immediate`.
-    pub fn parse(name: &str, buckets: u64) -> Result<KvEngine, String> {
+    pub fn parse(name: &str, buckets: u64) -> Result<KvEngine> {
         Ok(match name {
             "sorted" => KvEngine::Petra(Order::Sorted),
             "unsorted" => KvEngine::Petra(Order::Unsorted { buckets: buckets.max(1) }),
             "redb-none" => KvEngine::Redb(RedbDurability::None),
             "redb-immediate" => KvEngine::Redb(RedbDurability::Immediate),
             other => {
-                return Err(format!("unknown engine {other:?}: use sorted, unsorted, redb-none or redb-immediate"));
+                return Err(BenchError::InvalidArgument(format!(
+                    "unknown engine {other:?}: use sorted, unsorted, redb-none or redb-immediate"
+                )));
             }
         })
     }
@@ -255,24 +258,30 @@ impl KvResult {
 }
 
 /// Checks a case and its workloads before anything is created.
-pub fn check(case: &KvCase, workloads: &[String]) -> Result<(), String> {
+pub fn check(case: &KvCase, workloads: &[String]) -> Result<()> {
     if case.key_size < 8 {
-        return Err(format!("key size {} is below 8 bytes", case.key_size));
+        return Err(BenchError::InvalidArgument(format!("key size {} is below 8 bytes", case.key_size)));
     }
     if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
-        return Err(format!("unknown benchmark {w:?}: use {}", WORKLOADS.join(", ")));
+        return Err(BenchError::InvalidArgument(format!("unknown benchmark {w:?}: use {}", WORKLOADS.join(", "))));
     }
     if case.threads == 0 {
-        return Err("--threads must be at least 1".into());
+        return Err(BenchError::InvalidArgument("--threads must be at least 1".into()));
     }
     if case.read_write_percent > 100 {
-        return Err(format!("--readwritepercent {} is above 100", case.read_write_percent));
+        return Err(BenchError::InvalidArgument(format!(
+            "--readwritepercent {} is above 100",
+            case.read_write_percent
+        )));
     }
     if case.tx_size == 0 || case.tx_size > 64 {
-        return Err(format!("--tx_size {} is outside 1 to 64 (a batch's engine entries)", case.tx_size));
+        return Err(BenchError::InvalidArgument(format!(
+            "--tx_size {} is outside 1 to 64 (a batch's engine entries)",
+            case.tx_size
+        )));
     }
     if case.volatile && matches!(case.engine, KvEngine::Redb(_)) {
-        return Err("--volatile is petra-kv's mode: for redb, use redb-none".into());
+        return Err(BenchError::InvalidArgument("--volatile is petra-kv's mode: for redb, use redb-none".into()));
     }
     Ok(())
 }
@@ -285,7 +294,7 @@ pub fn run_case(
     path: &Path,
     (size, max_size): (u64, u64),
     done: impl FnMut(&KvResult),
-) -> Result<Vec<KvResult>, String> {
+) -> Result<Vec<KvResult>> {
     check(case, workloads)?;
     match case.engine {
         KvEngine::Petra(order) => {
@@ -293,7 +302,7 @@ pub fn run_case(
             let size = if size == 0 { crate::pool::START_BYTES } else { size };
             let max_size = max_size.max(size);
             let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
-            run_on(Store::open(&config).map_err(|e| e.to_string())?, case, workloads, done)
+            run_on(Store::open(&config)?, case, workloads, done)
         }
         KvEngine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),
     }

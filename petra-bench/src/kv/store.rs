@@ -5,41 +5,42 @@ use std::ops::Bound;
 use petra_kv::{Batch, Session, Store};
 
 use super::target::{KvSession, KvTarget, Visit};
+use crate::error::Result;
 
 impl KvTarget for Store {
     type Session<'a> = Session<'a>;
 
-    fn session(&self) -> Result<Session<'_>, String> {
-        Store::session(self).map_err(|e| e.to_string())
+    fn session(&self) -> Result<Session<'_>> {
+        Ok(Store::session(self)?)
     }
 
-    fn close(self) -> Result<(), String> {
-        Store::close(self).map_err(|e| e.to_string())
+    fn close(self) -> Result<()> {
+        Ok(Store::close(self)?)
     }
 }
 
 impl KvSession for Session<'_> {
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        Session::put(self, key, value).map_err(|e| e.to_string())
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        Ok(Session::put(self, key, value)?)
     }
 
-    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String> {
+    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<()> {
         let mut batch = Batch::new();
         for (k, v) in keys.chunks(keys.len() / values.len().max(1)).zip(values) {
             batch.put(k, v);
         }
-        self.write(&batch).map_err(|e| e.to_string())
+        Ok(self.write(&batch)?)
     }
 
-    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
-        self.get_with(key, |v| v.len()).map_err(|e| e.to_string())
+    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>> {
+        Ok(self.get_with(key, |v| v.len())?)
     }
 
-    fn remove(&mut self, key: &[u8]) -> Result<bool, String> {
-        Session::remove(self, key).map_err(|e| e.to_string())
+    fn remove(&mut self, key: &[u8]) -> Result<bool> {
+        Ok(Session::remove(self, key)?)
     }
 
-    fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String> {
-        Session::scan(self, Bound::Unbounded, Bound::Unbounded, f).map_err(|e| e.to_string())
+    fn scan(&mut self, f: &mut Visit<'_>) -> Result<()> {
+        Ok(Session::scan(self, Bound::Unbounded, Bound::Unbounded, f)?)
     }
 }

@@ -3,6 +3,8 @@
 
 use std::ops::ControlFlow;
 
+use crate::error::Result;
+
 /// A key-value store a benchmark drives: shared by the threads, each through its own session.
 pub trait KvTarget: Sync {
     /// A thread's access.
@@ -11,10 +13,10 @@ pub trait KvTarget: Sync {
         Self: 'a;
 
     /// A session for the calling thread.
-    fn session(&self) -> Result<Self::Session<'_>, String>;
+    fn session(&self) -> Result<Self::Session<'_>>;
 
     /// Closes the store, making everything durable its durability promises.
-    fn close(self) -> Result<(), String>;
+    fn close(self) -> Result<()>;
 }
 
 /// What a scan calls with each entry; it breaks to stop the scan.
@@ -23,14 +25,14 @@ pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 /// One thread's operations on a [`KvTarget`].
 pub trait KvSession {
     /// Sets `key` to `value`.
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String>;
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Sets key `i` to `values[i]` for every `i`, atomically.
     /// The keys are `keys` cut into `values.len()` slices of equal length.
-    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String>;
+    fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<()>;
     /// The length of `key`'s value, if present (read through a borrow where the store allows it).
-    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String>;
+    fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>>;
     /// Removes `key`; whether it was present.
-    fn remove(&mut self, key: &[u8]) -> Result<bool, String>;
+    fn remove(&mut self, key: &[u8]) -> Result<bool>;
     /// Calls `f` with the entries in key order (the store's order) from the first, until it breaks.
-    fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String>;
+    fn scan(&mut self, f: &mut Visit<'_>) -> Result<()>;
 }

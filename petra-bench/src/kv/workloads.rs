@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use super::target::{KvSession, KvTarget};
 use super::{KvCase, KvResult};
+use crate::error::{BenchError, Result};
 
 /// The workloads, by pmemkv_bench's names.
 pub const WORKLOADS: [&str; 11] = [
@@ -40,7 +41,7 @@ pub fn run_on<T: KvTarget>(
     case: &KvCase,
     workloads: &[String],
     mut done: impl FnMut(&KvResult),
-) -> Result<Vec<KvResult>, String> {
+) -> Result<Vec<KvResult>> {
     let mut rng = StdRng::seed_from_u64(case.seed);
     let values: Vec<u8> = (0..case.value_size + 4096).map(|_| rng.random()).collect();
     let mut results = Vec::new();
@@ -63,13 +64,13 @@ struct Tally {
 }
 
 /// Runs workload `name` on `threads` threads and merges what they did.
-fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], seed: u64) -> Result<KvResult, String> {
+fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], seed: u64) -> Result<KvResult> {
     let threads = case.threads;
     // readwhilewriting on more than one thread: thread 0 writes while the others read.
     let writer = name == "readwhilewriting" && threads > 1;
     let readers_left = AtomicUsize::new(threads - writer as usize);
     let start = Instant::now();
-    let tallies: Vec<Result<Tally, String>> = std::thread::scope(|scope| {
+    let tallies: Vec<Result<Tally>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let readers_left = &readers_left;
@@ -90,12 +91,12 @@ fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], s
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(format!("{name}: a thread panicked")))).collect()
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(BenchError::Panicked("a thread")))).collect()
     });
     let secs = start.elapsed().as_secs_f64();
     let mut all = Tally::default();
     for t in tallies {
-        let t = t.map_err(|e| format!("{name}: {e}"))?;
+        let t = t.map_err(|e| BenchError::Workload { workload: name.into(), source: Box::new(e) })?;
         all.ops += t.ops;
         all.found += t.found;
         all.bytes += t.bytes;
@@ -132,7 +133,7 @@ impl Worker<'_> {
         key(k, self.case.key_size, n);
     }
 
-    fn run<S: KvSession>(&mut self, s: &mut S, name: &str) -> Result<Tally, String> {
+    fn run<S: KvSession>(&mut self, s: &mut S, name: &str) -> Result<Tally> {
         let (ks, vs) = (self.case.key_size as u64, self.case.value_size as u64);
         let mut tally = Tally::default();
         if name == "readseq" {
@@ -214,7 +215,7 @@ impl Worker<'_> {
                         tally.bytes += ks + vs;
                     }
                 }
-                other => return Err(format!("unknown benchmark {other:?}")),
+                other => return Err(BenchError::InvalidArgument(format!("unknown benchmark {other:?}"))),
             }
             if let Some(t) = t {
                 tally.latencies.push(t.elapsed().as_secs_f64() * 1e6);
@@ -225,7 +226,7 @@ impl Worker<'_> {
         Ok(tally)
     }
 
-    fn read<S: KvSession>(&mut self, s: &mut S, k: &[u8], tally: &mut Tally) -> Result<(), String> {
+    fn read<S: KvSession>(&mut self, s: &mut S, k: &[u8], tally: &mut Tally) -> Result<()> {
         tally.bytes += k.len() as u64;
         if let Some(len) = s.get_len(k)? {
             tally.found += 1;
@@ -235,7 +236,7 @@ impl Worker<'_> {
     }
 
     /// `readwhilewriting`'s writer: random puts until the readers are done.
-    fn write_while<S: KvSession>(&mut self, s: &mut S, readers_left: &AtomicUsize) -> Result<(), String> {
+    fn write_while<S: KvSession>(&mut self, s: &mut S, readers_left: &AtomicUsize) -> Result<()> {
         let mut k = Vec::with_capacity(self.case.key_size);
         // Relaxed: a count to stop by, guarding no data.
         while readers_left.load(Ordering::Relaxed) > 0 {
@@ -277,23 +278,23 @@ mod tests {
     impl KvTarget for Model {
         type Session<'a> = &'a Model;
 
-        fn session(&self) -> Result<&Model, String> {
+        fn session(&self) -> Result<&Model> {
             Ok(self)
         }
 
-        fn close(self) -> Result<(), String> {
+        fn close(self) -> Result<()> {
             Ok(())
         }
     }
 
     impl KvSession for &Model {
-        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
             self.map.lock().unwrap().insert(key.to_vec(), value.len());
             *self.puts.lock().unwrap().entry(number(key)).or_default() += 1;
             Ok(())
         }
 
-        fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<(), String> {
+        fn put_all(&mut self, keys: &[u8], values: &[&[u8]]) -> Result<()> {
             self.batches.lock().unwrap().push(values.len());
             for (k, v) in keys.chunks(keys.len() / values.len()).zip(values) {
                 self.put(k, v)?;
@@ -301,17 +302,17 @@ mod tests {
             Ok(())
         }
 
-        fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+        fn get_len(&mut self, key: &[u8]) -> Result<Option<usize>> {
             self.gets.lock().unwrap().push(number(key));
             Ok(self.map.lock().unwrap().get(key).copied())
         }
 
-        fn remove(&mut self, key: &[u8]) -> Result<bool, String> {
+        fn remove(&mut self, key: &[u8]) -> Result<bool> {
             *self.removes.lock().unwrap() += 1;
             Ok(self.map.lock().unwrap().remove(key).is_some())
         }
 
-        fn scan(&mut self, f: &mut Visit<'_>) -> Result<(), String> {
+        fn scan(&mut self, f: &mut Visit<'_>) -> Result<()> {
             let value = [0u8; 128];
             for (k, &len) in self.map.lock().unwrap().iter() {
                 if f(k, &value[..len]).is_break() {

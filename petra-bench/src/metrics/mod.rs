@@ -14,6 +14,7 @@ use petra_kv::{Sample, Value};
 use self::store::PetraTarget;
 use crate::baselines::redb::{RedbDb, RedbDurability};
 use crate::cli::scratch;
+use crate::error::{BenchError, Result};
 
 pub(crate) use target::{MetricSessionOf, MetricTarget};
 
@@ -50,10 +51,13 @@ pub struct MetricsArgs {
 }
 
 /// Runs `petra-bench metrics`.
-pub fn run(args: MetricsArgs) -> Result<(), String> {
+pub fn run(args: MetricsArgs) -> Result<()> {
     let engines: Vec<MetricsEngine> = args.engine.iter().map(|e| MetricsEngine::parse(e)).collect::<Result<_, _>>()?;
     if args.threads > args.sets {
-        return Err(format!("{} threads for {} sets: a thread stores whole sets", args.threads, args.sets));
+        return Err(BenchError::InvalidArgument(format!(
+            "{} threads for {} sets: a thread stores whole sets",
+            args.threads, args.sets
+        )));
     }
     let case = MetricsCase {
         metrics: args.metrics,
@@ -153,12 +157,14 @@ pub enum MetricsEngine {
 
 impl MetricsEngine {
     /// Parses `petra`, `redb-none` or `redb-immediate`.
-    pub fn parse(name: &str) -> Result<MetricsEngine, String> {
+    pub fn parse(name: &str) -> Result<MetricsEngine> {
         match name {
             "petra" => Ok(MetricsEngine::Petra),
             "redb-none" => Ok(MetricsEngine::Redb(RedbDurability::None)),
             "redb-immediate" => Ok(MetricsEngine::Redb(RedbDurability::Immediate)),
-            other => Err(format!("unknown engine {other:?}: use petra, redb-none or redb-immediate")),
+            other => Err(BenchError::InvalidArgument(format!(
+                "unknown engine {other:?}: use petra, redb-none or redb-immediate"
+            ))),
         }
     }
 
@@ -173,12 +179,15 @@ impl MetricsEngine {
 }
 
 /// Runs the case on a new store of `engine` at `path`.
-pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: u64) -> Result<MetricsResult, String> {
+pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: u64) -> Result<MetricsResult> {
     if case.range_len > case.samples {
-        return Err(format!("ranges of {} samples need at least that many samples", case.range_len));
+        return Err(BenchError::InvalidArgument(format!(
+            "ranges of {} samples need at least that many samples",
+            case.range_len
+        )));
     }
     if case.sets == 0 || case.threads == 0 {
-        return Err("a run needs at least one set and one thread".into());
+        return Err(BenchError::InvalidArgument("a run needs at least one set and one thread".into()));
     }
     match engine {
         MetricsEngine::Petra => {
@@ -192,7 +201,7 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
             let target = RedbDb::create(path, durability)?;
             let mut result = measure(&target, case)?;
             target.close()?;
-            result.file_bytes = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+            result.file_bytes = std::fs::metadata(path)?.len();
             Ok(result)
         }
     }
@@ -200,12 +209,12 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
 
 /// The timed loops: ingest by every thread, then a check that every set holds all its samples,
 /// then latest reads, range queries and scans on set 0 (`file_bytes` left 0).
-fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsResult, String> {
+fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsResult> {
     let start = Instant::now();
     std::thread::scope(|scope| {
         let threads: Vec<_> = (0..case.threads)
             .map(|t| {
-                scope.spawn(move || -> Result<(), String> {
+                scope.spawn(move || -> Result<()> {
                     let mut session = target.session()?;
                     let mine: Vec<usize> = (t..case.sets).step_by(case.threads).collect();
                     let mut sample =
@@ -224,7 +233,7 @@ fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsRes
                 })
             })
             .collect();
-        threads.into_iter().try_for_each(|t| t.join().map_err(|_| "a storing thread panicked".to_string())?)
+        threads.into_iter().try_for_each(|t| t.join().map_err(|_| BenchError::Panicked("a storing thread"))?)
     })?;
     let ingest_per_sec = (case.samples * case.sets as u64) as f64 / start.elapsed().as_secs_f64();
     let mut session = target.session()?;
@@ -232,7 +241,10 @@ fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsRes
         let latest = session.latest(set)?;
         let stored = session.scan(set, 0, u64::MAX)?;
         if latest != Some(case.samples) || stored as u64 != case.samples {
-            return Err(format!("set {set} holds {stored} samples, the latest {latest:?}, of {}", case.samples));
+            return Err(BenchError::Check(format!(
+                "set {set} holds {stored} samples, the latest {latest:?}, of {}",
+                case.samples
+            )));
         }
     }
     let start = Instant::now();
@@ -242,16 +254,16 @@ fn measure<T: MetricTarget>(target: &T, case: &MetricsCase) -> Result<MetricsRes
     }
     let latest_micros = start.elapsed().as_secs_f64() * 1e6 / case.reads.max(1) as f64;
     if check != case.reads * case.samples {
-        return Err("a latest read did not return the last sample".into());
+        return Err(BenchError::Check("a latest read did not return the last sample".into()));
     }
     let span = case.samples - case.range_len + 1;
-    let ranges = |query: &mut dyn FnMut(u64, u64) -> Result<usize, String>| -> Result<f64, String> {
+    let ranges = |query: &mut dyn FnMut(u64, u64) -> Result<usize>| -> Result<f64> {
         let start = Instant::now();
         for r in 0..case.ranges {
             let from = 1 + (r * 7919) % span;
             let got = query(from * SEC, (from + case.range_len - 1) * SEC)?;
             if got as u64 != case.range_len {
-                return Err(format!("a range query returned {got} samples"));
+                return Err(BenchError::Check(format!("a range query returned {got} samples")));
             }
         }
         Ok(start.elapsed().as_secs_f64() * 1e6 / case.ranges.max(1) as f64)

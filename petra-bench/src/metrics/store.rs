@@ -9,6 +9,7 @@ use petra_kv::{
 
 use super::target::{MetricSessionOf, MetricTarget};
 use super::{MetricsCase, SEC};
+use crate::error::Result;
 
 /// The metric store, with the sets of the run.
 pub(super) struct PetraTarget {
@@ -19,16 +20,15 @@ pub(super) struct PetraTarget {
 impl PetraTarget {
     /// A new store at `path` (growing up to `max_size` bytes) holding `case.sets` sets of the
     /// schema of `case.metrics` u64 data metrics.
-    pub(super) fn create(path: &Path, case: &MetricsCase, max_size: u64) -> Result<PetraTarget, String> {
-        let e = |e: KvError| e.to_string();
+    pub(super) fn create(path: &Path, case: &MetricsCase, max_size: u64) -> Result<PetraTarget> {
         let config =
             Config { create: CreateMode::Create, size: crate::pool::START_BYTES, max_size, ..Config::new(path) };
-        let store = MetricStore::open(&config).map_err(e)?;
+        let store = MetricStore::open(&config)?;
         let schema = Schema {
             name: "cray".into(),
             metrics: (0..case.metrics).map(|i| Metric::data(&format!("m{i}"), Scalar::U64)).collect(),
         };
-        store.add_schema(&schema).map_err(e)?;
+        store.add_schema(&schema)?;
         let sets = (0..case.sets)
             .map(|i| {
                 let producer = format!("nid{:05}", i + 1);
@@ -41,8 +41,7 @@ impl PetraTarget {
                     interval_ns: SEC,
                 })
             })
-            .collect::<Result<Vec<SetId>, KvError>>()
-            .map_err(e)?;
+            .collect::<Result<Vec<SetId>, KvError>>()?;
         Ok(PetraTarget { store, sets })
     }
 
@@ -52,20 +51,16 @@ impl PetraTarget {
     }
 
     /// Closes the store.
-    pub(super) fn close(self) -> Result<(), String> {
-        self.store.close().map_err(|e| e.to_string())
+    pub(super) fn close(self) -> Result<()> {
+        Ok(self.store.close()?)
     }
 }
 
 impl MetricTarget for PetraTarget {
     type Session<'a> = PetraSession<'a>;
 
-    fn session(&self) -> Result<PetraSession<'_>, String> {
-        Ok(PetraSession {
-            session: self.store.session().map_err(|e| e.to_string())?,
-            sets: &self.sets,
-            out: Vec::new(),
-        })
+    fn session(&self) -> Result<PetraSession<'_>> {
+        Ok(PetraSession { session: self.store.session()?, sets: &self.sets, out: Vec::new() })
     }
 }
 
@@ -78,32 +73,30 @@ pub(super) struct PetraSession<'s> {
 }
 
 impl MetricSessionOf for PetraSession<'_> {
-    fn store(&mut self, set: usize, sample: &Sample) -> Result<(), String> {
-        self.session.store_sample(self.sets[set], sample).map(drop).map_err(|e| e.to_string())
+    fn store(&mut self, set: usize, sample: &Sample) -> Result<()> {
+        Ok(self.session.store_sample(self.sets[set], sample).map(drop)?)
     }
 
-    fn latest(&mut self, set: usize) -> Result<Option<u64>, String> {
-        Ok(self.session.latest(self.sets[set]).map_err(|e| e.to_string())?.map(|s| s.generation))
+    fn latest(&mut self, set: usize) -> Result<Option<u64>> {
+        Ok(self.session.latest(self.sets[set])?.map(|s| s.generation))
     }
 
-    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
-        Ok(self.session.range(self.sets[set], from, to).map_err(|e| e.to_string())?.len())
+    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize> {
+        Ok(self.session.range(self.sets[set], from, to)?.len())
     }
 
-    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
-        self.session.range_into(self.sets[set], from, to, &mut self.out).map_err(|e| e.to_string())?;
+    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize> {
+        self.session.range_into(self.sets[set], from, to, &mut self.out)?;
         Ok(self.out.len())
     }
 
-    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize> {
         let mut n = 0;
-        self.session
-            .scan(self.sets[set], from, to, |s| {
-                std::hint::black_box(s);
-                n += 1;
-                std::ops::ControlFlow::Continue(())
-            })
-            .map_err(|e| e.to_string())?;
+        self.session.scan(self.sets[set], from, to, |s| {
+            std::hint::black_box(s);
+            n += 1;
+            std::ops::ControlFlow::Continue(())
+        })?;
         Ok(n)
     }
 }

@@ -25,6 +25,7 @@ use self::structures::run_petra;
 use crate::baselines::locks::LockMap;
 use crate::baselines::skipmap::SkipMapBound;
 use crate::cli::{progress_bar, scratch, wrote};
+use crate::error::{BenchError, Result};
 use crate::workload::{GenOp, Mix, Workload};
 
 pub(crate) use target::{TxMap, TxWorker};
@@ -94,7 +95,7 @@ pub struct MicroArgs {
 }
 
 /// Runs `petra-bench micro`.
-pub fn run(args: MicroArgs) -> Result<(), String> {
+pub fn run(args: MicroArgs) -> Result<()> {
     let mut modes: Vec<Mode> = args.modes.iter().map(|m| Mode::parse(m)).collect::<Result<_, _>>()?;
     if args.value_size > 0 || args.key_bytes != 8 {
         // The baselines hold word values under one-word keys only.
@@ -111,13 +112,13 @@ pub fn run(args: MicroArgs) -> Result<(), String> {
         if args.mix.is_empty() { default_mixes.iter().map(|m| m.to_string()).collect() } else { args.mix.clone() };
     let mixes: Vec<Mix> = mix_names.iter().map(|m| Mix::parse(m)).collect::<Result<_, _>>()?;
     if let Some(&bad) = args.tx_sizes.iter().find(|&&s| s == 0 || s > 16) {
-        return Err(format!("transaction size {bad} is outside 1 to 16"));
+        return Err(BenchError::InvalidArgument(format!("transaction size {bad} is outside 1 to 16")));
     }
     if args.threads.contains(&0) {
-        return Err("thread counts must be at least 1".into());
+        return Err(BenchError::InvalidArgument("thread counts must be at least 1".into()));
     }
     if !(0.0..=1.0).contains(&args.prefill) {
-        return Err(format!("prefill {} is outside 0 to 1", args.prefill));
+        return Err(BenchError::InvalidArgument(format!("prefill {} is outside 0 to 1", args.prefill)));
     }
     let tmp = match &args.dir {
         Some(_) => None,
@@ -127,8 +128,8 @@ pub fn run(args: MicroArgs) -> Result<(), String> {
     let wide_keys = match args.key_bytes {
         8 => false,
         16 if structure != Structure::MdList => true,
-        16 => return Err("the mdlist's keys are one word: --key-bytes 8".into()),
-        n => return Err(format!("key width {n} bytes: use 8 or 16")),
+        16 => return Err(BenchError::InvalidArgument("the mdlist's keys are one word: --key-bytes 8".into())),
+        n => return Err(BenchError::InvalidArgument(format!("key width {n} bytes: use 8 or 16"))),
     };
     let values = match args.value_size {
         0 => "word values".to_string(),
@@ -232,11 +233,10 @@ impl Mode {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Result<Mode, String> {
-        [Mode::Durable, Mode::Volatile, Mode::Locks, Mode::SkipMap]
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown mode {s:?}: use durable, volatile, locks or skipmap"))
+    pub fn parse(s: &str) -> Result<Mode> {
+        [Mode::Durable, Mode::Volatile, Mode::Locks, Mode::SkipMap].into_iter().find(|m| m.name() == s).ok_or_else(
+            || BenchError::InvalidArgument(format!("unknown mode {s:?}: use durable, volatile, locks or skipmap")),
+        )
     }
 }
 
@@ -266,13 +266,15 @@ impl Structure {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Result<Structure, String> {
+    pub fn parse(s: &str) -> Result<Structure> {
         match s {
             "list" => Ok(Structure::List),
             "hashmap" => Ok(Structure::HashMap),
             "skiplist" => Ok(Structure::SkipList),
             "mdlist" => Ok(Structure::MdList),
-            other => Err(format!("unknown structure {other:?}: use list, hashmap, skiplist or mdlist")),
+            other => Err(BenchError::InvalidArgument(format!(
+                "unknown structure {other:?}: use list, hashmap, skiplist or mdlist"
+            ))),
         }
     }
 }
@@ -345,7 +347,7 @@ impl MicroResult {
 
 /// Runs one configuration on a fresh structure in a pool file under `dir`, or on a fresh
 /// baseline map.
-pub fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, String> {
+pub fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult> {
     match case.mode {
         Mode::Durable | Mode::Volatile => run_petra(case, dir),
         Mode::Locks => measure(case, &LockMap::default()),
@@ -357,7 +359,7 @@ pub fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult, S
 /// thread's share of transactions on it and times them. Every map draws the same keys and the
 /// same transactions (the same seeds); flushes and fences are counted on PETRA's counting seam
 /// (none elsewhere).
-fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult, String> {
+fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
     use rand::Rng;
     let w = case.workload;
     {
@@ -376,7 +378,7 @@ fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult, String> {
         let workers: Vec<_> = (0..case.threads)
             .map(|t| {
                 let barrier = &barrier;
-                s.spawn(move || -> Result<(u64, u64, MemCounts), String> {
+                s.spawn(move || -> Result<(u64, u64, MemCounts)> {
                     let worker = map.worker();
                     // Every thread reaches the barrier, even one whose worker failed: the timer
                     // waits for them all.

@@ -8,6 +8,7 @@ use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, T
 
 use super::target::{TxMap, TxWorker};
 use super::{MicroCase, MicroResult, Mode, Structure, measure};
+use crate::error::Result;
 use crate::workload::GenOp;
 
 /// PETRA's structure `list` in `engine`, as a [`TxMap`].
@@ -30,29 +31,29 @@ impl<'e> TxMap for PetraMap<'e> {
     where
         Self: 'a;
 
-    fn worker(&self) -> Result<PetraWorker<'_>, String> {
-        let mut h = self.engine.handle().map_err(|e| e.to_string())?;
+    fn worker(&self) -> Result<PetraWorker<'_>> {
+        let mut h = self.engine.handle()?;
         // Take the descriptor ring (a region, zeroed and persisted once) before timing.
         let mut warm = Transaction::new();
         self.encoding.push(&mut warm, self.list, OpKind::Get, 0, 0);
         self.encoding.push(&mut warm, self.list, OpKind::Get, 1, 0);
-        h.execute(&warm).map_err(|e| e.to_string())?;
+        h.execute(&warm)?;
         Ok(PetraWorker { map: self, h, tx: Transaction::new() })
     }
 }
 
 impl PetraWorker<'_> {
-    fn execute(&mut self, ops: impl Iterator<Item = (OpKind, u64, u64)>) -> Result<Outcome, String> {
+    fn execute(&mut self, ops: impl Iterator<Item = (OpKind, u64, u64)>) -> Result<Outcome> {
         self.tx.clear();
         for (kind, key, value) in ops {
             self.map.encoding.push(&mut self.tx, self.map.list, kind, key, value);
         }
-        self.h.execute(&self.tx).map_err(|e| e.to_string())
+        Ok(self.h.execute(&self.tx)?)
     }
 }
 
 impl TxWorker for PetraWorker<'_> {
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64> {
         Ok(match self.execute(keys.iter().map(|&k| (OpKind::Put, k, 0)))? {
             Outcome::Committed { results, .. } => results.iter().filter(|r| r.is_none()).count() as u64,
             // Puts fail nothing: a cycle abort, and the caller's next batch goes on.
@@ -60,13 +61,13 @@ impl TxWorker for PetraWorker<'_> {
         })
     }
 
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool> {
         Ok(self.execute(ops.iter().map(|op| (op.kind, op.key, op.value)))?.is_committed())
     }
 }
 
 /// Runs one configuration on a fresh PETRA structure in a pool file under `dir`.
-pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult, String> {
+pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult> {
     let w = case.workload;
     let path =
         dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure.name(), case.mode.name(), case.threads, w.tx_size));
@@ -75,7 +76,7 @@ pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult, Stri
     let pool = crate::pool::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);
     // Default rings (64 MiB): checkpoint rounds run as they fill, as in any long run.
     let config = EngineConfig::default().checkpoint_fill(case.checkpoint_fill);
-    let engine = Engine::create(pool, config).map_err(|e| e.to_string())?;
+    let engine = Engine::create(pool, config)?;
     let kind = match case.structure {
         Structure::List => petra::StructureKind::List,
         Structure::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },
@@ -84,7 +85,7 @@ pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult, Stri
     };
     let values = if case.value_size > 0 { Values::Bytes } else { Values::Words };
     let keys = if case.wide_keys { KeyWidth::U128 } else { KeyWidth::U64 };
-    let list = engine.create_structure(kind, keys, values).map_err(|e| e.to_string())?;
+    let list = engine.create_structure(kind, keys, values)?;
     let bytes = vec![0x5Au8; case.value_size];
     let encoding = Encoding { bytes: (case.value_size > 0).then_some(&bytes[..]), wide_keys: case.wide_keys };
     let r = measure(case, &PetraMap { engine: &engine, list, encoding });

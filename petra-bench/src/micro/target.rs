@@ -1,6 +1,7 @@
 //! What `petra-bench micro` runs its transactions on: [`TxMap`], shared by the threads, and
 //! [`TxWorker`], one thread's transactions on it.
 
+use crate::error::Result;
 use crate::workload::GenOp;
 
 /// What the micro-benchmark runs its transactions on: PETRA's structures
@@ -13,16 +14,16 @@ pub trait TxMap: Sync {
 
     /// A worker for the calling thread, ready to run: whatever it sets up happens here, before
     /// timing starts.
-    fn worker(&self) -> Result<Self::Worker<'_>, String>;
+    fn worker(&self) -> Result<Self::Worker<'_>>;
 }
 
 /// One thread's transactions on a [`TxMap`].
 pub trait TxWorker {
     /// Sets every key of `keys` (a prefill batch, at most 16), atomically where the map has
     /// transactions; how many were absent.
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String>;
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64>;
 
     /// Runs `ops` with strict semantics (a failed Insert, Delete, Update or Find fails the
     /// transaction); whether it committed.
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String>;
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool>;
 }

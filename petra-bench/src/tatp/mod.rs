@@ -43,6 +43,7 @@ use rand::{Rng, SeedableRng};
 use self::population::rows_of;
 pub(crate) use self::schema::Schema;
 use crate::cli::{progress_bar, scratch, wrote};
+use crate::error::{BenchError, Result};
 use crate::report::TatpRow;
 
 /// TATP (the Telecom Application Transaction Processing benchmark) on PETRA's hash maps:
@@ -75,7 +76,7 @@ pub struct TatpArgs {
 }
 
 /// Runs `petra-bench tatp`.
-pub fn run(args: TatpArgs) -> Result<(), String> {
+pub fn run(args: TatpArgs) -> Result<()> {
     let mix = Mix::parse(&args.mix)?;
     let modes: Vec<bool> = args
         .modes
@@ -83,11 +84,11 @@ pub fn run(args: TatpArgs) -> Result<(), String> {
         .map(|m| match m.as_str() {
             "durable" => Ok(false),
             "volatile" => Ok(true),
-            other => Err(format!("unknown mode {other:?}: use durable or volatile")),
+            other => Err(BenchError::InvalidArgument(format!("unknown mode {other:?}: use durable or volatile"))),
         })
         .collect::<Result<_, _>>()?;
     if args.subscribers == 0 || args.threads.contains(&0) {
-        return Err("--subscribers and --threads must be at least 1".into());
+        return Err(BenchError::InvalidArgument("--subscribers and --threads must be at least 1".into()));
     }
     let tmp = scratch()?;
     println!(
@@ -184,11 +185,11 @@ pub enum Mix {
 
 impl Mix {
     /// Parses `full` or `update-location`.
-    pub fn parse(s: &str) -> Result<Mix, String> {
+    pub fn parse(s: &str) -> Result<Mix> {
         match s {
             "full" => Ok(Mix::Full),
             "update-location" => Ok(Mix::UpdateLocation),
-            other => Err(format!("unknown mix {other:?}: use full or update-location")),
+            other => Err(BenchError::InvalidArgument(format!("unknown mix {other:?}: use full or update-location"))),
         }
     }
 
@@ -247,24 +248,24 @@ pub struct TatpResult {
 }
 
 /// Populates a new pool at `path` and runs the case on it.
-pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult, String> {
+pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult> {
     if case.subscribers == 0 || case.threads == 0 {
-        return Err("--subscribers and --threads must be at least 1".into());
+        return Err(BenchError::InvalidArgument("--subscribers and --threads must be at least 1".into()));
     }
     let pool = crate::pool::create_pool(path, case.volatile)?;
-    let engine = Engine::create(pool, EngineConfig::rings(64 << 20)).map_err(|e| e.to_string())?;
+    let engine = Engine::create(pool, EngineConfig::rings(64 << 20))?;
     let schema = Schema::create(&engine, case.subscribers)?;
     let start = Instant::now();
     populate(&engine, &schema, case.subscribers, case.seed, case.threads)?;
     let populate_secs = start.elapsed().as_secs_f64();
     let rows = schema.cardinalities(&engine)?;
     let start = Instant::now();
-    let per_thread: Vec<Result<[(u64, u64); 7], String>> = std::thread::scope(|scope| {
+    let per_thread: Vec<Result<[(u64, u64); 7]>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..case.threads)
             .map(|t| {
                 let (engine, schema) = (&engine, &schema);
                 scope.spawn(move || {
-                    let mut h = engine.handle().map_err(|e| e.to_string())?;
+                    let mut h = engine.handle()?;
                     let mut rng = StdRng::seed_from_u64(case.seed.wrapping_mul(7919).wrapping_add(t as u64 + 1));
                     let (mut tx, mut buf) = (Transaction::new(), Vec::new());
                     tx.sorted(true);
@@ -279,7 +280,7 @@ pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult, String> {
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a thread panicked".into()))).collect()
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(BenchError::Panicked("a thread")))).collect()
     });
     let secs = start.elapsed().as_secs_f64();
     let mut per_type = [(0u64, 0u64); 7];
@@ -290,18 +291,18 @@ pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult, String> {
         }
     }
     let total: u64 = per_type.iter().map(|c| c.0).sum();
-    let pool = engine.into_pool().map_err(|_| "the engine is still shared".to_string())?;
-    pool.close().map_err(|e| e.to_string())?;
+    let pool = engine.into_pool().map_err(|_| BenchError::Check("the engine is still shared".into()))?;
+    pool.close()?;
     Ok(TatpResult { populate_secs, rows, tx_per_sec: total as f64 / secs, per_type })
 }
 
 /// Inserts subscribers `1..=n` ([`rows_of`]), one transaction each, on `threads` threads.
-pub fn populate(engine: &Engine<MmapMem>, schema: &Schema, n: u64, seed: u64, threads: usize) -> Result<(), String> {
+pub fn populate(engine: &Engine<MmapMem>, schema: &Schema, n: u64, seed: u64, threads: usize) -> Result<()> {
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads as u64)
             .map(|t| {
-                scope.spawn(move || -> Result<(), String> {
-                    let mut h = engine.handle().map_err(|e| e.to_string())?;
+                scope.spawn(move || -> Result<()> {
+                    let mut h = engine.handle()?;
                     let mut tx = Transaction::new();
                     tx.sorted(true);
                     for s in (1 + t..=n).step_by(threads) {
@@ -311,7 +312,7 @@ pub fn populate(engine: &Engine<MmapMem>, schema: &Schema, n: u64, seed: u64, th
                 })
             })
             .collect();
-        workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+        workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|_| Err(BenchError::Panicked("a thread"))))
     })
 }
 

@@ -5,6 +5,8 @@ use petra::mem::MmapMem;
 use petra::{Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use rand::Rng;
 
+use crate::error::{BenchError, Result};
+
 use super::population::{CallForwarding, Rows, SpecialFacility, Subscriber, nonuniform_s_id};
 use super::{
     DELETE_CALL_FORWARDING, GET_ACCESS_DATA, GET_NEW_DESTINATION, GET_SUBSCRIBER_DATA, INSERT_CALL_FORWARDING,
@@ -52,11 +54,9 @@ pub struct Schema {
 
 impl Schema {
     /// Creates the structures, sized for `n` subscribers.
-    pub fn create(engine: &Engine<MmapMem>, n: u64) -> Result<Schema, String> {
+    pub fn create(engine: &Engine<MmapMem>, n: u64) -> Result<Schema> {
         let make = |buckets: u64, values| {
-            engine
-                .create_structure(StructureKind::HashMap { buckets: buckets.max(1) }, KeyWidth::U64, values)
-                .map_err(|e| e.to_string())
+            engine.create_structure(StructureKind::HashMap { buckets: buckets.max(1) }, KeyWidth::U64, values)
         };
         Ok(Schema {
             subscriber: make(n, Values::Bytes)?,
@@ -71,7 +71,7 @@ impl Schema {
     }
 
     /// Stores one subscriber's rows in one transaction.
-    pub fn insert(&self, h: &mut Handle<MmapMem>, tx: &mut Transaction, rows: &Rows) -> Result<(), String> {
+    pub fn insert(&self, h: &mut Handle<MmapMem>, tx: &mut Transaction, rows: &Rows) -> Result<()> {
         let s = rows.s_id;
         tx.clear()
             .insert_bytes(self.subscriber, s, &subscriber_bytes(&rows.subscriber))
@@ -90,7 +90,7 @@ impl Schema {
         }
         match decided(h, tx)? {
             Some(_) => Ok(()),
-            None => Err(format!("subscriber {s} could not be inserted")),
+            None => Err(BenchError::Check(format!("subscriber {s} could not be inserted"))),
         }
     }
 
@@ -104,21 +104,19 @@ impl Schema {
         n: u64,
         kind: usize,
         buf: &mut Vec<u8>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool> {
         let s_id = nonuniform_s_id(rng, n);
         // The lookup by number: sub_nbr is s_id's 15 digits.
-        let by_number = |h: &mut Handle<MmapMem>, tx: &mut Transaction| -> Result<Option<u64>, String> {
+        let by_number = |h: &mut Handle<MmapMem>, tx: &mut Transaction| -> Result<Option<u64>> {
             tx.clear().get(self.sub_nbr, s_id);
             Ok(decided(h, tx)?.and_then(|r| r[0]))
         };
         match kind {
             GET_SUBSCRIBER_DATA => {
                 tx.clear().find(self.subscriber, s_id).find(self.bit_1, s_id).find(self.vlr, s_id);
-                let read = h
-                    .execute_decided(tx, |results, blobs| {
-                        blobs.read_into(results[0].expect("a Find that committed found its key"), buf)
-                    })
-                    .map_err(|e| e.to_string())?;
+                let read = h.execute_decided(tx, |results, blobs| {
+                    blobs.read_into(results[0].expect("a Find that committed found its key"), buf)
+                })?;
                 Ok(read.is_ok() && buf.len() == 24)
             }
             GET_NEW_DESTINATION => {
@@ -176,13 +174,13 @@ impl Schema {
                 tx.clear().delete(self.call_forwarding, forwarding_key(s, sf_type, start_time));
                 Ok(decided(h, tx)?.is_some())
             }
-            other => Err(format!("unknown transaction type {other}")),
+            other => Err(BenchError::Check(format!("unknown transaction type {other}"))),
         }
     }
 
     /// Rows in each table: subscriber, access_info, special_facility, call_forwarding.
-    pub fn cardinalities(&self, engine: &Engine<MmapMem>) -> Result<[usize; 4], String> {
-        let count = |s| engine.entries::<u64>(s).map(|e| e.len()).map_err(|e| e.to_string());
+    pub fn cardinalities(&self, engine: &Engine<MmapMem>) -> Result<[usize; 4]> {
+        let count = |s| engine.entries::<u64>(s).map(|e| e.len());
         Ok([
             count(self.subscriber)?,
             count(self.access_info)?,
@@ -194,6 +192,6 @@ impl Schema {
 
 /// Executes `tx` until it is decided ([`Handle::execute_decided`]): its results if it
 /// committed, `None` if a strict op failed.
-fn decided(h: &mut Handle<MmapMem>, tx: &Transaction) -> Result<Option<Vec<Option<u64>>>, String> {
-    Ok(h.execute_decided(tx, |results, _| results.to_vec()).map_err(|e| e.to_string())?.ok())
+fn decided(h: &mut Handle<MmapMem>, tx: &Transaction) -> Result<Option<Vec<Option<u64>>>> {
+    Ok(h.execute_decided(tx, |results, _| results.to_vec())?.ok())
 }

@@ -3,7 +3,8 @@
 
 use petra_kv::{Sample, Value};
 
-use super::{RedbDb, redb_err};
+use super::RedbDb;
+use crate::error::{BenchError, Result};
 use crate::metrics::{MetricSessionOf, MetricTarget};
 
 /// redb's tables: the latest sample of each set, and each set's history by timestamp.
@@ -11,13 +12,13 @@ const LATEST: redb::TableDefinition<'static, u64, &[u8]> = redb::TableDefinition
 const HISTORY: redb::TableDefinition<'static, (u64, u64), &[u8]> = redb::TableDefinition::new("history");
 
 /// The sample as redb stores it: timestamp, duration, generation, consistent, then the u64 values.
-fn encode(sample: &Sample, out: &mut Vec<u8>) -> Result<(), String> {
+fn encode(sample: &Sample, out: &mut Vec<u8>) -> Result<()> {
     out.clear();
     for w in [sample.timestamp, sample.duration, sample.generation, sample.consistent as u64] {
         out.extend_from_slice(&w.to_le_bytes());
     }
     for v in &sample.values {
-        let Value::U(x) = v else { return Err("the benchmark's metrics are u64".into()) };
+        let Value::U(x) = v else { return Err(BenchError::Check("the benchmark's metrics are u64".into())) };
         out.extend_from_slice(&x.to_le_bytes());
     }
     Ok(())
@@ -44,7 +45,7 @@ fn decode_into(bytes: &[u8], sample: &mut Sample) {
 impl MetricTarget for RedbDb {
     type Session<'a> = RedbSession<'a>;
 
-    fn session(&self) -> Result<RedbSession<'_>, String> {
+    fn session(&self) -> Result<RedbSession<'_>> {
         Ok(RedbSession { db: self, buf: Vec::new(), out: Vec::new() })
     }
 }
@@ -58,31 +59,31 @@ pub(crate) struct RedbSession<'d> {
 }
 
 impl MetricSessionOf for RedbSession<'_> {
-    fn store(&mut self, set: usize, sample: &Sample) -> Result<(), String> {
+    fn store(&mut self, set: usize, sample: &Sample) -> Result<()> {
         encode(sample, &mut self.buf)?;
         self.db.write(|tx| {
-            let mut latest = tx.open_table(LATEST).map_err(redb_err)?;
-            latest.insert(set as u64, self.buf.as_slice()).map_err(redb_err)?;
-            let mut history = tx.open_table(HISTORY).map_err(redb_err)?;
-            history.insert((set as u64, sample.timestamp), self.buf.as_slice()).map_err(redb_err)?;
+            let mut latest = tx.open_table(LATEST)?;
+            latest.insert(set as u64, self.buf.as_slice())?;
+            let mut history = tx.open_table(HISTORY)?;
+            history.insert((set as u64, sample.timestamp), self.buf.as_slice())?;
             Ok(())
         })
     }
 
-    fn latest(&mut self, set: usize) -> Result<Option<u64>, String> {
+    fn latest(&mut self, set: usize) -> Result<Option<u64>> {
         self.db.read(|tx| {
-            let table = tx.open_table(LATEST).map_err(redb_err)?;
-            Ok(table.get(set as u64).map_err(redb_err)?.map(|v| decode(v.value()).generation))
+            let table = tx.open_table(LATEST)?;
+            Ok(table.get(set as u64)?.map(|v| decode(v.value()).generation))
         })
     }
 
-    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+    fn range(&mut self, set: usize, from: u64, to: u64) -> Result<usize> {
         let mut samples = Vec::new();
         visit(self.db, set, from, to, |bytes| samples.push(decode(bytes)))?;
         Ok(samples.len())
     }
 
-    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+    fn range_reused(&mut self, set: usize, from: u64, to: u64) -> Result<usize> {
         let out = &mut self.out;
         let mut n = 0;
         let visited = visit(self.db, set, from, to, |bytes| {
@@ -96,7 +97,7 @@ impl MetricSessionOf for RedbSession<'_> {
         visited.map(|()| n)
     }
 
-    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize, String> {
+    fn scan(&mut self, set: usize, from: u64, to: u64) -> Result<usize> {
         let mut n = 0;
         visit(self.db, set, from, to, |bytes| {
             std::hint::black_box(decode(bytes));
@@ -108,11 +109,11 @@ impl MetricSessionOf for RedbSession<'_> {
 
 /// `f` on the encoded bytes of each sample of set `set` stamped `from..=to` in `db`, in one read
 /// transaction.
-fn visit(db: &RedbDb, set: usize, from: u64, to: u64, mut f: impl FnMut(&[u8])) -> Result<(), String> {
+fn visit(db: &RedbDb, set: usize, from: u64, to: u64, mut f: impl FnMut(&[u8])) -> Result<()> {
     db.read(|tx| {
-        let table = tx.open_table(HISTORY).map_err(redb_err)?;
-        for entry in table.range((set as u64, from)..=(set as u64, to)).map_err(redb_err)? {
-            let (_, v) = entry.map_err(redb_err)?;
+        let table = tx.open_table(HISTORY)?;
+        for entry in table.range((set as u64, from)..=(set as u64, to))? {
+            let (_, v) = entry?;
             f(v.value());
         }
         Ok(())

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use redb::ReadableDatabase;
 
+use crate::error::Result;
+
 pub use kv::Redb;
 
 /// redb's commit durability.
@@ -37,33 +39,28 @@ pub(crate) struct RedbDb {
     durability: redb::Durability,
 }
 
-/// A redb error as the benchmarks report it.
-pub(crate) fn redb_err(e: impl std::fmt::Display) -> String {
-    format!("redb: {e}")
-}
-
 impl RedbDb {
     /// Creates a database at `path`.
-    pub(crate) fn create(path: &Path, durability: RedbDurability) -> Result<RedbDb, String> {
-        Ok(RedbDb { db: redb::Database::create(path).map_err(redb_err)?, durability: durability.redb() })
+    pub(crate) fn create(path: &Path, durability: RedbDurability) -> Result<RedbDb> {
+        Ok(RedbDb { db: redb::Database::create(path)?, durability: durability.redb() })
     }
 
     /// `f` in one write transaction, committed with the database's durability.
-    pub(crate) fn write<R>(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<R, String>) -> Result<R, String> {
-        let mut tx = self.db.begin_write().map_err(redb_err)?;
-        tx.set_durability(self.durability).map_err(redb_err)?;
+    pub(crate) fn write<R>(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<R>) -> Result<R> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(self.durability)?;
         let r = f(&tx)?;
-        tx.commit().map_err(redb_err)?;
+        tx.commit()?;
         Ok(r)
     }
 
     /// `f` in one read transaction.
-    pub(crate) fn read<R>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<R, String>) -> Result<R, String> {
-        f(&self.db.begin_read().map_err(redb_err)?)
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<R>) -> Result<R> {
+        f(&self.db.begin_read()?)
     }
 
     /// A last durable commit: what `None` commits left in memory reaches the file.
-    pub(crate) fn close(self) -> Result<(), String> {
+    pub(crate) fn close(self) -> Result<()> {
         RedbDb { durability: redb::Durability::Immediate, ..self }.write(|_| Ok(()))
     }
 }
