@@ -1,7 +1,15 @@
 //! What the subcommands share on the command line: a progress bar and the "wrote" lines on
-//! stderr (stdout keeps the results alone), and a scratch directory for the files of a run.
+//! stderr (stdout keeps the results alone), a scratch directory for the files of a run, and the
+//! parser and spelling of the enumerated flags' values.
 
+use std::ffi::OsStr;
+use std::fmt;
+use std::marker::PhantomData;
 use std::path::PathBuf;
+
+use clap::builder::{PossibleValue, TypedValueParser};
+use clap::error::ErrorKind;
+use clap::{Arg, Command, ValueEnum};
 
 use crate::error::{BenchError, Result};
 
@@ -22,4 +30,45 @@ pub fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
 /// A scratch directory under /dev/shm where it exists, else the temporary directory.
 pub fn scratch() -> Result<tempfile::TempDir> {
     petra_recovery::try_scratch_dir().map_err(BenchError::ScratchDir)
+}
+
+/// Writes `value` as the command line spells it (the `Display` of an enumerated flag's values).
+pub fn spell<E: ValueEnum>(value: &E, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.pad(value.to_possible_value().expect("no value of a flag is skipped").get_name())
+}
+
+/// The parser of an enumerated flag: the values of the [`ValueEnum`] `E`, taken as clap's own
+/// parser takes them, and refused with a message that names what they are and lists them:
+/// `unknown mode "fast": use durable, volatile, locks or skipmap`.
+#[derive(Debug, Clone, Copy)]
+pub struct OneOf<E> {
+    what: &'static str,
+    values: PhantomData<fn() -> E>,
+}
+
+/// The parser of an enumerated flag whose values are `what`s (see [`OneOf`]).
+pub fn one_of<E>(what: &'static str) -> OneOf<E> {
+    OneOf { what, values: PhantomData }
+}
+
+impl<E: ValueEnum + Clone + Send + Sync + 'static> TypedValueParser for OneOf<E> {
+    type Value = E;
+
+    fn parse_ref(&self, cmd: &Command, _arg: Option<&Arg>, value: &OsStr) -> Result<E, clap::Error> {
+        let value = value.to_string_lossy();
+        E::from_str(&value, false).map_err(|_| {
+            let names: Vec<String> =
+                E::value_variants().iter().filter_map(E::to_possible_value).map(|v| v.get_name().to_owned()).collect();
+            let choices = match names.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                _ => names.concat(),
+            };
+            cmd.clone().error(ErrorKind::InvalidValue, format!("unknown {} {value:?}: use {choices}", self.what))
+        })
+    }
+
+    /// The values, listed after the flag's help, which says what each means.
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(E::value_variants().iter().filter_map(E::to_possible_value).map(|v| v.help(None))))
+    }
 }

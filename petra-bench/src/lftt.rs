@@ -1,8 +1,9 @@
 //! `petra-bench lftt`: the C++ LFTT/PETRA harness's argument form, run as a `micro`
 //! configuration.
 
+use crate::cli::one_of;
 use crate::error::{BenchError, Result};
-use crate::micro::{self, MicroArgs};
+use crate::micro::{self, MicroArgs, Mode, Structure};
 use crate::workload::Mix;
 
 /// The C++ LFTT/PETRA harness's argument form, for results side by side with it:
@@ -29,15 +30,15 @@ pub struct LfttArgs {
     /// Updates, percent (maps); finds take the rest.
     update: Option<u32>,
     /// The structure (the harness's sets are lists).
-    #[arg(long, default_value = "list")]
-    structure: String,
+    #[arg(long, default_value_t = Structure::List, value_parser = one_of::<Structure>("structure"))]
+    structure: Structure,
 }
 
 /// Runs `petra-bench lftt`.
 pub fn run(args: LfttArgs) -> Result<()> {
     let mode = match args.set_type {
-        0 => "durable",
-        2 => "locks",
+        0 => Mode::Durable,
+        2 => Mode::Locks,
         1 => {
             return Err(BenchError::InvalidArgument(
                 "set type 1 (an STM list) is not built: use 0 (PETRA) or 2 (locks)".into(),
@@ -54,7 +55,7 @@ pub fn run(args: LfttArgs) -> Result<()> {
         mix: vec![mix.to_string()],
         txs: args.test_size,
         prefill: 0.0,
-        modes: vec![mode.to_string()],
+        modes: vec![mode],
         dir: None,
         seed: 1,
         value_size: 0,

@@ -8,14 +8,16 @@
 //! 3. opened again: after a clean close, recovery is skipped (the arena is scanned for the
 //!    allocator only).
 
+use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
+use clap::ValueEnum;
 use petra::mem::MmapMem;
 use petra::recovery::RecoveryReport;
 use petra::{Engine, EngineConfig, KeyWidth, StructId, StructureKind, Values};
 
-use crate::cli::scratch;
+use crate::cli::{one_of, scratch, spell};
 use crate::error::{BenchError, Result};
 
 /// What closing and opening cost: fills a pool, opens it after a crash (full recovery),
@@ -30,8 +32,13 @@ pub struct ReopenArgs {
     #[arg(long, default_value_t = 100_000)]
     updates: u64,
     /// hashmap (of --keys buckets) or skiplist.
-    #[arg(long, value_delimiter = ',', default_values_t = ["hashmap".to_string(), "skiplist".to_string()])]
-    structure: Vec<String>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [Structure::HashMap, Structure::SkipList],
+        value_parser = one_of::<Structure>("structure")
+    )]
+    structure: Vec<Structure>,
 }
 
 /// Runs `petra-bench reopen`.
@@ -40,18 +47,13 @@ pub fn run(args: ReopenArgs) -> Result<()> {
         .structure
         .iter()
         .map(|s| {
-            let structure = match s.as_str() {
-                "hashmap" => petra::StructureKind::HashMap { buckets: args.keys.max(1) },
-                "skiplist" => petra::StructureKind::SkipList,
-                other => {
-                    return Err(BenchError::InvalidArgument(format!(
-                        "unknown structure {other:?}: use hashmap or skiplist"
-                    )));
-                }
+            let structure = match s {
+                Structure::HashMap => StructureKind::HashMap { buckets: args.keys.max(1) },
+                Structure::SkipList => StructureKind::SkipList,
             };
-            Ok(ReopenCase { structure, keys: args.keys, updates: args.updates })
+            ReopenCase { structure, keys: args.keys, updates: args.updates }
         })
-        .collect::<Result<_, _>>()?;
+        .collect();
     let tmp = scratch()?;
     println!(
         "{} keys, {} overwritten before the clean close, pool files in {}",
@@ -78,6 +80,23 @@ pub fn run(args: ReopenArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The structures `petra-bench reopen` fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "lower")]
+pub enum Structure {
+    /// A hash map of as many buckets as keys.
+    HashMap,
+    /// The skiplist.
+    SkipList,
+}
+
+/// Its name in reports and on the command line.
+impl fmt::Display for Structure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
+    }
 }
 
 /// One run's settings.

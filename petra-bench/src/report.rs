@@ -41,9 +41,9 @@ pub struct MicroRow {
 impl From<&MicroResult> for MicroRow {
     fn from(r: &MicroResult) -> MicroRow {
         MicroRow {
-            structure: r.case.structure.name().into(),
+            structure: r.case.structure.to_string(),
             mix: r.case.workload.mix.to_string(),
-            mode: r.case.mode.name().into(),
+            mode: r.case.mode.to_string(),
             threads: r.case.threads,
             tx_size: r.case.workload.tx_size,
             tx_per_sec: r.tx_per_sec(),
@@ -158,7 +158,7 @@ impl TatpRow {
             .map(|(&(run, ok), &(name, _, spec, implied))| TatpRow {
                 mode: if case.volatile { "volatile" } else { "durable" }.into(),
                 threads: case.threads,
-                mix: case.mix.name().into(),
+                mix: case.mix.to_string(),
                 subscribers: case.subscribers,
                 tx_per_sec: r.tx_per_sec,
                 populate_secs: r.populate_secs,

@@ -21,18 +21,20 @@ mod store;
 mod target;
 mod workloads;
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
+use clap::ValueEnum;
 use petra::pool::Mapping;
 use petra_kv::{Config, CreateMode, Order, Store};
 
 use crate::baselines::redb::{Redb, RedbDurability};
-use crate::cli::{progress_bar, scratch, wrote};
+use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::report::KvRow;
 
 pub use target::{KvSession, KvTarget, Visit};
-pub use workloads::{WORKLOADS, run_on};
+pub use workloads::{Benchmark, run_on};
 
 /// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
 /// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and
@@ -43,8 +45,13 @@ pub use workloads::{WORKLOADS, run_on};
 pub struct KvArgs {
     /// Workloads, comma-separated: fillseq, fillrandom, overwrite, txfillrandom, readseq,
     /// readrandom, readmissing, deleteseq, deleterandom, readrandomwriterandom, readwhilewriting.
-    #[arg(long, value_delimiter = ',', default_values_t = ["fillrandom".to_string(), "readrandom".to_string()])]
-    benchmarks: Vec<String>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [Benchmark::FillRandom, Benchmark::ReadRandom],
+        value_parser = one_of::<Benchmark>("benchmark")
+    )]
+    benchmarks: Vec<Benchmark>,
     /// Keys of the fill workloads, and the key range.
     #[arg(long, default_value_t = 1_000_000)]
     num: u64,
@@ -69,8 +76,8 @@ pub struct KvArgs {
     /// Stores, comma-separated, each run on its own file: sorted (petra-kv on the skiplist),
     /// unsorted (petra-kv on a hash map of --num buckets), redb-none and redb-immediate (redb
     /// with its commit durability none and immediate: the baseline).
-    #[arg(long, value_delimiter = ',', default_values_t = ["sorted".to_string()])]
-    engine: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_values_t = [KvEngine::Sorted], value_parser = one_of::<KvEngine>("engine"))]
+    engine: Vec<KvEngine>,
     /// The file to create, for one engine (default: a new file in /dev/shm or the temporary
     /// directory, removed afterwards). It must not exist.
     #[arg(long)]
@@ -98,7 +105,7 @@ pub struct KvArgs {
 
 /// Runs `petra-bench kv`.
 pub fn run(args: KvArgs) -> Result<()> {
-    let engines: Vec<KvEngine> = args.engine.iter().map(|e| KvEngine::parse(e, args.num)).collect::<Result<_, _>>()?;
+    let engines = &args.engine;
     if args.db.is_some() && engines.len() > 1 {
         return Err(BenchError::InvalidArgument("--db names one file: give one engine".into()));
     }
@@ -119,7 +126,7 @@ pub fn run(args: KvArgs) -> Result<()> {
         })
         .collect();
     for case in &cases {
-        check(case, &args.benchmarks)?;
+        check(case)?;
     }
     let tmp = if args.db.is_none() { Some(scratch()?) } else { None };
     println!(
@@ -136,11 +143,11 @@ pub fn run(args: KvArgs) -> Result<()> {
     let progress = progress_bar(cases.len() * args.benchmarks.len(), "workloads");
     let mut rows = Vec::new();
     for case in &cases {
-        let name = case.engine.name();
-        let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name));
+        let name = case.engine.to_string();
+        let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(&name));
         let sizes = (args.db_size_in_gb << 30, args.db_max_size_in_gb << 30);
         run_case(case, &args.benchmarks, &path, sizes, |r| {
-            let row = KvRow::new(name, args.threads, r);
+            let row = KvRow::new(&name, args.threads, r);
             progress.suspend(|| println!("{}", row.line()));
             progress.inc(1);
             rows.push(row);
@@ -154,39 +161,22 @@ pub fn run(args: KvArgs) -> Result<()> {
 }
 
 /// The stores `petra-bench kv` knows, by their `--engine` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KvEngine {
-    /// A petra-kv store of this order.
-    Petra(Order),
-    /// redb, each put or batch one write transaction committed with this durability.
-    Redb(RedbDurability),
+    /// petra-kv on the skiplist.
+    Sorted,
+    /// petra-kv on a hash map of as many buckets as keys in the range.
+    Unsorted,
+    /// redb, each put or batch one write transaction committed with `Durability::None`.
+    RedbNone,
+    /// redb, each put or batch one write transaction committed with `Durability::Immediate`.
+    RedbImmediate,
 }
 
-impl KvEngine {
-    /// Parses an engine name: `sorted`, `unsorted` (a hash map of `buckets` buckets), `redb-none`
-    /// or `redb-immediate`.
-    pub fn parse(name: &str, buckets: u64) -> Result<KvEngine> {
-        Ok(match name {
-            "sorted" => KvEngine::Petra(Order::Sorted),
-            "unsorted" => KvEngine::Petra(Order::Unsorted { buckets: buckets.max(1) }),
-            "redb-none" => KvEngine::Redb(RedbDurability::None),
-            "redb-immediate" => KvEngine::Redb(RedbDurability::Immediate),
-            other => {
-                return Err(BenchError::InvalidArgument(format!(
-                    "unknown engine {other:?}: use sorted, unsorted, redb-none or redb-immediate"
-                )));
-            }
-        })
-    }
-
-    /// The engine's name, as parsed.
-    pub fn name(self) -> &'static str {
-        match self {
-            KvEngine::Petra(Order::Sorted) => "sorted",
-            KvEngine::Petra(Order::Unsorted { .. }) => "unsorted",
-            KvEngine::Redb(RedbDurability::None) => "redb-none",
-            KvEngine::Redb(RedbDurability::Immediate) => "redb-immediate",
-        }
+/// Its name in reports and on the command line.
+impl fmt::Display for KvEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
     }
 }
 
@@ -257,13 +247,10 @@ impl KvResult {
     }
 }
 
-/// Checks a case and its workloads before anything is created.
-pub fn check(case: &KvCase, workloads: &[String]) -> Result<()> {
+/// Checks a case before anything is created.
+pub fn check(case: &KvCase) -> Result<()> {
     if case.key_size < 8 {
         return Err(BenchError::InvalidArgument(format!("key size {} is below 8 bytes", case.key_size)));
-    }
-    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
-        return Err(BenchError::InvalidArgument(format!("unknown benchmark {w:?}: use {}", WORKLOADS.join(", "))));
     }
     if case.threads == 0 {
         return Err(BenchError::InvalidArgument("--threads must be at least 1".into()));
@@ -280,7 +267,7 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<()> {
             case.tx_size
         )));
     }
-    if case.volatile && matches!(case.engine, KvEngine::Redb(_)) {
+    if case.volatile && matches!(case.engine, KvEngine::RedbNone | KvEngine::RedbImmediate) {
         return Err(BenchError::InvalidArgument("--volatile is petra-kv's mode: for redb, use redb-none".into()));
     }
     Ok(())
@@ -290,20 +277,23 @@ pub fn check(case: &KvCase, workloads: &[String]) -> Result<()> {
 /// bytes (size 0: [`START_BYTES`](crate::pool::START_BYTES)), handing each result to `done` as it finishes.
 pub fn run_case(
     case: &KvCase,
-    workloads: &[String],
+    workloads: &[Benchmark],
     path: &Path,
     (size, max_size): (u64, u64),
     done: impl FnMut(&KvResult),
 ) -> Result<Vec<KvResult>> {
-    check(case, workloads)?;
-    match case.engine {
-        KvEngine::Petra(order) => {
-            let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
-            let size = if size == 0 { crate::pool::START_BYTES } else { size };
-            let max_size = max_size.max(size);
-            let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
-            run_on(Store::open(&config)?, case, workloads, done)
+    check(case)?;
+    let order = match case.engine {
+        KvEngine::Sorted => Order::Sorted,
+        KvEngine::Unsorted => Order::Unsorted { buckets: case.num.max(1) },
+        KvEngine::RedbNone => return run_on(Redb::create(path, RedbDurability::None)?, case, workloads, done),
+        KvEngine::RedbImmediate => {
+            return run_on(Redb::create(path, RedbDurability::Immediate)?, case, workloads, done);
         }
-        KvEngine::Redb(durability) => run_on(Redb::create(path, durability)?, case, workloads, done),
-    }
+    };
+    let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
+    let size = if size == 0 { crate::pool::START_BYTES } else { size };
+    let max_size = max_size.max(size);
+    let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
+    run_on(Store::open(&config)?, case, workloads, done)
 }

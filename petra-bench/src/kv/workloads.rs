@@ -1,31 +1,54 @@
 //! The workloads of `petra-bench kv`, by pmemkv_bench's names, on any [`KvTarget`]: what each
 //! thread does, and the merge of what they did into a [`KvResult`].
 
+use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use clap::ValueEnum;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::target::{KvSession, KvTarget};
 use super::{KvCase, KvResult};
+use crate::cli::spell;
 use crate::error::{BenchError, Result};
 
-/// The workloads, by pmemkv_bench's names.
-pub const WORKLOADS: [&str; 11] = [
-    "fillseq",
-    "fillrandom",
-    "overwrite",
-    "txfillrandom",
-    "readseq",
-    "readrandom",
-    "readmissing",
-    "deleteseq",
-    "deleterandom",
-    "readrandomwriterandom",
-    "readwhilewriting",
-];
+/// The workloads, by pmemkv_bench's names (see the [module docs](super)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "lower")]
+pub enum Benchmark {
+    /// Puts in key order.
+    FillSeq,
+    /// Puts at random keys.
+    FillRandom,
+    /// Puts at random keys, over what was put before.
+    Overwrite,
+    /// Puts at random keys in atomic batches of `tx_size`.
+    TxFillRandom,
+    /// Each thread scans from the first key.
+    ReadSeq,
+    /// Gets at random keys.
+    ReadRandom,
+    /// Gets at keys above the range.
+    ReadMissing,
+    /// Removes in key order.
+    DeleteSeq,
+    /// Removes at random keys.
+    DeleteRandom,
+    /// Gets (`readwritepercent` percent) or puts at random keys.
+    ReadRandomWriteRandom,
+    /// One thread puts at random keys while the others get at random keys; the gets count.
+    ReadWhileWriting,
+}
+
+/// Its name in reports and on the command line.
+impl fmt::Display for Benchmark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
+    }
+}
 
 /// pmemkv_bench's (db_bench's) key: the number big-endian in the first 8 bytes, `'0'` after.
 fn key(buf: &mut Vec<u8>, size: usize, n: u64) {
@@ -39,13 +62,13 @@ fn key(buf: &mut Vec<u8>, size: usize, n: u64) {
 pub fn run_on<T: KvTarget>(
     target: T,
     case: &KvCase,
-    workloads: &[String],
+    workloads: &[Benchmark],
     mut done: impl FnMut(&KvResult),
 ) -> Result<Vec<KvResult>> {
     let mut rng = StdRng::seed_from_u64(case.seed);
     let values: Vec<u8> = (0..case.value_size + 4096).map(|_| rng.random()).collect();
     let mut results = Vec::new();
-    for (i, w) in workloads.iter().enumerate() {
+    for (i, &w) in workloads.iter().enumerate() {
         let r = workload(&target, case, w, &values, case.seed.wrapping_add(1 + i as u64 * 1000))?;
         done(&r);
         results.push(r);
@@ -63,11 +86,17 @@ struct Tally {
     latencies: Vec<f64>,
 }
 
-/// Runs workload `name` on `threads` threads and merges what they did.
-fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], seed: u64) -> Result<KvResult> {
+/// Runs `benchmark` on `threads` threads and merges what they did.
+fn workload<T: KvTarget>(
+    target: &T,
+    case: &KvCase,
+    benchmark: Benchmark,
+    values: &[u8],
+    seed: u64,
+) -> Result<KvResult> {
     let threads = case.threads;
     // readwhilewriting on more than one thread: thread 0 writes while the others read.
-    let writer = name == "readwhilewriting" && threads > 1;
+    let writer = benchmark == Benchmark::ReadWhileWriting && threads > 1;
     let readers_left = AtomicUsize::new(threads - writer as usize);
     let start = Instant::now();
     let tallies: Vec<Result<Tally>> = std::thread::scope(|scope| {
@@ -84,7 +113,7 @@ fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], s
                     // The readers share the operations out: thread 0 is the writer, if any.
                     let (part, parts) = (t - writer as usize, threads - writer as usize);
                     let mut w = Worker { case, values, rng, part, parts };
-                    let out = s.and_then(|mut s| w.run(&mut s, name));
+                    let out = s.and_then(|mut s| w.run(&mut s, benchmark));
                     // Relaxed: a count to stop by, publishing nothing.
                     readers_left.fetch_sub(1, Ordering::Relaxed);
                     out
@@ -96,14 +125,21 @@ fn workload<T: KvTarget>(target: &T, case: &KvCase, name: &str, values: &[u8], s
     let secs = start.elapsed().as_secs_f64();
     let mut all = Tally::default();
     for t in tallies {
-        let t = t.map_err(|e| BenchError::Workload { workload: name.into(), source: Box::new(e) })?;
+        let t = t.map_err(|e| BenchError::Workload { workload: benchmark.to_string(), source: Box::new(e) })?;
         all.ops += t.ops;
         all.found += t.found;
         all.bytes += t.bytes;
         all.latencies.extend(t.latencies);
     }
     all.latencies.sort_by(f64::total_cmp);
-    Ok(KvResult { name: name.into(), ops: all.ops, secs, bytes: all.bytes, found: all.found, latencies: all.latencies })
+    Ok(KvResult {
+        name: benchmark.to_string(),
+        ops: all.ops,
+        secs,
+        bytes: all.bytes,
+        found: all.found,
+        latencies: all.latencies,
+    })
 }
 
 /// One thread of a workload.
@@ -133,10 +169,10 @@ impl Worker<'_> {
         key(k, self.case.key_size, n);
     }
 
-    fn run<S: KvSession>(&mut self, s: &mut S, name: &str) -> Result<Tally> {
+    fn run<S: KvSession>(&mut self, s: &mut S, benchmark: Benchmark) -> Result<Tally> {
         let (ks, vs) = (self.case.key_size as u64, self.case.value_size as u64);
         let mut tally = Tally::default();
-        if name == "readseq" {
+        if benchmark == Benchmark::ReadSeq {
             let (from, to) = self.share(self.case.reads);
             let mut n = 0;
             let want = to - from;
@@ -151,8 +187,8 @@ impl Worker<'_> {
             tally.ops = n;
             return Ok(tally);
         }
-        let total = match name {
-            "readrandom" | "readmissing" | "readwhilewriting" => self.case.reads,
+        let total = match benchmark {
+            Benchmark::ReadRandom | Benchmark::ReadMissing | Benchmark::ReadWhileWriting => self.case.reads,
             _ => self.case.num,
         };
         let (from, to) = self.share(total);
@@ -163,18 +199,18 @@ impl Worker<'_> {
         while i < to {
             let t = self.case.histogram.then(Instant::now);
             let mut done = 1;
-            match name {
-                "fillseq" => {
+            match benchmark {
+                Benchmark::FillSeq => {
                     key(&mut k, self.case.key_size, i);
                     s.put(&k, self.value())?;
                     tally.bytes += ks + vs;
                 }
-                "fillrandom" | "overwrite" => {
+                Benchmark::FillRandom | Benchmark::Overwrite => {
                     self.random_key(&mut k);
                     s.put(&k, self.value())?;
                     tally.bytes += ks + vs;
                 }
-                "txfillrandom" => {
+                Benchmark::TxFillRandom => {
                     done = (to - i).min(self.case.tx_size as u64);
                     batch_keys.clear();
                     batch_values.clear();
@@ -187,26 +223,26 @@ impl Worker<'_> {
                     s.put_all(&batch_keys, &batch_values)?;
                     tally.bytes += done * (ks + vs);
                 }
-                "readrandom" | "readwhilewriting" => {
+                Benchmark::ReadRandom | Benchmark::ReadWhileWriting => {
                     self.random_key(&mut k);
                     self.read(s, &k, &mut tally)?;
                 }
-                "readmissing" => {
+                Benchmark::ReadMissing => {
                     let n = self.case.num + self.rng.random_range(0..self.case.num.max(1));
                     key(&mut k, self.case.key_size, n);
                     self.read(s, &k, &mut tally)?;
                 }
-                "deleteseq" => {
+                Benchmark::DeleteSeq => {
                     key(&mut k, self.case.key_size, i);
                     tally.found += s.remove(&k)? as u64;
                     tally.bytes += ks;
                 }
-                "deleterandom" => {
+                Benchmark::DeleteRandom => {
                     self.random_key(&mut k);
                     tally.found += s.remove(&k)? as u64;
                     tally.bytes += ks;
                 }
-                "readrandomwriterandom" => {
+                Benchmark::ReadRandomWriteRandom => {
                     self.random_key(&mut k);
                     if self.rng.random_range(0..100) < self.case.read_write_percent {
                         self.read(s, &k, &mut tally)?;
@@ -215,7 +251,7 @@ impl Worker<'_> {
                         tally.bytes += ks + vs;
                     }
                 }
-                other => return Err(BenchError::InvalidArgument(format!("unknown benchmark {other:?}"))),
+                Benchmark::ReadSeq => unreachable!("readseq is one scan, run above"),
             }
             if let Some(t) = t {
                 tally.latencies.push(t.elapsed().as_secs_f64() * 1e6);
@@ -251,8 +287,6 @@ impl Worker<'_> {
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
-
-    use petra_kv::Order;
 
     use super::*;
     use crate::kv::target::Visit;
@@ -332,7 +366,7 @@ mod tests {
             value_size: 100,
             read_write_percent: 70,
             tx_size: 8,
-            engine: KvEngine::Petra(Order::Sorted),
+            engine: KvEngine::Sorted,
             seed: 7,
             histogram: true,
             volatile: false,
@@ -341,10 +375,10 @@ mod tests {
 
     fn run_model(case: &KvCase, workloads: &[&str]) -> (Model, Vec<KvResult>) {
         let model = Model::default();
-        let workloads: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
-        check(case, &workloads).unwrap();
+        let workloads: Vec<Benchmark> = workloads.iter().map(|w| Benchmark::from_str(w, false).unwrap()).collect();
+        check(case).unwrap();
         let values: Vec<u8> = vec![1; case.value_size + 4096];
-        let results = workloads.iter().map(|w| workload(&model, case, w, &values, case.seed).unwrap()).collect();
+        let results = workloads.iter().map(|&w| workload(&model, case, w, &values, case.seed).unwrap()).collect();
         (model, results)
     }
 

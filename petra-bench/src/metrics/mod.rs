@@ -6,14 +6,16 @@
 mod store;
 mod target;
 
+use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
+use clap::ValueEnum;
 use petra_kv::{Sample, Value};
 
 use self::store::PetraTarget;
 use crate::baselines::redb::{RedbDb, RedbDurability};
-use crate::cli::scratch;
+use crate::cli::{one_of, scratch, spell};
 use crate::error::{BenchError, Result};
 
 pub(crate) use target::{MetricSessionOf, MetricTarget};
@@ -46,13 +48,17 @@ pub struct MetricsArgs {
     /// Engines, comma-separated, each on its own file: petra (the metric store), redb-none and
     /// redb-immediate (the same records in redb, one write transaction per sample, with its
     /// commit durability none or immediate: the baseline).
-    #[arg(long, value_delimiter = ',', default_values_t = ["petra".to_string(), "redb-none".to_string(), "redb-immediate".to_string()])]
-    engine: Vec<String>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [MetricsEngine::Petra, MetricsEngine::RedbNone, MetricsEngine::RedbImmediate],
+        value_parser = one_of::<MetricsEngine>("engine")
+    )]
+    engine: Vec<MetricsEngine>,
 }
 
 /// Runs `petra-bench metrics`.
 pub fn run(args: MetricsArgs) -> Result<()> {
-    let engines: Vec<MetricsEngine> = args.engine.iter().map(|e| MetricsEngine::parse(e)).collect::<Result<_, _>>()?;
     if args.threads > args.sets {
         return Err(BenchError::InvalidArgument(format!(
             "{} threads for {} sets: a thread stores whole sets",
@@ -87,13 +93,13 @@ pub fn run(args: MetricsArgs) -> Result<()> {
         format!("scan {} us", args.range_len),
         "file MiB"
     );
-    for engine in engines {
-        let path = tmp.path().join(format!("{}.db", engine.name()));
+    for &engine in &args.engine {
+        let path = tmp.path().join(format!("{engine}.db"));
         let r = run_on(engine, &case, &path, 64 << 30)?;
         let _ = std::fs::remove_file(&path);
         println!(
             "{:<15} {:>12.0} {:>12.2} {:>16.1} {:>16.1} {:>16.1} {:>10.1}",
-            engine.name(),
+            engine,
             r.ingest_per_sec,
             r.latest_micros,
             r.range_micros,
@@ -146,35 +152,21 @@ const SEC: u64 = 1_000_000_000;
 
 /// Where the samples go: the metric store, or redb with the same records (the baseline a daemon
 /// might pick instead).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MetricsEngine {
     /// The petra-kv metric store: one transaction per sample (latest and history), durable.
     Petra,
-    /// redb: one write transaction per sample into a latest table and a history table, with
-    /// this commit durability.
-    Redb(RedbDurability),
+    /// redb: one write transaction per sample into a latest table and a history table,
+    /// committed with `Durability::None`.
+    RedbNone,
+    /// redb, the same, committed with `Durability::Immediate`.
+    RedbImmediate,
 }
 
-impl MetricsEngine {
-    /// Parses `petra`, `redb-none` or `redb-immediate`.
-    pub fn parse(name: &str) -> Result<MetricsEngine> {
-        match name {
-            "petra" => Ok(MetricsEngine::Petra),
-            "redb-none" => Ok(MetricsEngine::Redb(RedbDurability::None)),
-            "redb-immediate" => Ok(MetricsEngine::Redb(RedbDurability::Immediate)),
-            other => Err(BenchError::InvalidArgument(format!(
-                "unknown engine {other:?}: use petra, redb-none or redb-immediate"
-            ))),
-        }
-    }
-
-    /// The name [`parse`](MetricsEngine::parse) takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            MetricsEngine::Petra => "petra",
-            MetricsEngine::Redb(RedbDurability::None) => "redb-none",
-            MetricsEngine::Redb(RedbDurability::Immediate) => "redb-immediate",
-        }
+/// Its name in reports and on the command line.
+impl fmt::Display for MetricsEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
     }
 }
 
@@ -189,22 +181,22 @@ pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: 
     if case.sets == 0 || case.threads == 0 {
         return Err(BenchError::InvalidArgument("a run needs at least one set and one thread".into()));
     }
-    match engine {
+    let durability = match engine {
         MetricsEngine::Petra => {
             let target = PetraTarget::create(path, case, max_size)?;
             let mut result = measure(&target, case)?;
             result.file_bytes = target.file_bytes();
             target.close()?;
-            Ok(result)
+            return Ok(result);
         }
-        MetricsEngine::Redb(durability) => {
-            let target = RedbDb::create(path, durability)?;
-            let mut result = measure(&target, case)?;
-            target.close()?;
-            result.file_bytes = std::fs::metadata(path)?.len();
-            Ok(result)
-        }
-    }
+        MetricsEngine::RedbNone => RedbDurability::None,
+        MetricsEngine::RedbImmediate => RedbDurability::Immediate,
+    };
+    let target = RedbDb::create(path, durability)?;
+    let mut result = measure(&target, case)?;
+    target.close()?;
+    result.file_bytes = std::fs::metadata(path)?.len();
+    Ok(result)
 }
 
 /// The timed loops: ingest by every thread, then a check that every set holds all its samples,

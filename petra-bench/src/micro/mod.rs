@@ -13,10 +13,12 @@
 mod structures;
 mod target;
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Barrier;
 use std::time::Instant;
 
+use clap::ValueEnum;
 use petra::mem::MemCounts;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -24,7 +26,7 @@ use rand::rngs::StdRng;
 use self::structures::run_petra;
 use crate::baselines::locks::LockMap;
 use crate::baselines::skipmap::SkipMapBound;
-use crate::cli::{progress_bar, scratch, wrote};
+use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::workload::{GenOp, Mix, Workload};
 
@@ -41,8 +43,8 @@ pub struct MicroArgs {
     /// The structure: list (defaults: key range 10K, mixes 40/40/20 and 10/10/80), skiplist or
     /// mdlist (key range 1M, the same mixes) or hashmap (key range 1M, mixes 40/30/10/20 and 10/10/5/75,
     /// insert/delete/update/find).
-    #[arg(long, default_value = "list")]
-    pub(crate) structure: String,
+    #[arg(long, default_value_t = Structure::List, value_parser = one_of::<Structure>("structure"))]
+    pub(crate) structure: Structure,
     /// Thread counts to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
     pub(crate) threads: Vec<usize>,
@@ -67,8 +69,13 @@ pub struct MicroArgs {
     /// log: the dissertation's abstract-locking baseline) and skipmap (crossbeam-skiplist, each op
     /// on its own with no transaction: an upper bound, neither atomic nor isolated). The
     /// baselines are the same whatever the structure, with word values and one-word keys.
-    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string(), "locks".to_string(), "skipmap".to_string()])]
-    pub(crate) modes: Vec<String>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [Mode::Durable, Mode::Volatile, Mode::Locks, Mode::SkipMap],
+        value_parser = one_of::<Mode>("mode")
+    )]
+    pub(crate) modes: Vec<Mode>,
     /// Directory for the pool files (default: /dev/shm if it exists, else the temporary directory).
     #[arg(long)]
     pub(crate) dir: Option<PathBuf>,
@@ -96,12 +103,12 @@ pub struct MicroArgs {
 
 /// Runs `petra-bench micro`.
 pub fn run(args: MicroArgs) -> Result<()> {
-    let mut modes: Vec<Mode> = args.modes.iter().map(|m| Mode::parse(m)).collect::<Result<_, _>>()?;
+    let mut modes = args.modes.clone();
     if args.value_size > 0 || args.key_bytes != 8 {
         // The baselines hold word values under one-word keys only.
         modes.retain(|m| matches!(m, Mode::Durable | Mode::Volatile));
     }
-    let structure = Structure::parse(&args.structure)?;
+    let structure = args.structure;
     let (default_range, default_mixes): (u64, &[&str]) = match structure {
         Structure::List => (10_000, &["40/40/20", "10/10/80"]),
         Structure::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
@@ -137,7 +144,7 @@ pub fn run(args: MicroArgs) -> Result<()> {
     };
     println!(
         "{}, {}-byte keys, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
-        structure.name(),
+        structure,
         args.key_bytes,
         key_range,
         args.txs,
@@ -185,7 +192,7 @@ pub fn run(args: MicroArgs) -> Result<()> {
                         println!(
                             "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
                             mix.to_string(),
-                            r.case.mode.name(),
+                            r.case.mode,
                             threads,
                             tx_size,
                             r.tx_per_sec(),
@@ -209,7 +216,8 @@ pub fn run(args: MicroArgs) -> Result<()> {
 }
 
 /// What a run runs on: PETRA durable or volatile, or a baseline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "lower")]
 pub enum Mode {
     /// PETRA, flushes and fences as the pool's durability requires.
     Durable,
@@ -221,28 +229,17 @@ pub enum Mode {
     SkipMap,
 }
 
-impl Mode {
-    /// Its name in reports and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Durable => "durable",
-            Mode::Volatile => "volatile",
-            Mode::Locks => "locks",
-            Mode::SkipMap => "skipmap",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(s: &str) -> Result<Mode> {
-        [Mode::Durable, Mode::Volatile, Mode::Locks, Mode::SkipMap].into_iter().find(|m| m.name() == s).ok_or_else(
-            || BenchError::InvalidArgument(format!("unknown mode {s:?}: use durable, volatile, locks or skipmap")),
-        )
+/// Its name in reports and on the command line.
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
     }
 }
 
 /// Which of PETRA's structures a configuration runs on; the run sizes it (a hash map gets as many
 /// buckets as keys in the range) when it makes the engine's [`petra::StructureKind`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "lower")]
 pub enum Structure {
     /// The list set.
     List,
@@ -254,28 +251,10 @@ pub enum Structure {
     MdList,
 }
 
-impl Structure {
-    /// Its name in reports and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Structure::List => "list",
-            Structure::HashMap => "hashmap",
-            Structure::SkipList => "skiplist",
-            Structure::MdList => "mdlist",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(s: &str) -> Result<Structure> {
-        match s {
-            "list" => Ok(Structure::List),
-            "hashmap" => Ok(Structure::HashMap),
-            "skiplist" => Ok(Structure::SkipList),
-            "mdlist" => Ok(Structure::MdList),
-            other => Err(BenchError::InvalidArgument(format!(
-                "unknown structure {other:?}: use list, hashmap, skiplist or mdlist"
-            ))),
-        }
+/// Its name in reports and on the command line.
+impl fmt::Display for Structure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
     }
 }
 

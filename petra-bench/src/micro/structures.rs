@@ -69,8 +69,7 @@ impl TxWorker for PetraWorker<'_> {
 /// Runs one configuration on a fresh PETRA structure in a pool file under `dir`.
 pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult> {
     let w = case.workload;
-    let path =
-        dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure.name(), case.mode.name(), case.threads, w.tx_size));
+    let path = dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure, case.mode, case.threads, w.tx_size));
     let _ = std::fs::remove_file(&path);
     // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
     let pool = crate::pool::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);

@@ -32,8 +32,11 @@
 mod population;
 mod schema;
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use clap::ValueEnum;
 
 use petra::mem::MmapMem;
 use petra::{Engine, EngineConfig, Transaction};
@@ -42,7 +45,7 @@ use rand::{Rng, SeedableRng};
 
 use self::population::rows_of;
 pub(crate) use self::schema::Schema;
-use crate::cli::{progress_bar, scratch, wrote};
+use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::report::TatpRow;
 
@@ -61,11 +64,16 @@ pub struct TatpArgs {
     #[arg(long, default_value_t = 200_000)]
     txs: u64,
     /// full (the seven types) or update-location.
-    #[arg(long, default_value = "full")]
-    mix: String,
+    #[arg(long, default_value_t = Mix::Full, value_parser = one_of::<Mix>("mix"))]
+    mix: Mix,
     /// Modes to run: durable, volatile.
-    #[arg(long, value_delimiter = ',', default_values_t = ["durable".to_string(), "volatile".to_string()])]
-    modes: Vec<String>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [Mode::Durable, Mode::Volatile],
+        value_parser = one_of::<Mode>("mode")
+    )]
+    modes: Vec<Mode>,
     /// Seed of the population and the transactions.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -77,16 +85,8 @@ pub struct TatpArgs {
 
 /// Runs `petra-bench tatp`.
 pub fn run(args: TatpArgs) -> Result<()> {
-    let mix = Mix::parse(&args.mix)?;
-    let modes: Vec<bool> = args
-        .modes
-        .iter()
-        .map(|m| match m.as_str() {
-            "durable" => Ok(false),
-            "volatile" => Ok(true),
-            other => Err(BenchError::InvalidArgument(format!("unknown mode {other:?}: use durable or volatile"))),
-        })
-        .collect::<Result<_, _>>()?;
+    let mix = args.mix;
+    let modes: Vec<bool> = args.modes.iter().map(|&m| m == Mode::Volatile).collect();
     if args.subscribers == 0 || args.threads.contains(&0) {
         return Err(BenchError::InvalidArgument("--subscribers and --threads must be at least 1".into()));
     }
@@ -175,7 +175,7 @@ const INSERT_CALL_FORWARDING: usize = 5;
 const DELETE_CALL_FORWARDING: usize = 6;
 
 /// Which transactions a run draws.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mix {
     /// The seven types in the specification's proportions.
     Full,
@@ -183,24 +183,14 @@ pub enum Mix {
     UpdateLocation,
 }
 
+/// Its name in reports and on the command line.
+impl fmt::Display for Mix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
+    }
+}
+
 impl Mix {
-    /// Parses `full` or `update-location`.
-    pub fn parse(s: &str) -> Result<Mix> {
-        match s {
-            "full" => Ok(Mix::Full),
-            "update-location" => Ok(Mix::UpdateLocation),
-            other => Err(BenchError::InvalidArgument(format!("unknown mix {other:?}: use full or update-location"))),
-        }
-    }
-
-    /// The name [`Mix::parse`] takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mix::Full => "full",
-            Mix::UpdateLocation => "update-location",
-        }
-    }
-
     /// Draws a transaction type.
     pub fn draw(self, rng: &mut impl Rng) -> usize {
         if self == Mix::UpdateLocation {
@@ -214,6 +204,22 @@ impl Mix {
             p -= share;
         }
         unreachable!("the shares add up to 100")
+    }
+}
+
+/// Whether a run's pool flushes and fences (durable) or not (volatile: what durability costs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Flushes and fences as the pool's durability requires.
+    Durable,
+    /// Flushes and fences off: nothing is durable.
+    Volatile,
+}
+
+/// Its name in reports and on the command line.
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
     }
 }
 
