@@ -5,11 +5,12 @@
 use std::ffi::OsStr;
 use std::fmt;
 use std::marker::PhantomData;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Arg, Command, ValueEnum};
+use tempfile::TempDir;
 
 use crate::error::{BenchError, Result};
 
@@ -27,9 +28,15 @@ pub fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
         .with_style(indicatif::ProgressStyle::with_template(&template).expect("a valid template"))
 }
 
-/// A scratch directory under /dev/shm where it exists, else the temporary directory.
-pub fn scratch() -> Result<tempfile::TempDir> {
-    petra_recovery::try_scratch_dir().map_err(BenchError::ScratchDir)
+/// A new scratch directory for the files of a run, removed when dropped: under /dev/shm where
+/// it exists and one can be made there (a file system in memory), else in the system's
+/// temporary directory.
+pub fn scratch() -> Result<TempDir> {
+    let mut dir = tempfile::Builder::new();
+    dir.prefix("petra-");
+    let shm = Path::new("/dev/shm");
+    let made = if shm.is_dir() { dir.tempdir_in(shm).or_else(|_| dir.tempdir()) } else { dir.tempdir() };
+    made.map_err(BenchError::ScratchDir)
 }
 
 /// Writes `value` as the command line spells it (the `Display` of an enumerated flag's values).

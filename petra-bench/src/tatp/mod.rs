@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn a_seeded_run_meets_the_specified_success_rates() {
-        let dir = petra_recovery::scratch_dir();
+        let dir = scratch().unwrap();
         let case = TatpCase {
             subscribers: 5_000,
             threads: 2,
