@@ -15,14 +15,14 @@ use tempfile::TempDir;
 use crate::error::{BenchError, Result};
 
 /// Says on stderr which files a run wrote (stdout keeps the results alone).
-pub fn wrote(files: Vec<PathBuf>) {
+pub(crate) fn wrote(files: Vec<PathBuf>) {
     for file in files {
         eprintln!("wrote {}", file.display());
     }
 }
 
 /// A progress bar of `len` steps on stderr, drawn only when stderr is a terminal.
-pub fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
     let template = format!("{{bar:40}} {{pos}}/{{len}} {unit}, {{elapsed}} ({{eta}} left)");
     indicatif::ProgressBar::new(len as u64)
         .with_style(indicatif::ProgressStyle::with_template(&template).expect("a valid template"))
@@ -31,7 +31,7 @@ pub fn progress_bar(len: usize, unit: &str) -> indicatif::ProgressBar {
 /// A new scratch directory for the files of a run, removed when dropped: under /dev/shm where
 /// it exists and one can be made there (a file system in memory), else in the system's
 /// temporary directory.
-pub fn scratch() -> Result<TempDir> {
+pub(crate) fn scratch() -> Result<TempDir> {
     let mut dir = tempfile::Builder::new();
     dir.prefix("petra-");
     let shm = Path::new("/dev/shm");
@@ -40,7 +40,7 @@ pub fn scratch() -> Result<TempDir> {
 }
 
 /// Writes `value` as the command line spells it (the `Display` of an enumerated flag's values).
-pub fn spell<E: ValueEnum>(value: &E, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+pub(crate) fn spell<E: ValueEnum>(value: &E, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     f.pad(value.to_possible_value().expect("no value of a flag is skipped").get_name())
 }
 
@@ -48,13 +48,13 @@ pub fn spell<E: ValueEnum>(value: &E, f: &mut fmt::Formatter<'_>) -> fmt::Result
 /// parser takes them, and refused with a message that names what they are and lists them:
 /// `unknown mode "fast": use durable, volatile, locks or skipmap`.
 #[derive(Debug, Clone, Copy)]
-pub struct OneOf<E> {
+pub(crate) struct OneOf<E> {
     what: &'static str,
     values: PhantomData<fn() -> E>,
 }
 
 /// The parser of an enumerated flag whose values are `what`s (see [`OneOf`]).
-pub fn one_of<E>(what: &'static str) -> OneOf<E> {
+pub(crate) fn one_of<E>(what: &'static str) -> OneOf<E> {
     OneOf { what, values: PhantomData }
 }
 

@@ -1,10 +1,11 @@
-//! Benchmarks of PETRA.
+//! Benchmarks of PETRA: the library of the `petra-bench` command.
 //!
-//! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map, the skiplist and the MDList,
-//!   durable and volatile in one run, with throughput, abort rate and flushes and fences per
-//!   transaction, beside the baselines (`baselines`): abstract locking with an undo log, and
+//! Each subcommand has a module that owns its arguments and its `run`:
+//!
+//! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map, the skiplist and
+//!   the MDList, durable and volatile in one run, with throughput, abort rate and flushes and
+//!   fences per transaction, beside the baselines: abstract locking with an undo log, and
 //!   crossbeam-skiplist without transactions.
-//! - [`workload`]: the generators they draw from.
 //! - [`kv`]: pmemkv_bench's workloads on the key-value store and on redb, one or more threads.
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //! - [`tatp`]: TATP on PETRA's hash maps.
@@ -12,23 +13,26 @@
 //! - [`steady`]: a long run on a fixed working set while checkpoint rounds keep the pool flat.
 //! - [`lftt`]: the C++ LFTT/PETRA harness's argument form, run as a `micro` configuration.
 //!
-//! Each of these modules owns its subcommand's arguments and its `run`; [`cli`] holds what they
-//! share on the command line.
+//! Their runs fail with one error, [`error::BenchError`]. Inside the crate they share
+//! `baselines` (the competitors, one adapter a file: the lock-based map, crossbeam-skiplist and
+//! redb), `workload` (the generators `micro` draws from), `pool` (PETRA's pool files), `report`
+//! (the rows as CSV, JSON and SVG plots) and `cli` (the progress bar, the scratch directory and
+//! the parser of the enumerated flags).
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
 //! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
 //! (`benches/lookup.rs`).
 
-pub mod baselines;
-pub mod cli;
+mod baselines;
+mod cli;
 pub mod error;
 pub mod kv;
 pub mod lftt;
 pub mod metrics;
 pub mod micro;
-pub mod pool;
+mod pool;
 pub mod reopen;
-pub mod report;
+mod report;
 pub mod steady;
 pub mod tatp;
-pub mod workload;
+mod workload;

@@ -10,23 +10,23 @@ use petra::{Engine, StructId, Transaction};
 use crate::error::{BenchError, Result};
 
 /// The bytes a benchmark's pool file starts with (it grows as the run needs).
-pub const START_BYTES: u64 = 64 << 20;
+pub(crate) const START_BYTES: u64 = 64 << 20;
 
 /// A new pool file at `path` for a benchmark: [`START_BYTES`] to start in 1 MiB chunks, growing
 /// as far as the run needs (up to 1 TiB); `volatile` turns flushes and fences off.
-pub fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>> {
+pub(crate) fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>> {
     let mapping = Mapping { volatile, ..Mapping::default() };
     let config = PoolConfig { initial_size: START_BYTES, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
     Ok(Pool::create(path, &config)?)
 }
 
 /// Opens the pool file at `path` that [`create_pool`] made.
-pub fn open_pool(path: &Path) -> Result<Pool<MmapMem>> {
+pub(crate) fn open_pool(path: &Path) -> Result<Pool<MmapMem>> {
     Ok(Pool::open(path, &Mapping::default())?)
 }
 
 /// Puts `pairs` (key, value) into structure `s` of `engine`, 16 to a transaction, on one thread.
-pub fn put_in_batches(
+pub(crate) fn put_in_batches(
     engine: &Engine<MmapMem>,
     s: StructId,
     pairs: impl IntoIterator<Item = (u64, u64)>,

@@ -85,7 +85,7 @@ pub fn run(args: ReopenArgs) -> Result<()> {
 /// The structures `petra-bench reopen` fills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "lower")]
-pub enum Structure {
+pub(crate) enum Structure {
     /// A hash map of as many buckets as keys.
     HashMap,
     /// The skiplist.
@@ -101,37 +101,37 @@ impl fmt::Display for Structure {
 
 /// One run's settings.
 #[derive(Debug, Clone)]
-pub struct ReopenCase {
+pub(crate) struct ReopenCase {
     /// The structure: a hash map (of `keys` buckets) or a skiplist.
-    pub structure: StructureKind,
+    pub(crate) structure: StructureKind,
     /// Keys filled.
-    pub keys: u64,
+    pub(crate) keys: u64,
     /// Keys overwritten before the clean close.
-    pub updates: u64,
+    pub(crate) updates: u64,
 }
 
 /// One open or close, timed.
 #[derive(Debug, Clone)]
-pub struct Timed {
+pub(crate) struct Timed {
     /// Seconds it took.
-    pub secs: f64,
+    pub(crate) secs: f64,
     /// What the open found (`None` for a close).
-    pub report: Option<RecoveryReport>,
+    pub(crate) report: Option<RecoveryReport>,
 }
 
 /// What a run measured.
 #[derive(Debug, Clone)]
-pub struct ReopenResult {
+pub(crate) struct ReopenResult {
     /// Filling the pool (transactions of 16 puts), seconds.
-    pub fill_secs: f64,
+    pub(crate) fill_secs: f64,
     /// The open after the crash (full recovery).
-    pub after_crash: Timed,
+    pub(crate) after_crash: Timed,
     /// The clean close after the updates (their descriptors folded into nodes).
-    pub close: Timed,
+    pub(crate) close: Timed,
     /// The open after the clean close.
-    pub after_close: Timed,
+    pub(crate) after_close: Timed,
     /// The pool file's size at the end, bytes.
-    pub file_bytes: u64,
+    pub(crate) file_bytes: u64,
 }
 
 fn engine_config() -> EngineConfig {
@@ -157,7 +157,7 @@ fn put_all(engine: &Engine<MmapMem>, keys: u64, round: u64) -> Result<()> {
 }
 
 /// Runs the case on a new pool at `path`.
-pub fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult> {
+pub(crate) fn run_case(case: &ReopenCase, path: &Path) -> Result<ReopenResult> {
     if case.updates > case.keys {
         return Err(BenchError::InvalidArgument(format!("{} updates of {} keys", case.updates, case.keys)));
     }

@@ -117,62 +117,62 @@ pub fn run(args: SteadyArgs) -> Result<()> {
 
 /// One run's settings.
 #[derive(Debug, Clone)]
-pub struct SteadyCase {
+pub(crate) struct SteadyCase {
     /// Keys of the working set (a hash map of as many buckets); half are put before the run.
-    pub keys: u64,
+    pub(crate) keys: u64,
     /// Threads running transactions.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Length of an interval between samples of the counters.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Intervals run.
-    pub intervals: usize,
+    pub(crate) intervals: usize,
     /// Ops per transaction: each a put (50%), a remove (25%) or a get (25%) of a uniform key.
-    pub tx_size: usize,
+    pub(crate) tx_size: usize,
     /// Bytes of a descriptor ring; a round starts when a thread's ring is a quarter full.
-    pub ring_bytes: u64,
+    pub(crate) ring_bytes: u64,
     /// Seed of the keys and ops.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// One interval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SteadyRow {
+pub(crate) struct SteadyRow {
     /// The interval's index, from 0.
-    pub interval: usize,
+    pub(crate) interval: usize,
     /// Seconds since the run started, at the interval's end.
-    pub at_secs: f64,
+    pub(crate) at_secs: f64,
     /// Committed transactions per second during the interval.
-    pub tx_per_sec: f64,
+    pub(crate) tx_per_sec: f64,
     /// Checkpoint rounds run during the interval.
-    pub rounds: u64,
+    pub(crate) rounds: u64,
     /// Descriptors they folded.
-    pub descriptors: u64,
+    pub(crate) descriptors: u64,
     /// Seconds the threads spent in them (each round runs on the thread whose ring called for
     /// it, between two of its transactions).
-    pub round_secs: f64,
+    pub(crate) round_secs: f64,
     /// The pool file's size at the interval's end, bytes.
-    pub file_bytes: u64,
+    pub(crate) file_bytes: u64,
     /// Descriptor rings in the pool at the interval's end.
-    pub rings: u64,
+    pub(crate) rings: u64,
 }
 
 /// How long the pool took to open at the end of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SteadyEnd {
+pub(crate) struct SteadyEnd {
     /// After the run was left as a crash leaves it (recovery).
-    pub open_after_crash_secs: f64,
+    pub(crate) open_after_crash_secs: f64,
     /// Descriptors that recovery read (those written since the last round's batch).
-    pub descriptors_read: u64,
+    pub(crate) descriptors_read: u64,
     /// The clean close after that.
-    pub close_secs: f64,
+    pub(crate) close_secs: f64,
     /// The open after the clean close (no recovery).
-    pub open_after_close_secs: f64,
+    pub(crate) open_after_close_secs: f64,
     /// Keys present at the end.
-    pub present_keys: u64,
+    pub(crate) present_keys: u64,
 }
 
 /// Runs the case on a new pool at `path`, calling `row` after each interval.
-pub fn run_case(
+pub(crate) fn run_case(
     case: &SteadyCase,
     path: &Path,
     mut row: impl FnMut(&SteadyRow),

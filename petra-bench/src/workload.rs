@@ -7,20 +7,20 @@ use crate::error::{BenchError, Result};
 
 /// Shares of each operation kind, in percent (they add up to 100).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mix {
+pub(crate) struct Mix {
     /// Inserts.
-    pub insert: u32,
+    pub(crate) insert: u32,
     /// Deletes.
-    pub delete: u32,
+    pub(crate) delete: u32,
     /// Updates (maps only).
-    pub update: u32,
+    pub(crate) update: u32,
     /// Finds: the rest.
-    pub find: u32,
+    pub(crate) find: u32,
 }
 
 impl Mix {
     /// A mix from insert, delete and update percentages; finds take the rest.
-    pub fn new(insert: u32, delete: u32, update: u32) -> Result<Mix> {
+    pub(crate) fn new(insert: u32, delete: u32, update: u32) -> Result<Mix> {
         let writes = insert + delete + update;
         if writes > 100 {
             return Err(BenchError::InvalidArgument(format!(
@@ -31,7 +31,7 @@ impl Mix {
     }
 
     /// Parses "40/40/20" (insert/delete/find) or "40/30/10/20" (insert/delete/update/find).
-    pub fn parse(s: &str) -> Result<Mix> {
+    pub(crate) fn parse(s: &str) -> Result<Mix> {
         let parts: Vec<u32> = s
             .split('/')
             .map(|p| p.trim().parse::<u32>())
@@ -53,7 +53,7 @@ impl Mix {
     }
 
     /// Draws an op kind.
-    pub fn draw(&self, rng: &mut impl Rng) -> OpKind {
+    pub(crate) fn draw(&self, rng: &mut impl Rng) -> OpKind {
         let r = rng.random_range(0..100);
         if r < self.insert {
             OpKind::Insert
@@ -79,29 +79,29 @@ impl std::fmt::Display for Mix {
 
 /// One operation of a generated transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GenOp {
+pub(crate) struct GenOp {
     /// The kind.
-    pub kind: OpKind,
+    pub(crate) kind: OpKind,
     /// The key, uniform in `[0, key_range)`.
-    pub key: u64,
+    pub(crate) key: u64,
     /// The value written, if any.
-    pub value: u64,
+    pub(crate) value: u64,
 }
 
 /// Generates transactions of `tx_size` ops drawn from `mix` over `[0, key_range)`.
 #[derive(Debug, Clone, Copy)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// Keys are uniform in `[0, key_range)`.
-    pub key_range: u64,
+    pub(crate) key_range: u64,
     /// The mix.
-    pub mix: Mix,
+    pub(crate) mix: Mix,
     /// Ops per transaction.
-    pub tx_size: usize,
+    pub(crate) tx_size: usize,
 }
 
 impl Workload {
     /// The next transaction.
-    pub fn next_tx(&self, rng: &mut impl Rng, out: &mut Vec<GenOp>) {
+    pub(crate) fn next_tx(&self, rng: &mut impl Rng, out: &mut Vec<GenOp>) {
         out.clear();
         for _ in 0..self.tx_size {
             out.push(GenOp { kind: self.mix.draw(rng), key: rng.random_range(0..self.key_range), value: rng.random() });

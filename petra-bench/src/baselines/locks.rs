@@ -19,7 +19,7 @@ const STRIPES: usize = 1024;
 
 /// Abstract locking with an undo log. See the [module docs](self).
 #[derive(Debug)]
-pub struct LockMap {
+pub(crate) struct LockMap {
     stripes: Box<[Mutex<HashMap<u64, u64>>]>,
 }
 
@@ -35,7 +35,7 @@ fn stripe_of(key: u64) -> usize {
 
 impl LockMap {
     /// Runs `ops` with strict semantics under their keys' locks; whether it committed.
-    pub fn run(&self, ops: &[GenOp]) -> bool {
+    pub(crate) fn run(&self, ops: &[GenOp]) -> bool {
         let mut stripes: Vec<usize> = ops.iter().map(|op| stripe_of(op.key)).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -82,7 +82,7 @@ impl LockMap {
     }
 
     /// Sets `key`; whether it was absent.
-    pub fn put(&self, key: u64, value: u64) -> bool {
+    pub(crate) fn put(&self, key: u64, value: u64) -> bool {
         self.stripes[stripe_of(key)].lock().insert(key, value).is_none()
     }
 }

@@ -8,6 +8,6 @@
 //! - [`redb`]: redb under `kv` and `metrics`, each write a transaction committed with the
 //!   durability asked for.
 
-pub mod locks;
-pub mod redb;
-pub mod skipmap;
+pub(crate) mod locks;
+pub(crate) mod redb;
+pub(crate) mod skipmap;

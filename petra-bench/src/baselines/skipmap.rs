@@ -12,7 +12,7 @@ use crate::workload::GenOp;
 
 /// crossbeam-skiplist without transactions. See the [module docs](self).
 #[derive(Debug, Default)]
-pub struct SkipMapBound {
+pub(crate) struct SkipMapBound {
     map: SkipMap<u64, u64>,
 }
 

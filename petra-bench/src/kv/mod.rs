@@ -1,5 +1,6 @@
 //! `petra-bench kv`: pmemkv_bench's workloads on a key-value store behind one trait
-//! ([`KvTarget`]): the petra-kv [`Store`], sorted or unsorted, and redb as a baseline.
+//! (`KvTarget`, in `target.rs`): the petra-kv [`Store`], sorted or unsorted, and redb as a
+//! baseline.
 //!
 //! Keys are `key_size` bytes as pmemkv_bench makes them: the key number big-endian in the first 8
 //! bytes (so the key order is the number order), `'0'` padding after; values are slices of one
@@ -33,8 +34,8 @@ use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::report::KvRow;
 
-pub use target::{KvSession, KvTarget, Visit};
-pub use workloads::{Benchmark, run_on};
+pub(crate) use target::{KvSession, KvTarget, Visit};
+pub(crate) use workloads::{Benchmark, run_on};
 
 /// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
 /// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and
@@ -162,7 +163,7 @@ pub fn run(args: KvArgs) -> Result<()> {
 
 /// The stores `petra-bench kv` knows, by their `--engine` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KvEngine {
+pub(crate) enum KvEngine {
     /// petra-kv on the skiplist.
     Sorted,
     /// petra-kv on a hash map of as many buckets as keys in the range.
@@ -182,73 +183,73 @@ impl fmt::Display for KvEngine {
 
 /// One run's settings.
 #[derive(Debug, Clone)]
-pub struct KvCase {
+pub(crate) struct KvCase {
     /// Keys written by the fill workloads, and the key range.
-    pub num: u64,
+    pub(crate) num: u64,
     /// Operations of the read workloads.
-    pub reads: u64,
+    pub(crate) reads: u64,
     /// Threads running each workload.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Bytes per key (at least 8).
-    pub key_size: usize,
+    pub(crate) key_size: usize,
     /// Bytes per value.
-    pub value_size: usize,
+    pub(crate) value_size: usize,
     /// Share of reads in `readrandomwriterandom`, percent.
-    pub read_write_percent: u32,
+    pub(crate) read_write_percent: u32,
     /// Puts per batch in `txfillrandom`.
-    pub tx_size: usize,
+    pub(crate) tx_size: usize,
     /// The store.
-    pub engine: KvEngine,
+    pub(crate) engine: KvEngine,
     /// Seed of the random keys and values.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Record each operation's latency (for percentiles).
-    pub histogram: bool,
+    pub(crate) histogram: bool,
     /// Skip flushes and fences (petra-kv only: what durability costs; nothing is durable).
-    pub volatile: bool,
+    pub(crate) volatile: bool,
 }
 
 /// One workload's result.
 #[derive(Debug, Clone)]
-pub struct KvResult {
+pub(crate) struct KvResult {
     /// The workload's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Operations done (counted ones: the reads of `readwhilewriting`).
-    pub ops: u64,
+    pub(crate) ops: u64,
     /// Seconds taken.
-    pub secs: f64,
+    pub(crate) secs: f64,
     /// Bytes of keys and values moved by the counted operations.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Of the reads and removes, how many found their key.
-    pub found: u64,
+    pub(crate) found: u64,
     /// Per-operation latencies in microseconds, sorted (empty without `histogram`).
-    pub latencies: Vec<f64>,
+    pub(crate) latencies: Vec<f64>,
 }
 
 impl KvResult {
     /// Microseconds per operation (wall time over operations, as pmemkv_bench prints it).
-    pub fn micros_per_op(&self) -> f64 {
+    pub(crate) fn micros_per_op(&self) -> f64 {
         self.secs * 1e6 / self.ops.max(1) as f64
     }
 
     /// Operations per second.
-    pub fn ops_per_sec(&self) -> f64 {
+    pub(crate) fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.secs
     }
 
     /// MB/s of keys and values.
-    pub fn mb_per_sec(&self) -> f64 {
+    pub(crate) fn mb_per_sec(&self) -> f64 {
         self.bytes as f64 / self.secs / 1e6
     }
 
     /// The `p`th percentile latency (microseconds), if recorded.
-    pub fn percentile(&self, p: f64) -> Option<f64> {
+    pub(crate) fn percentile(&self, p: f64) -> Option<f64> {
         let n = self.latencies.len();
         (n > 0).then(|| self.latencies[((n as f64 * p / 100.0) as usize).min(n - 1)])
     }
 }
 
 /// Checks a case before anything is created.
-pub fn check(case: &KvCase) -> Result<()> {
+pub(crate) fn check(case: &KvCase) -> Result<()> {
     if case.key_size < 8 {
         return Err(BenchError::InvalidArgument(format!("key size {} is below 8 bytes", case.key_size)));
     }
@@ -275,7 +276,7 @@ pub fn check(case: &KvCase) -> Result<()> {
 
 /// Runs `workloads` in order on a new store at `path` (which must not exist), of `(size, max)`
 /// bytes (size 0: [`START_BYTES`](crate::pool::START_BYTES)), handing each result to `done` as it finishes.
-pub fn run_case(
+pub(crate) fn run_case(
     case: &KvCase,
     workloads: &[Benchmark],
     path: &Path,

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use crate::error::Result;
 
 /// A key-value store a benchmark drives: shared by the threads, each through its own session.
-pub trait KvTarget: Sync {
+pub(crate) trait KvTarget: Sync {
     /// A thread's access.
     type Session<'a>: KvSession
     where
@@ -20,10 +20,10 @@ pub trait KvTarget: Sync {
 }
 
 /// What a scan calls with each entry; it breaks to stop the scan.
-pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+pub(crate) type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 
 /// One thread's operations on a [`KvTarget`].
-pub trait KvSession {
+pub(crate) trait KvSession {
     /// Sets `key` to `value`.
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Sets key `i` to `values[i]` for every `i`, atomically.

@@ -18,7 +18,7 @@ use crate::error::{BenchError, Result};
 /// The workloads, by pmemkv_bench's names (see the [module docs](super)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "lower")]
-pub enum Benchmark {
+pub(crate) enum Benchmark {
     /// Puts in key order.
     FillSeq,
     /// Puts at random keys.
@@ -59,7 +59,7 @@ fn key(buf: &mut Vec<u8>, size: usize, n: u64) {
 
 /// Runs `workloads` in order on `target`, handing each result to `done` as it finishes, then
 /// closes it.
-pub fn run_on<T: KvTarget>(
+pub(crate) fn run_on<T: KvTarget>(
     target: T,
     case: &KvCase,
     workloads: &[Benchmark],

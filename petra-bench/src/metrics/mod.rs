@@ -113,39 +113,39 @@ pub fn run(args: MetricsArgs) -> Result<()> {
 
 /// One run's settings.
 #[derive(Debug, Clone)]
-pub struct MetricsCase {
+pub(crate) struct MetricsCase {
     /// Metrics in each set.
-    pub metrics: usize,
+    pub(crate) metrics: usize,
     /// Sets, each with its own producer.
-    pub sets: usize,
+    pub(crate) sets: usize,
     /// Threads storing samples; each stores the samples of every `threads`-th set.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Samples stored into each set.
-    pub samples: u64,
+    pub(crate) samples: u64,
     /// Latest-value reads timed.
-    pub reads: u64,
+    pub(crate) reads: u64,
     /// Range queries of `range_len` samples timed.
-    pub ranges: u64,
+    pub(crate) ranges: u64,
     /// Samples per range query.
-    pub range_len: u64,
+    pub(crate) range_len: u64,
 }
 
 /// What a run measured.
 #[derive(Debug, Clone)]
-pub struct MetricsResult {
+pub(crate) struct MetricsResult {
     /// Samples stored per second, over all sets and threads (each durable when stored).
-    pub ingest_per_sec: f64,
+    pub(crate) ingest_per_sec: f64,
     /// Mean latest-sample read of one set, microseconds (decoded values included).
-    pub latest_micros: f64,
+    pub(crate) latest_micros: f64,
     /// Mean range query on one set, microseconds: the samples decoded and collected into a new
     /// `Vec`.
-    pub range_micros: f64,
+    pub(crate) range_micros: f64,
     /// The same, into one `Vec` reused across the queries (its samples' allocations too).
-    pub reused_micros: f64,
+    pub(crate) reused_micros: f64,
     /// Mean scan of the same ranges, microseconds: each sample decoded, visited and dropped.
-    pub scan_micros: f64,
+    pub(crate) scan_micros: f64,
     /// The pool file's size after the run, bytes.
-    pub file_bytes: u64,
+    pub(crate) file_bytes: u64,
 }
 
 const SEC: u64 = 1_000_000_000;
@@ -153,7 +153,7 @@ const SEC: u64 = 1_000_000_000;
 /// Where the samples go: the metric store, or redb with the same records (the baseline a daemon
 /// might pick instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum MetricsEngine {
+pub(crate) enum MetricsEngine {
     /// The petra-kv metric store: one transaction per sample (latest and history), durable.
     Petra,
     /// redb: one write transaction per sample into a latest table and a history table,
@@ -171,7 +171,7 @@ impl fmt::Display for MetricsEngine {
 }
 
 /// Runs the case on a new store of `engine` at `path`.
-pub fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: u64) -> Result<MetricsResult> {
+pub(crate) fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: u64) -> Result<MetricsResult> {
     if case.range_len > case.samples {
         return Err(BenchError::InvalidArgument(format!(
             "ranges of {} samples need at least that many samples",

@@ -218,7 +218,7 @@ pub fn run(args: MicroArgs) -> Result<()> {
 /// What a run runs on: PETRA durable or volatile, or a baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "lower")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// PETRA, flushes and fences as the pool's durability requires.
     Durable,
     /// PETRA with flushes and fences off: the cost of durability is the difference.
@@ -240,7 +240,7 @@ impl fmt::Display for Mode {
 /// buckets as keys in the range) when it makes the engine's [`petra::StructureKind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "lower")]
-pub enum Structure {
+pub(crate) enum Structure {
     /// The list set.
     List,
     /// The hash map, with as many buckets as keys in the range.
@@ -260,73 +260,73 @@ impl fmt::Display for Structure {
 
 /// One configuration.
 #[derive(Debug, Clone, Copy)]
-pub struct MicroCase {
+pub(crate) struct MicroCase {
     /// The structure.
-    pub structure: Structure,
+    pub(crate) structure: Structure,
     /// Durable or volatile.
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// Worker threads.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// The workload (key range, mix, transaction size).
-    pub workload: Workload,
+    pub(crate) workload: Workload,
     /// Transactions per thread.
-    pub txs_per_thread: u64,
+    pub(crate) txs_per_thread: u64,
     /// Share of the key range inserted before timing starts.
-    pub prefill: f64,
+    pub(crate) prefill: f64,
     /// Seed of the workload.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// 0: word values; otherwise byte values of this many bytes (blobs).
-    pub value_size: usize,
+    pub(crate) value_size: usize,
     /// Two-word keys: key `k` of the workload is `k << 64 | k`.
-    pub wide_keys: bool,
-    /// The engine's [`EngineConfig::checkpoint_fill`]: 0 turns checkpoint rounds off (the
+    pub(crate) wide_keys: bool,
+    /// The engine's [`petra::EngineConfig::checkpoint_fill`]: 0 turns checkpoint rounds off (the
     /// rings then hold every descriptor of the run).
-    pub checkpoint_fill: u8,
+    pub(crate) checkpoint_fill: u8,
 }
 
 /// What a configuration measured.
 #[derive(Debug, Clone)]
-pub struct MicroResult {
+pub(crate) struct MicroResult {
     /// The configuration.
-    pub case: MicroCase,
+    pub(crate) case: MicroCase,
     /// Committed transactions.
-    pub committed: u64,
+    pub(crate) committed: u64,
     /// Aborted transactions.
-    pub aborted: u64,
+    pub(crate) aborted: u64,
     /// Wall seconds of the timed part.
-    pub secs: f64,
+    pub(crate) secs: f64,
     /// Flushes over all transactions.
-    pub flushes: u64,
+    pub(crate) flushes: u64,
     /// Fences over all transactions.
-    pub fences: u64,
+    pub(crate) fences: u64,
 }
 
 impl MicroResult {
     /// Committed transactions per second.
-    pub fn tx_per_sec(&self) -> f64 {
+    pub(crate) fn tx_per_sec(&self) -> f64 {
         self.committed as f64 / self.secs
     }
     /// Operations of committed transactions per second.
-    pub fn ops_per_sec(&self) -> f64 {
+    pub(crate) fn ops_per_sec(&self) -> f64 {
         self.tx_per_sec() * self.case.workload.tx_size as f64
     }
     /// Aborted share of all transactions, in percent.
-    pub fn abort_pct(&self) -> f64 {
+    pub(crate) fn abort_pct(&self) -> f64 {
         100.0 * self.aborted as f64 / (self.committed + self.aborted).max(1) as f64
     }
     /// Flushes per transaction run.
-    pub fn flushes_per_tx(&self) -> f64 {
+    pub(crate) fn flushes_per_tx(&self) -> f64 {
         self.flushes as f64 / (self.committed + self.aborted).max(1) as f64
     }
     /// Fences per transaction run.
-    pub fn fences_per_tx(&self) -> f64 {
+    pub(crate) fn fences_per_tx(&self) -> f64 {
         self.fences as f64 / (self.committed + self.aborted).max(1) as f64
     }
 }
 
 /// Runs one configuration on a fresh structure in a pool file under `dir`, or on a fresh
 /// baseline map.
-pub fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult> {
+pub(crate) fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult> {
     match case.mode {
         Mode::Durable | Mode::Volatile => run_petra(case, dir),
         Mode::Locks => measure(case, &LockMap::default()),

@@ -6,7 +6,7 @@ use crate::workload::GenOp;
 
 /// What the micro-benchmark runs its transactions on: PETRA's structures
 /// ([`crate::micro`]) and the baselines here, shared by the threads.
-pub trait TxMap: Sync {
+pub(crate) trait TxMap: Sync {
     /// A thread's access.
     type Worker<'a>: TxWorker
     where
@@ -18,7 +18,7 @@ pub trait TxMap: Sync {
 }
 
 /// One thread's transactions on a [`TxMap`].
-pub trait TxWorker {
+pub(crate) trait TxWorker {
     /// Sets every key of `keys` (a prefill batch, at most 16), atomically where the map has
     /// transactions; how many were absent.
     fn put_all(&mut self, keys: &[u64]) -> Result<u64>;

@@ -156,7 +156,7 @@ pub fn run(args: TatpArgs) -> Result<()> {
 /// ends 1 to 8 hours later, and the query asks for one starting no later than a time drawn from
 /// {0, 8, 16} and ending after an hour drawn from 1 to 24, which holds with probability 0.2784
 /// (summed exactly over the draws), so 5/8 x 0.85 x 0.2784 = 14.79%, not the quoted 23.9%.
-pub const TYPES: [(&str, u32, f64, f64); 7] = [
+pub(crate) const TYPES: [(&str, u32, f64, f64); 7] = [
     ("GET_SUBSCRIBER_DATA", 35, 100.0, 100.0),
     ("GET_NEW_DESTINATION", 10, 23.9, 14.79),
     ("GET_ACCESS_DATA", 35, 62.5, 62.5),
@@ -176,7 +176,7 @@ const DELETE_CALL_FORWARDING: usize = 6;
 
 /// Which transactions a run draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mix {
+pub(crate) enum Mix {
     /// The seven types in the specification's proportions.
     Full,
     /// UPDATE_LOCATION only.
@@ -192,7 +192,7 @@ impl fmt::Display for Mix {
 
 impl Mix {
     /// Draws a transaction type.
-    pub fn draw(self, rng: &mut impl Rng) -> usize {
+    pub(crate) fn draw(self, rng: &mut impl Rng) -> usize {
         if self == Mix::UpdateLocation {
             return UPDATE_LOCATION;
         }
@@ -209,7 +209,7 @@ impl Mix {
 
 /// Whether a run's pool flushes and fences (durable) or not (volatile: what durability costs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Flushes and fences as the pool's durability requires.
     Durable,
     /// Flushes and fences off: nothing is durable.
@@ -225,36 +225,36 @@ impl fmt::Display for Mode {
 
 /// One run's settings.
 #[derive(Debug, Clone)]
-pub struct TatpCase {
+pub(crate) struct TatpCase {
     /// Subscribers populated.
-    pub subscribers: u64,
+    pub(crate) subscribers: u64,
     /// Threads running transactions.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Transactions per thread.
-    pub txs_per_thread: u64,
+    pub(crate) txs_per_thread: u64,
     /// The mix.
-    pub mix: Mix,
+    pub(crate) mix: Mix,
     /// Seed of the population and the transactions.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Skip flushes and fences (what durability costs; nothing is durable).
-    pub volatile: bool,
+    pub(crate) volatile: bool,
 }
 
 /// What a run measured.
 #[derive(Debug, Clone)]
-pub struct TatpResult {
+pub(crate) struct TatpResult {
     /// Seconds the population took.
-    pub populate_secs: f64,
+    pub(crate) populate_secs: f64,
     /// Rows per table: subscriber, access_info, special_facility, call_forwarding.
-    pub rows: [usize; 4],
+    pub(crate) rows: [usize; 4],
     /// Transactions run per second, over all threads.
-    pub tx_per_sec: f64,
+    pub(crate) tx_per_sec: f64,
     /// Per type: (run, succeeded).
-    pub per_type: [(u64, u64); 7],
+    pub(crate) per_type: [(u64, u64); 7],
 }
 
 /// Populates a new pool at `path` and runs the case on it.
-pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult> {
+pub(crate) fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult> {
     if case.subscribers == 0 || case.threads == 0 {
         return Err(BenchError::InvalidArgument("--subscribers and --threads must be at least 1".into()));
     }
@@ -303,7 +303,7 @@ pub fn run_case(case: &TatpCase, path: &Path) -> Result<TatpResult> {
 }
 
 /// Inserts subscribers `1..=n` ([`rows_of`]), one transaction each, on `threads` threads.
-pub fn populate(engine: &Engine<MmapMem>, schema: &Schema, n: u64, seed: u64, threads: usize) -> Result<()> {
+pub(crate) fn populate(engine: &Engine<MmapMem>, schema: &Schema, n: u64, seed: u64, threads: usize) -> Result<()> {
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads as u64)
             .map(|t| {

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 
 /// The specification's non-uniform subscriber id in `1..=n`: `(rand(0, A) | rand(1, n)) % n + 1`,
 /// with A = 65 535 up to a million subscribers, 1 048 575 up to ten million, 2 097 151 above.
-pub fn nonuniform_s_id(rng: &mut impl Rng, n: u64) -> u64 {
+pub(crate) fn nonuniform_s_id(rng: &mut impl Rng, n: u64) -> u64 {
     let a = match n {
         0..=1_000_000 => 65_535,
         1_000_001..=10_000_000 => 1_048_575,
@@ -31,73 +31,73 @@ fn distinct_types(rng: &mut impl Rng) -> Vec<u8> {
 
 /// One SUBSCRIBER row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subscriber {
+pub(crate) struct Subscriber {
     /// bit_1 .. bit_10, bit_1 lowest.
-    pub bits: u16,
+    pub(crate) bits: u16,
     /// hex_1 .. hex_10, four bits each, hex_1 lowest.
-    pub hex: u64,
+    pub(crate) hex: u64,
     /// byte2_1 .. byte2_10.
-    pub byte2: [u8; 10],
+    pub(crate) byte2: [u8; 10],
     /// msc_location.
-    pub msc_location: u32,
+    pub(crate) msc_location: u32,
     /// vlr_location.
-    pub vlr_location: u32,
+    pub(crate) vlr_location: u32,
 }
 
 /// One ACCESS_INFO row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AccessInfo {
+pub(crate) struct AccessInfo {
     /// ai_type, 1 to 4.
-    pub ai_type: u8,
+    pub(crate) ai_type: u8,
     /// data1, data2 (0 to 255), data3 (3 letters), data4 (5 letters), packed.
-    pub packed: u64,
+    pub(crate) packed: u64,
 }
 
 /// One SPECIAL_FACILITY row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpecialFacility {
+pub(crate) struct SpecialFacility {
     /// sf_type, 1 to 4.
-    pub sf_type: u8,
+    pub(crate) sf_type: u8,
     /// is_active: 1 for 85% of the rows.
-    pub is_active: bool,
+    pub(crate) is_active: bool,
     /// error_cntrl, 0 to 255.
-    pub error_cntrl: u8,
+    pub(crate) error_cntrl: u8,
     /// data_a, 0 to 255.
-    pub data_a: u8,
+    pub(crate) data_a: u8,
     /// data_b, 5 letters.
-    pub data_b: u64,
+    pub(crate) data_b: u64,
 }
 
 /// One CALL_FORWARDING row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallForwarding {
+pub(crate) struct CallForwarding {
     /// sf_type of its facility.
-    pub sf_type: u8,
+    pub(crate) sf_type: u8,
     /// 0, 8 or 16.
-    pub start_time: u8,
+    pub(crate) start_time: u8,
     /// start_time + 1 to 8.
-    pub end_time: u8,
+    pub(crate) end_time: u8,
     /// 15 digits, as a number.
-    pub numberx: u64,
+    pub(crate) numberx: u64,
 }
 
 /// A subscriber's rows in every table.
 #[derive(Debug, Clone)]
-pub struct Rows {
+pub(crate) struct Rows {
     /// s_id.
-    pub s_id: u64,
+    pub(crate) s_id: u64,
     /// The SUBSCRIBER row.
-    pub subscriber: Subscriber,
+    pub(crate) subscriber: Subscriber,
     /// Its 1 to 4 ACCESS_INFO rows.
-    pub access_info: Vec<AccessInfo>,
+    pub(crate) access_info: Vec<AccessInfo>,
     /// Its 1 to 4 SPECIAL_FACILITY rows.
-    pub special_facility: Vec<SpecialFacility>,
+    pub(crate) special_facility: Vec<SpecialFacility>,
     /// 0 to 3 CALL_FORWARDING rows per facility.
-    pub call_forwarding: Vec<CallForwarding>,
+    pub(crate) call_forwarding: Vec<CallForwarding>,
 }
 
 /// The rows of subscriber `s_id` by the specification's population rules.
-pub fn population_rows(rng: &mut impl Rng, s_id: u64) -> Rows {
+pub(crate) fn population_rows(rng: &mut impl Rng, s_id: u64) -> Rows {
     let subscriber = Subscriber {
         bits: rng.random_range(0..1 << 10),
         hex: rng.random_range(0..1 << 40),
@@ -142,7 +142,7 @@ pub fn population_rows(rng: &mut impl Rng, s_id: u64) -> Rows {
 }
 
 /// Subscriber `s_id`'s rows in the population of `seed`: the same whichever thread makes them.
-pub fn rows_of(seed: u64, s_id: u64) -> Rows {
+pub(crate) fn rows_of(seed: u64, s_id: u64) -> Rows {
     population_rows(&mut StdRng::seed_from_u64(seed ^ s_id.wrapping_mul(0x9E37_79B9_7F4A_7C15)), s_id)
 }
 

@@ -41,7 +41,7 @@ fn forwarding_key(s_id: u64, sf_type: u8, start_time: u8) -> u64 {
 
 /// The database: the eight structures of the schema.
 #[derive(Debug, Clone, Copy)]
-pub struct Schema {
+pub(crate) struct Schema {
     subscriber: StructId,
     bit_1: StructId,
     vlr: StructId,
@@ -54,7 +54,7 @@ pub struct Schema {
 
 impl Schema {
     /// Creates the structures, sized for `n` subscribers.
-    pub fn create(engine: &Engine<MmapMem>, n: u64) -> Result<Schema> {
+    pub(crate) fn create(engine: &Engine<MmapMem>, n: u64) -> Result<Schema> {
         let make = |buckets: u64, values| {
             engine.create_structure(StructureKind::HashMap { buckets: buckets.max(1) }, KeyWidth::U64, values)
         };
@@ -71,7 +71,7 @@ impl Schema {
     }
 
     /// Stores one subscriber's rows in one transaction.
-    pub fn insert(&self, h: &mut Handle<MmapMem>, tx: &mut Transaction, rows: &Rows) -> Result<()> {
+    pub(crate) fn insert(&self, h: &mut Handle<MmapMem>, tx: &mut Transaction, rows: &Rows) -> Result<()> {
         let s = rows.s_id;
         tx.clear()
             .insert_bytes(self.subscriber, s, &subscriber_bytes(&rows.subscriber))
@@ -96,7 +96,7 @@ impl Schema {
 
     /// Runs one transaction of type `kind` with the specification's random parameters; whether
     /// it succeeded.
-    pub fn transaction(
+    pub(crate) fn transaction(
         &self,
         h: &mut Handle<MmapMem>,
         tx: &mut Transaction,
@@ -179,7 +179,7 @@ impl Schema {
     }
 
     /// Rows in each table: subscriber, access_info, special_facility, call_forwarding.
-    pub fn cardinalities(&self, engine: &Engine<MmapMem>) -> Result<[usize; 4]> {
+    pub(crate) fn cardinalities(&self, engine: &Engine<MmapMem>) -> Result<[usize; 4]> {
         let count = |s| engine.entries::<u64>(s).map(|e| e.len());
         Ok([
             count(self.subscriber)?,

@@ -14,13 +14,13 @@ const TABLE: redb::TableDefinition<'static, &[u8], &[u8]> = redb::TableDefinitio
 /// redb as a [`KvTarget`]: each put, remove or batch one write transaction (redb runs one at a
 /// time), each get and scan one read transaction.
 #[derive(Debug)]
-pub struct Redb {
+pub(crate) struct Redb {
     db: RedbDb,
 }
 
 impl Redb {
     /// Creates a database at `path` with its table.
-    pub fn create(path: &Path, durability: RedbDurability) -> Result<Redb> {
+    pub(crate) fn create(path: &Path, durability: RedbDurability) -> Result<Redb> {
         let db = RedbDb::create(path, durability)?;
         db.write(|t| Ok(t.open_table(TABLE).map(drop)?))?;
         Ok(Redb { db })

@@ -10,11 +10,11 @@ use redb::ReadableDatabase;
 
 use crate::error::Result;
 
-pub use kv::Redb;
+pub(crate) use kv::Redb;
 
 /// redb's commit durability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedbDurability {
+pub(crate) enum RedbDurability {
     /// Commits are not persisted (`Durability::None`).
     None,
     /// Commits are persisted when they return (`Durability::Immediate`: fsync).
@@ -23,7 +23,7 @@ pub enum RedbDurability {
 
 impl RedbDurability {
     /// redb's setting.
-    pub fn redb(self) -> redb::Durability {
+    pub(crate) fn redb(self) -> redb::Durability {
         match self {
             RedbDurability::None => redb::Durability::None,
             RedbDurability::Immediate => redb::Durability::Immediate,
