@@ -74,7 +74,8 @@ impl<E: ValueEnum + Clone + Send + Sync + 'static> TypedValueParser for OneOf<E>
         })
     }
 
-    /// The values, listed after the flag's help, which says what each means.
+    /// The values, without the variants' docs: the flag's help already says what each means,
+    /// and with them clap would list one value a line in place of the short help's one line.
     fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
         Some(Box::new(E::value_variants().iter().filter_map(E::to_possible_value).map(|v| v.help(None))))
     }

@@ -34,7 +34,7 @@ pub struct LfttArgs {
     structure: Structure,
 }
 
-/// Runs `petra-bench lftt`.
+/// Runs `petra-bench lftt`: the harness's arguments as one `micro` configuration.
 pub fn run(args: LfttArgs) -> Result<()> {
     let mode = match args.set_type {
         0 => Mode::Durable,

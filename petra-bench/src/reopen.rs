@@ -41,7 +41,7 @@ pub struct ReopenArgs {
     structure: Vec<Structure>,
 }
 
-/// Runs `petra-bench reopen`.
+/// Runs `petra-bench reopen`: a new pool per structure, a row each on stdout.
 pub fn run(args: ReopenArgs) -> Result<()> {
     let cases: Vec<ReopenCase> = args
         .structure

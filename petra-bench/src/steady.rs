@@ -47,7 +47,8 @@ pub struct SteadyArgs {
     out: Option<PathBuf>,
 }
 
-/// Runs `petra-bench steady`.
+/// Runs `petra-bench steady`: a row per interval on stdout, then the times to open and close,
+/// and with `--out` the files.
 pub fn run(args: SteadyArgs) -> Result<()> {
     if !(args.interval > 0.0 && args.interval.is_finite()) {
         return Err(BenchError::InvalidArgument(format!(

@@ -29,13 +29,13 @@ use clap::ValueEnum;
 use petra::pool::Mapping;
 use petra_kv::{Config, CreateMode, Order, Store};
 
-use crate::baselines::redb::{Redb, RedbDurability};
+use self::workloads::{Benchmark, run_on};
+use crate::baselines::redb::{RedbDurability, RedbKv};
 use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::report::KvRow;
 
 pub(crate) use target::{KvSession, KvTarget, Visit};
-pub(crate) use workloads::{Benchmark, run_on};
 
 /// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
 /// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and
@@ -104,7 +104,8 @@ pub struct KvArgs {
     out: Option<PathBuf>,
 }
 
-/// Runs `petra-bench kv`.
+/// Runs `petra-bench kv`: the workloads in order on a new store of each engine, a CSV row per
+/// workload on stdout, and with `--out` the files.
 pub fn run(args: KvArgs) -> Result<()> {
     let engines = &args.engine;
     if args.db.is_some() && engines.len() > 1 {
@@ -287,9 +288,9 @@ pub(crate) fn run_case(
     let order = match case.engine {
         KvEngine::Sorted => Order::Sorted,
         KvEngine::Unsorted => Order::Unsorted { buckets: case.num.max(1) },
-        KvEngine::RedbNone => return run_on(Redb::create(path, RedbDurability::None)?, case, workloads, done),
+        KvEngine::RedbNone => return run_on(RedbKv::create(path, RedbDurability::None)?, case, workloads, done),
         KvEngine::RedbImmediate => {
-            return run_on(Redb::create(path, RedbDurability::Immediate)?, case, workloads, done);
+            return run_on(RedbKv::create(path, RedbDurability::Immediate)?, case, workloads, done);
         }
     };
     let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };

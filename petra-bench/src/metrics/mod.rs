@@ -57,7 +57,8 @@ pub struct MetricsArgs {
     engine: Vec<MetricsEngine>,
 }
 
-/// Runs `petra-bench metrics`.
+/// Runs `petra-bench metrics`: the same samples and queries on a new store of each engine, a row
+/// each on stdout.
 pub fn run(args: MetricsArgs) -> Result<()> {
     if args.threads > args.sets {
         return Err(BenchError::InvalidArgument(format!(

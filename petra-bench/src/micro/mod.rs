@@ -101,7 +101,8 @@ pub struct MicroArgs {
     pub(crate) out: Option<PathBuf>,
 }
 
-/// Runs `petra-bench micro`.
+/// Runs `petra-bench micro`: every configuration the arguments name, a row each on stdout, and
+/// with `--out` the files.
 pub fn run(args: MicroArgs) -> Result<()> {
     let mut modes = args.modes.clone();
     if args.value_size > 0 || args.key_bytes != 8 {

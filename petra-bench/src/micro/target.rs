@@ -4,8 +4,9 @@
 use crate::error::Result;
 use crate::workload::GenOp;
 
-/// What the micro-benchmark runs its transactions on: PETRA's structures
-/// ([`crate::micro`]) and the baselines here, shared by the threads.
+/// What the micro-benchmark runs its transactions on, shared by the threads: PETRA's structures
+/// (`structures.rs`) and the baselines ([`LockMap`](crate::baselines::locks::LockMap),
+/// [`SkipMapBound`](crate::baselines::skipmap::SkipMapBound)).
 pub(crate) trait TxMap: Sync {
     /// A thread's access.
     type Worker<'a>: TxWorker

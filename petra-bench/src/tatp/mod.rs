@@ -37,14 +37,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::ValueEnum;
-
 use petra::mem::MmapMem;
 use petra::{Engine, EngineConfig, Transaction};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use self::population::rows_of;
-pub(crate) use self::schema::Schema;
+use self::schema::Schema;
 use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::report::TatpRow;
@@ -83,7 +82,8 @@ pub struct TatpArgs {
     out: Option<PathBuf>,
 }
 
-/// Runs `petra-bench tatp`.
+/// Runs `petra-bench tatp`: a run per thread count and mode, each on a fresh population, a table
+/// each on stdout, and with `--out` the files.
 pub fn run(args: TatpArgs) -> Result<()> {
     let mix = args.mix;
     let modes: Vec<bool> = args.modes.iter().map(|&m| m == Mode::Volatile).collect();

@@ -5,13 +5,12 @@ use petra::mem::MmapMem;
 use petra::{Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 use rand::Rng;
 
-use crate::error::{BenchError, Result};
-
 use super::population::{CallForwarding, Rows, SpecialFacility, Subscriber, nonuniform_s_id};
 use super::{
     DELETE_CALL_FORWARDING, GET_ACCESS_DATA, GET_NEW_DESTINATION, GET_SUBSCRIBER_DATA, INSERT_CALL_FORWARDING,
     UPDATE_LOCATION, UPDATE_SUBSCRIBER_DATA,
 };
+use crate::error::{BenchError, Result};
 
 /// The subscriber row's bytes (bit_1 lives in its own structure).
 fn subscriber_bytes(s: &Subscriber) -> [u8; 24] {

@@ -14,16 +14,16 @@ const TABLE: redb::TableDefinition<'static, &[u8], &[u8]> = redb::TableDefinitio
 /// redb as a [`KvTarget`]: each put, remove or batch one write transaction (redb runs one at a
 /// time), each get and scan one read transaction.
 #[derive(Debug)]
-pub(crate) struct Redb {
+pub(crate) struct RedbKv {
     db: RedbDb,
 }
 
-impl Redb {
+impl RedbKv {
     /// Creates a database at `path` with its table.
-    pub(crate) fn create(path: &Path, durability: RedbDurability) -> Result<Redb> {
+    pub(crate) fn create(path: &Path, durability: RedbDurability) -> Result<RedbKv> {
         let db = RedbDb::create(path, durability)?;
         db.write(|t| Ok(t.open_table(TABLE).map(drop)?))?;
-        Ok(Redb { db })
+        Ok(RedbKv { db })
     }
 
     fn write<R>(&self, f: impl FnOnce(&mut redb::Table<'_, &'static [u8], &'static [u8]>) -> Result<R>) -> Result<R> {
@@ -35,10 +35,10 @@ impl Redb {
     }
 }
 
-impl KvTarget for Redb {
-    type Session<'a> = &'a Redb;
+impl KvTarget for RedbKv {
+    type Session<'a> = &'a RedbKv;
 
-    fn session(&self) -> Result<&Redb> {
+    fn session(&self) -> Result<&RedbKv> {
         Ok(self)
     }
 
@@ -47,7 +47,7 @@ impl KvTarget for Redb {
     }
 }
 
-impl KvSession for &Redb {
+impl KvSession for &RedbKv {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.write(|t| Ok(t.insert(key, value).map(drop)?))
     }

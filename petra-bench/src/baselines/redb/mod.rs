@@ -10,7 +10,7 @@ use redb::ReadableDatabase;
 
 use crate::error::Result;
 
-pub(crate) use kv::Redb;
+pub(crate) use kv::RedbKv;
 
 /// redb's commit durability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
