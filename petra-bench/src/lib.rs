@@ -1,70 +1,38 @@
-//! Benchmarks of PETRA.
+//! Benchmarks of PETRA: the library of the `petra-bench` command.
 //!
-//! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map, the skiplist and the MDList,
-//!   durable and volatile in one run, with throughput, abort rate and flushes and fences per
-//!   transaction, beside the [`baseline`]s: abstract locking with an undo log, and
+//! Each subcommand has a module that owns its arguments and its `run`:
+//!
+//! - [`micro`]: the dissertation's micro-benchmarks on the list, the hash map, the skiplist and
+//!   the MDList, durable and volatile in one run, with throughput, abort rate and flushes and
+//!   fences per transaction, beside the baselines: abstract locking with an undo log, and
 //!   crossbeam-skiplist without transactions.
-//! - [`workload`]: the generators they draw from.
 //! - [`kv`]: pmemkv_bench's workloads on the key-value store and on redb, one or more threads.
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //! - [`tatp`]: TATP on PETRA's hash maps.
 //! - [`reopen`]: what a clean close, and an open after it or after a crash, cost.
 //! - [`steady`]: a long run on a fixed working set while checkpoint rounds keep the pool flat.
+//! - [`lftt`]: the C++ LFTT/PETRA harness's argument form, run as a `micro` configuration.
+//!
+//! Their runs fail with one error, [`error::BenchError`]. Inside the crate they share
+//! `baselines` (the competitors, one adapter a file: the lock-based map, crossbeam-skiplist and
+//! redb), `workload` (the generators `micro` draws from), `pool` (PETRA's pool files), `report`
+//! (the rows as CSV, JSON and SVG plots) and `cli` (the progress bar, the scratch directory and
+//! the parser of the enumerated flags).
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
 //! (`benches/persist.rs`) and single-key lookups and ranges against crossbeam-skiplist
 //! (`benches/lookup.rs`).
 
-pub mod baseline;
+mod baselines;
+mod cli;
+pub mod error;
 pub mod kv;
+pub mod lftt;
 pub mod metrics;
 pub mod micro;
+mod pool;
 pub mod reopen;
-pub mod report;
+mod report;
 pub mod steady;
 pub mod tatp;
-pub mod workload;
-
-use std::path::Path;
-
-use petra::mem::MmapMem;
-use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, StructId, Transaction};
-
-/// The bytes a benchmark's pool file starts with (it grows as the run needs).
-pub const START_BYTES: u64 = 64 << 20;
-
-/// A new pool file at `path` for a benchmark: [`START_BYTES`] to start in 1 MiB chunks, growing
-/// as far as the run needs (up to 1 TiB); `volatile` turns flushes and fences off.
-pub fn create_pool(path: &Path, volatile: bool) -> Result<Pool<MmapMem>, String> {
-    let mapping = Mapping { volatile, ..Mapping::default() };
-    let config = PoolConfig { initial_size: START_BYTES, max_size: 1 << 40, chunk_size: 1 << 20, mapping };
-    Pool::create(path, &config).map_err(|e| e.to_string())
-}
-
-/// Opens the pool file at `path` that [`create_pool`] made.
-pub fn open_pool(path: &Path) -> Result<Pool<MmapMem>, String> {
-    Pool::open(path, &Mapping::default()).map_err(|e| e.to_string())
-}
-
-/// Puts `pairs` (key, value) into structure `s` of `engine`, 16 to a transaction, on one thread.
-pub fn put_in_batches(
-    engine: &Engine<MmapMem>,
-    s: StructId,
-    pairs: impl IntoIterator<Item = (u64, u64)>,
-) -> Result<(), String> {
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
-    let mut tx = Transaction::new();
-    let mut pairs = pairs.into_iter().peekable();
-    while pairs.peek().is_some() {
-        tx.clear();
-        for (key, value) in pairs.by_ref().take(16) {
-            tx.put(s, key, value);
-        }
-        // Puts never fail, and one thread meets no helping cycle.
-        if !h.execute(&tx).map_err(|e| e.to_string())?.is_committed() {
-            return Err("a transaction of puts aborted".into());
-        }
-    }
-    Ok(())
-}
+mod workload;

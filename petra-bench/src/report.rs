@@ -8,41 +8,42 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::error::{BenchError, Result};
 use crate::kv::KvResult;
 use crate::micro::MicroResult;
 use crate::tatp::{TYPES, TatpCase, TatpResult};
 
 /// One row of a micro run, as written to the files.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MicroRow {
+pub(crate) struct MicroRow {
     /// The structure.
-    pub structure: String,
+    pub(crate) structure: String,
     /// The mix, insert/delete[/update]/find.
-    pub mix: String,
+    pub(crate) mix: String,
     /// durable, volatile, locks or skipmap.
-    pub mode: String,
+    pub(crate) mode: String,
     /// Threads.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Ops per transaction.
-    pub tx_size: usize,
+    pub(crate) tx_size: usize,
     /// Committed transactions per second.
-    pub tx_per_sec: f64,
+    pub(crate) tx_per_sec: f64,
     /// Operations of committed transactions per second.
-    pub ops_per_sec: f64,
+    pub(crate) ops_per_sec: f64,
     /// Aborted share of the transactions run, percent.
-    pub abort_pct: f64,
+    pub(crate) abort_pct: f64,
     /// Flushes per transaction run.
-    pub flushes_per_tx: f64,
+    pub(crate) flushes_per_tx: f64,
     /// Fences per transaction run.
-    pub fences_per_tx: f64,
+    pub(crate) fences_per_tx: f64,
 }
 
 impl From<&MicroResult> for MicroRow {
     fn from(r: &MicroResult) -> MicroRow {
         MicroRow {
-            structure: r.case.structure.name().into(),
+            structure: r.case.structure.to_string(),
             mix: r.case.workload.mix.to_string(),
-            mode: r.case.mode.name().into(),
+            mode: r.case.mode.to_string(),
             threads: r.case.threads,
             tx_size: r.case.workload.tx_size,
             tx_per_sec: r.tx_per_sec(),
@@ -57,36 +58,36 @@ impl From<&MicroResult> for MicroRow {
 /// One workload of `petra-bench kv`, as printed and written to the files (pmemkv_bench's
 /// columns).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct KvRow {
+pub(crate) struct KvRow {
     /// sorted, unsorted, redb-none or redb-immediate.
-    pub engine: String,
+    pub(crate) engine: String,
     /// Threads.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// The workload.
-    pub benchmark: String,
+    pub(crate) benchmark: String,
     /// Wall-clock microseconds per operation.
     #[serde(rename = "micros/op")]
-    pub micros_per_op: f64,
+    pub(crate) micros_per_op: f64,
     /// Operations per second.
     #[serde(rename = "ops/sec")]
-    pub ops_per_sec: f64,
+    pub(crate) ops_per_sec: f64,
     /// MB/s of keys and values.
     #[serde(rename = "MB/s")]
-    pub mb_per_sec: f64,
+    pub(crate) mb_per_sec: f64,
     /// Reads and removes that found their key.
-    pub found: u64,
+    pub(crate) found: u64,
     /// Latency percentiles in microseconds (with `--histogram` only).
-    pub p50: Option<f64>,
+    pub(crate) p50: Option<f64>,
     /// 99th percentile.
-    pub p99: Option<f64>,
+    pub(crate) p99: Option<f64>,
     /// 99.9th percentile.
     #[serde(rename = "p99.9")]
-    pub p99_9: Option<f64>,
+    pub(crate) p99_9: Option<f64>,
 }
 
 impl KvRow {
     /// The row of result `r` of `engine` on `threads` threads.
-    pub fn new(engine: &str, threads: usize, r: &KvResult) -> KvRow {
+    pub(crate) fn new(engine: &str, threads: usize, r: &KvResult) -> KvRow {
         KvRow {
             engine: engine.into(),
             threads,
@@ -102,7 +103,7 @@ impl KvRow {
     }
 
     /// The row as pmemkv_bench prints it: three decimals of micros/op, whole ops/sec.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let p = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.2}"));
         format!(
             "{},{},{},{:.3},{:.0},{:.1},{},{},{},{}",
@@ -122,34 +123,34 @@ impl KvRow {
 
 /// One transaction type of one `petra-bench tatp` run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TatpRow {
+pub(crate) struct TatpRow {
     /// durable or volatile.
-    pub mode: String,
+    pub(crate) mode: String,
     /// Threads.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// full or update-location.
-    pub mix: String,
+    pub(crate) mix: String,
     /// Subscribers populated.
-    pub subscribers: u64,
+    pub(crate) subscribers: u64,
     /// Transactions of every type run per second, over all threads.
-    pub tx_per_sec: f64,
+    pub(crate) tx_per_sec: f64,
     /// Seconds the population took.
-    pub populate_secs: f64,
+    pub(crate) populate_secs: f64,
     /// The transaction type.
-    pub transaction: String,
+    pub(crate) transaction: String,
     /// Transactions of this type run.
-    pub run: u64,
+    pub(crate) run: u64,
     /// Of those, the share that succeeded, percent.
-    pub success_pct: f64,
+    pub(crate) success_pct: f64,
     /// The specification's quoted success rate, percent.
-    pub specified_pct: f64,
+    pub(crate) specified_pct: f64,
     /// The success rate the population rules imply, percent.
-    pub implied_pct: f64,
+    pub(crate) implied_pct: f64,
 }
 
 impl TatpRow {
     /// The rows of run `r` of `case`: one per transaction type that ran.
-    pub fn of(case: &TatpCase, r: &TatpResult) -> Vec<TatpRow> {
+    pub(crate) fn of(case: &TatpCase, r: &TatpResult) -> Vec<TatpRow> {
         r.per_type
             .iter()
             .zip(&TYPES)
@@ -157,7 +158,7 @@ impl TatpRow {
             .map(|(&(run, ok), &(name, _, spec, implied))| TatpRow {
                 mode: if case.volatile { "volatile" } else { "durable" }.into(),
                 threads: case.threads,
-                mix: case.mix.name().into(),
+                mix: case.mix.to_string(),
                 subscribers: case.subscribers,
                 tx_per_sec: r.tx_per_sec,
                 populate_secs: r.populate_secs,
@@ -174,23 +175,25 @@ impl TatpRow {
 /// Writes `rows` as `{stem}.csv` (a header of the field names, then a line per row) and
 /// `{stem}.json` (an array of objects) in `dir`, which is created if missing; returns the two
 /// paths.
-pub fn write_rows<R: Serialize>(dir: &Path, stem: &str, rows: &[R]) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub(crate) fn write_rows<R: Serialize>(dir: &Path, stem: &str, rows: &[R]) -> Result<Vec<PathBuf>> {
+    let file = |path: &Path, source| BenchError::File { path: path.to_path_buf(), source };
+    std::fs::create_dir_all(dir).map_err(|e| file(dir, e))?;
     let (csv_path, json_path) = (dir.join(format!("{stem}.csv")), dir.join(format!("{stem}.json")));
-    let e = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
-    let mut w = csv::Writer::from_path(&csv_path).map_err(|x| e(&csv_path, &x))?;
+    let csv_error = |source| BenchError::Csv { path: csv_path.clone(), source };
+    let mut w = csv::Writer::from_path(&csv_path).map_err(csv_error)?;
     for r in rows {
-        w.serialize(r).map_err(|x| e(&csv_path, &x))?;
+        w.serialize(r).map_err(csv_error)?;
     }
-    w.flush().map_err(|x| e(&csv_path, &x))?;
-    let f = std::fs::File::create(&json_path).map_err(|x| e(&json_path, &x))?;
-    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows).map_err(|x| e(&json_path, &x))?;
+    w.flush().map_err(|e| file(&csv_path, e))?;
+    let f = std::fs::File::create(&json_path).map_err(|e| file(&json_path, e))?;
+    serde_json::to_writer_pretty(std::io::BufWriter::new(f), rows)
+        .map_err(|source| BenchError::Json { path: json_path.clone(), source })?;
     Ok(vec![csv_path, json_path])
 }
 
 /// What a plot's x axis is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Axis {
+pub(crate) enum Axis {
     /// Threads, one line per (mix, transaction size, mode).
     Threads,
     /// Transaction size, one line per (mix, threads, mode).
@@ -199,8 +202,8 @@ pub enum Axis {
 
 /// Plots committed transactions per second against `axis` as an SVG at `path`, one line per
 /// series.
-pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+pub(crate) fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<()> {
+    let e = |e: &dyn std::fmt::Display| BenchError::Plot { path: path.to_path_buf(), message: e.to_string() };
     // Series name -> points (x, tx/s), x ascending.
     let mut series: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     for r in rows {
@@ -259,7 +262,7 @@ pub fn plot(path: &Path, rows: &[MicroRow], axis: Axis) -> Result<(), String> {
 
 /// Writes `micro.csv`, `micro.json`, and the plots that have more than one point per line
 /// (`micro-threads.svg`, `micro-txsize.svg`) into `dir`; returns the files written.
-pub fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn write_all(dir: &Path, rows: &[MicroRow]) -> Result<Vec<PathBuf>> {
     let mut written = write_rows(dir, "micro", rows)?;
     let distinct = |f: fn(&MicroRow) -> usize| {
         let mut v: Vec<usize> = rows.iter().map(f).collect();

@@ -3,7 +3,7 @@
 //! records the throughput, the rounds run and the time they took, and the pool file's size;
 //! at the end, the time to open the pool after a crash (recovery) and after a clean close.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,78 +13,178 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::cli::{progress_bar, scratch, wrote};
+use crate::error::{BenchError, Result};
+
+/// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
+/// and recycle the descriptors: throughput, rounds, their time and the pool file's size per
+/// interval; then the time to open after a crash and after a clean close.
+#[derive(Debug, clap::Args)]
+pub struct SteadyArgs {
+    /// Keys of the working set (half put before the run).
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Ops per transaction (puts 50%, removes 25%, gets 25%, uniform keys).
+    #[arg(long = "tx-size", default_value_t = 4)]
+    tx_size: usize,
+    /// Seconds between the rows (samples of the counters).
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    /// Intervals to run (60 at 10 s: ten minutes).
+    #[arg(long, default_value_t = 6)]
+    intervals: usize,
+    /// Bytes of a descriptor ring (a checkpoint round runs when a thread's ring is a quarter full).
+    #[arg(long = "ring-bytes", default_value_t = 64 << 20)]
+    ring_bytes: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the rows to this directory: steady.csv and steady.json.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench steady`: a row per interval on stdout, then the times to open and close,
+/// and with `--out` the files.
+pub fn run(args: SteadyArgs) -> Result<()> {
+    if !(args.interval > 0.0 && args.interval.is_finite()) {
+        return Err(BenchError::InvalidArgument(format!(
+            "interval {} s: give a positive number of seconds",
+            args.interval
+        )));
+    }
+    let case = SteadyCase {
+        keys: args.keys,
+        threads: args.threads,
+        interval: std::time::Duration::from_secs_f64(args.interval),
+        intervals: args.intervals,
+        tx_size: args.tx_size,
+        ring_bytes: args.ring_bytes,
+        seed: args.seed,
+    };
+    let tmp = scratch()?;
+    println!(
+        "hash map of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, a row every {} s, pool in {}",
+        args.keys,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" },
+        args.tx_size,
+        args.ring_bytes >> 20,
+        args.interval,
+        tmp.path().display()
+    );
+    println!(
+        "{:>8} {:>9} {:>12} {:>7} {:>12} {:>9} {:>10} {:>6}",
+        "interval", "at s", "tx/s", "rounds", "descriptors", "rounds s", "file MiB", "rings"
+    );
+    let progress = progress_bar(args.intervals, "intervals");
+    let (rows, end) = run_case(&case, &tmp.path().join("steady.pool"), |r| {
+        progress.suspend(|| {
+            println!(
+                "{:>8} {:>9.1} {:>12.0} {:>7} {:>12} {:>9.3} {:>10.1} {:>6}",
+                r.interval,
+                r.at_secs,
+                r.tx_per_sec,
+                r.rounds,
+                r.descriptors,
+                r.round_secs,
+                r.file_bytes as f64 / (1 << 20) as f64,
+                r.rings
+            )
+        });
+        progress.inc(1);
+    })?;
+    progress.finish_and_clear();
+    let total = rows.last().map_or(0.0, |r| r.at_secs);
+    let busy: f64 = rows.iter().map(|r| r.round_secs).sum();
+    let thread_secs = total * args.threads as f64;
+    println!(
+        "rounds took {busy:.2} s of the threads' {thread_secs:.1} s ({:.2}%)",
+        100.0 * busy / thread_secs.max(1e-9)
+    );
+    println!(
+        "open after a crash {:.3} s ({} descriptors read, {} keys), clean close {:.3} s, open after it {:.3} s",
+        end.open_after_crash_secs, end.descriptors_read, end.present_keys, end.close_secs, end.open_after_close_secs
+    );
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_rows(out, "steady", &rows)?);
+        wrote(crate::report::write_rows(out, "steady-end", std::slice::from_ref(&end))?);
+    }
+    Ok(())
+}
+
 /// One run's settings.
 #[derive(Debug, Clone)]
-pub struct SteadyCase {
+pub(crate) struct SteadyCase {
     /// Keys of the working set (a hash map of as many buckets); half are put before the run.
-    pub keys: u64,
+    pub(crate) keys: u64,
     /// Threads running transactions.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Length of an interval between samples of the counters.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Intervals run.
-    pub intervals: usize,
+    pub(crate) intervals: usize,
     /// Ops per transaction: each a put (50%), a remove (25%) or a get (25%) of a uniform key.
-    pub tx_size: usize,
+    pub(crate) tx_size: usize,
     /// Bytes of a descriptor ring; a round starts when a thread's ring is a quarter full.
-    pub ring_bytes: u64,
+    pub(crate) ring_bytes: u64,
     /// Seed of the keys and ops.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// One interval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SteadyRow {
+pub(crate) struct SteadyRow {
     /// The interval's index, from 0.
-    pub interval: usize,
+    pub(crate) interval: usize,
     /// Seconds since the run started, at the interval's end.
-    pub at_secs: f64,
+    pub(crate) at_secs: f64,
     /// Committed transactions per second during the interval.
-    pub tx_per_sec: f64,
+    pub(crate) tx_per_sec: f64,
     /// Checkpoint rounds run during the interval.
-    pub rounds: u64,
+    pub(crate) rounds: u64,
     /// Descriptors they folded.
-    pub descriptors: u64,
+    pub(crate) descriptors: u64,
     /// Seconds the threads spent in them (each round runs on the thread whose ring called for
     /// it, between two of its transactions).
-    pub round_secs: f64,
+    pub(crate) round_secs: f64,
     /// The pool file's size at the interval's end, bytes.
-    pub file_bytes: u64,
+    pub(crate) file_bytes: u64,
     /// Descriptor rings in the pool at the interval's end.
-    pub rings: u64,
+    pub(crate) rings: u64,
 }
 
 /// How long the pool took to open at the end of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SteadyEnd {
+pub(crate) struct SteadyEnd {
     /// After the run was left as a crash leaves it (recovery).
-    pub open_after_crash_secs: f64,
+    pub(crate) open_after_crash_secs: f64,
     /// Descriptors that recovery read (those written since the last round's batch).
-    pub descriptors_read: u64,
+    pub(crate) descriptors_read: u64,
     /// The clean close after that.
-    pub close_secs: f64,
+    pub(crate) close_secs: f64,
     /// The open after the clean close (no recovery).
-    pub open_after_close_secs: f64,
+    pub(crate) open_after_close_secs: f64,
     /// Keys present at the end.
-    pub present_keys: u64,
+    pub(crate) present_keys: u64,
 }
 
 /// Runs the case on a new pool at `path`, calling `row` after each interval.
-pub fn run(
+pub(crate) fn run_case(
     case: &SteadyCase,
     path: &Path,
     mut row: impl FnMut(&SteadyRow),
-) -> Result<(Vec<SteadyRow>, SteadyEnd), String> {
+) -> Result<(Vec<SteadyRow>, SteadyEnd)> {
     if case.keys == 0 || case.threads == 0 || case.tx_size == 0 || case.tx_size > 64 {
-        return Err("--keys and --threads must be at least 1, --tx-size 1 to 64".into());
+        return Err(BenchError::InvalidArgument("--keys and --threads must be at least 1, --tx-size 1 to 64".into()));
     }
-    let e = |e: &dyn std::fmt::Display| e.to_string();
     let config = EngineConfig::rings(case.ring_bytes);
-    let engine = Engine::create(crate::create_pool(path, false)?, config.clone()).map_err(|x| e(&x))?;
-    let s = engine
-        .create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)
-        .map_err(|x| e(&x))?;
-    crate::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
+    let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone())?;
+    let s = engine.create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)?;
+    crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
     let committed = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let rows = std::thread::scope(|scope| {
@@ -99,26 +199,26 @@ pub fn run(
         // Relaxed: a stop flag; the joins publish what the workers did.
         stop.store(true, Ordering::Relaxed);
         for w in workers {
-            w.join().unwrap_or_else(|_| Err("a thread panicked".into()))?;
+            w.join().unwrap_or_else(|_| Err(BenchError::Panicked("a thread")))?;
         }
         rows
     })?;
     // Left as a crash leaves it: the next open recovers.
-    let pool = engine.into_pool().map_err(|_| "a handle outlived the run".to_string())?;
+    let pool = engine.into_pool().map_err(|_| BenchError::Check("a handle outlived the run".into()))?;
     drop(pool);
     let t = Instant::now();
-    let (engine, report) = Engine::open(crate::open_pool(path)?, config.clone()).map_err(|x| e(&x))?;
+    let (engine, report) = Engine::open(crate::pool::open_pool(path)?, config.clone())?;
     let open_after_crash_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    engine.close().map_err(|x| e(&x))?;
+    engine.close()?;
     let close_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let (engine, clean) = Engine::open(crate::open_pool(path)?, config).map_err(|x| e(&x))?;
+    let (engine, clean) = Engine::open(crate::pool::open_pool(path)?, config)?;
     let open_after_close_secs = t.elapsed().as_secs_f64();
     if !clean.clean {
-        return Err("the open after a clean close recovered".into());
+        return Err(BenchError::Check("the open after a clean close recovered".into()));
     }
-    engine.close().map_err(|x| e(&x))?;
+    engine.close()?;
     let end = SteadyEnd {
         open_after_crash_secs,
         descriptors_read: report.descriptors,
@@ -136,7 +236,7 @@ fn sample(
     engine: &Engine<MmapMem>,
     committed: &AtomicU64,
     row: &mut impl FnMut(&SteadyRow),
-) -> Result<Vec<SteadyRow>, String> {
+) -> Result<Vec<SteadyRow>> {
     let start = Instant::now();
     let mut rows = Vec::with_capacity(case.intervals);
     // Relaxed: counters read for a report.
@@ -154,7 +254,7 @@ fn sample(
             rounds: rounds - last_stats.rounds,
             descriptors: descriptors - last_stats.descriptors,
             round_secs: (busy - last_stats.busy).as_secs_f64(),
-            file_bytes: std::fs::metadata(path).map_err(|x| x.to_string())?.len(),
+            file_bytes: std::fs::metadata(path)?.len(),
             rings: engine.rings() as u64,
         };
         row(&r);
@@ -172,8 +272,8 @@ fn worker(
     seed: u64,
     committed: &AtomicU64,
     stop: &AtomicBool,
-) -> Result<(), String> {
-    let mut h = engine.handle().map_err(|e| e.to_string())?;
+) -> Result<()> {
+    let mut h = engine.handle()?;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tx = Transaction::new();
     tx.sorted(true);
@@ -190,7 +290,7 @@ fn worker(
                     _ => tx.get(s, key),
                 };
             }
-            n += h.execute(&tx).map_err(|e| e.to_string())?.is_committed() as u64;
+            n += h.execute(&tx)?.is_committed() as u64;
         }
         // Relaxed: a counter read for a report.
         committed.fetch_add(n, Ordering::Relaxed);

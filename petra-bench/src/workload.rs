@@ -3,49 +3,57 @@
 use petra::OpKind;
 use rand::Rng;
 
+use crate::error::{BenchError, Result};
+
 /// Shares of each operation kind, in percent (they add up to 100).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mix {
+pub(crate) struct Mix {
     /// Inserts.
-    pub insert: u32,
+    pub(crate) insert: u32,
     /// Deletes.
-    pub delete: u32,
+    pub(crate) delete: u32,
     /// Updates (maps only).
-    pub update: u32,
+    pub(crate) update: u32,
     /// Finds: the rest.
-    pub find: u32,
+    pub(crate) find: u32,
 }
 
 impl Mix {
     /// A mix from insert, delete and update percentages; finds take the rest.
-    pub fn new(insert: u32, delete: u32, update: u32) -> Result<Mix, String> {
+    pub(crate) fn new(insert: u32, delete: u32, update: u32) -> Result<Mix> {
         let writes = insert + delete + update;
         if writes > 100 {
-            return Err(format!("insert {insert}% + delete {delete}% + update {update}% exceeds 100%"));
+            return Err(BenchError::InvalidArgument(format!(
+                "insert {insert}% + delete {delete}% + update {update}% exceeds 100%"
+            )));
         }
         Ok(Mix { insert, delete, update, find: 100 - writes })
     }
 
     /// Parses "40/40/20" (insert/delete/find) or "40/30/10/20" (insert/delete/update/find).
-    pub fn parse(s: &str) -> Result<Mix, String> {
+    pub(crate) fn parse(s: &str) -> Result<Mix> {
         let parts: Vec<u32> = s
             .split('/')
             .map(|p| p.trim().parse::<u32>())
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("bad mix {s:?}: {e}"))?;
+            .map_err(|e| BenchError::InvalidArgument(format!("bad mix {s:?}: {e}")))?;
         let mix = match parts[..] {
             [i, d, f] => Mix { insert: i, delete: d, update: 0, find: f },
             [i, d, u, f] => Mix { insert: i, delete: d, update: u, find: f },
-            _ => return Err(format!("bad mix {s:?}: give insert/delete/find or insert/delete/update/find")),
+            _ => {
+                return Err(BenchError::InvalidArgument(format!(
+                    "bad mix {s:?}: give insert/delete/find or insert/delete/update/find"
+                )));
+            }
         };
         if mix.insert + mix.delete + mix.update + mix.find != 100 {
-            return Err(format!("bad mix {s:?}: the shares must add up to 100"));
+            return Err(BenchError::InvalidArgument(format!("bad mix {s:?}: the shares must add up to 100")));
         }
         Ok(mix)
     }
 
     /// Draws an op kind.
-    pub fn draw(&self, rng: &mut impl Rng) -> OpKind {
+    pub(crate) fn draw(&self, rng: &mut impl Rng) -> OpKind {
         let r = rng.random_range(0..100);
         if r < self.insert {
             OpKind::Insert
@@ -71,29 +79,29 @@ impl std::fmt::Display for Mix {
 
 /// One operation of a generated transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GenOp {
+pub(crate) struct GenOp {
     /// The kind.
-    pub kind: OpKind,
+    pub(crate) kind: OpKind,
     /// The key, uniform in `[0, key_range)`.
-    pub key: u64,
+    pub(crate) key: u64,
     /// The value written, if any.
-    pub value: u64,
+    pub(crate) value: u64,
 }
 
 /// Generates transactions of `tx_size` ops drawn from `mix` over `[0, key_range)`.
 #[derive(Debug, Clone, Copy)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// Keys are uniform in `[0, key_range)`.
-    pub key_range: u64,
+    pub(crate) key_range: u64,
     /// The mix.
-    pub mix: Mix,
+    pub(crate) mix: Mix,
     /// Ops per transaction.
-    pub tx_size: usize,
+    pub(crate) tx_size: usize,
 }
 
 impl Workload {
     /// The next transaction.
-    pub fn next_tx(&self, rng: &mut impl Rng, out: &mut Vec<GenOp>) {
+    pub(crate) fn next_tx(&self, rng: &mut impl Rng, out: &mut Vec<GenOp>) {
         out.clear();
         for _ in 0..self.tx_size {
             out.push(GenOp { kind: self.mix.draw(rng), key: rng.random_range(0..self.key_range), value: rng.random() });

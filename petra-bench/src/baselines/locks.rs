@@ -1,51 +1,25 @@
-//! Baselines of `petra-bench micro`: the same transactions on volatile maps without PETRA.
+//! The dissertation's abstract-locking baseline of `petra-bench micro`, [`LockMap`]: the same
+//! transactions on a volatile map under striped locks, with an undo log.
 //!
-//! - [`LockMap`]: the dissertation's abstract-locking baseline. Keys map to 1 024 striped locks
-//!   (parking_lot); a transaction takes the locks of its keys in stripe order (so two never
-//!   deadlock), runs its ops with strict semantics, records each change in an undo log, and on a
-//!   failed op rolls the log back before it unlocks.
-//! - [`SkipMapBound`]: crossbeam-skiplist with no transaction at all: each op runs on its own, a
-//!   failed strict op ends the "transaction" with the earlier ones left in place. An upper bound,
-//!   not a competitor: it is neither atomic nor isolated.
+//! Keys map to 1 024 striped locks (parking_lot); a transaction takes the locks of its keys in
+//! stripe order (so two never deadlock), runs its ops with strict semantics, records each change
+//! in an undo log, and on a failed op rolls the log back before it unlocks.
 
 use std::collections::HashMap;
 
-use crossbeam_skiplist::SkipMap;
 use parking_lot::{Mutex, MutexGuard};
 use petra::OpKind;
 
+use crate::error::Result;
+use crate::micro::{TxMap, TxWorker};
 use crate::workload::GenOp;
-
-/// What the micro-benchmark runs its transactions on: PETRA's structures
-/// ([`crate::micro`]) and the baselines here, shared by the threads.
-pub trait TxMap: Sync {
-    /// A thread's access.
-    type Worker<'a>: TxWorker
-    where
-        Self: 'a;
-
-    /// A worker for the calling thread, ready to run: whatever it sets up happens here, before
-    /// timing starts.
-    fn worker(&self) -> Result<Self::Worker<'_>, String>;
-}
-
-/// One thread's transactions on a [`TxMap`].
-pub trait TxWorker {
-    /// Sets every key of `keys` (a prefill batch, at most 16), atomically where the map has
-    /// transactions; how many were absent.
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String>;
-
-    /// Runs `ops` with strict semantics (a failed Insert, Delete, Update or Find fails the
-    /// transaction); whether it committed.
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String>;
-}
 
 /// Stripes of [`LockMap`].
 const STRIPES: usize = 1024;
 
 /// Abstract locking with an undo log. See the [module docs](self).
 #[derive(Debug)]
-pub struct LockMap {
+pub(crate) struct LockMap {
     stripes: Box<[Mutex<HashMap<u64, u64>>]>,
 }
 
@@ -61,7 +35,7 @@ fn stripe_of(key: u64) -> usize {
 
 impl LockMap {
     /// Runs `ops` with strict semantics under their keys' locks; whether it committed.
-    pub fn run(&self, ops: &[GenOp]) -> bool {
+    pub(crate) fn run(&self, ops: &[GenOp]) -> bool {
         let mut stripes: Vec<usize> = ops.iter().map(|op| stripe_of(op.key)).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -108,7 +82,7 @@ impl LockMap {
     }
 
     /// Sets `key`; whether it was absent.
-    pub fn put(&self, key: u64, value: u64) -> bool {
+    pub(crate) fn put(&self, key: u64, value: u64) -> bool {
         self.stripes[stripe_of(key)].lock().insert(key, value).is_none()
     }
 }
@@ -116,65 +90,18 @@ impl LockMap {
 impl TxMap for LockMap {
     type Worker<'a> = &'a LockMap;
 
-    fn worker(&self) -> Result<&LockMap, String> {
+    fn worker(&self) -> Result<&LockMap> {
         Ok(self)
     }
 }
 
 impl TxWorker for &LockMap {
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64> {
         Ok(keys.iter().filter(|&&k| self.put(k, 0)).count() as u64)
     }
 
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool> {
         Ok(LockMap::run(self, ops))
-    }
-}
-
-/// crossbeam-skiplist without transactions. See the [module docs](self).
-#[derive(Debug, Default)]
-pub struct SkipMapBound {
-    map: SkipMap<u64, u64>,
-}
-
-impl TxMap for SkipMapBound {
-    type Worker<'a> = &'a SkipMapBound;
-
-    fn worker(&self) -> Result<&SkipMapBound, String> {
-        Ok(self)
-    }
-}
-
-impl TxWorker for &SkipMapBound {
-    fn put_all(&mut self, keys: &[u64]) -> Result<u64, String> {
-        Ok(keys
-            .iter()
-            .filter(|&&k| {
-                let absent = !self.map.contains_key(&k);
-                self.map.insert(k, 0);
-                absent
-            })
-            .count() as u64)
-    }
-
-    fn run(&mut self, ops: &[GenOp]) -> Result<bool, String> {
-        Ok(ops.iter().all(|op| match op.kind {
-            OpKind::Insert => {
-                !self.map.contains_key(&op.key) && {
-                    self.map.insert(op.key, op.value);
-                    true
-                }
-            }
-            OpKind::Delete => self.map.remove(&op.key).is_some(),
-            OpKind::Update => {
-                self.map.contains_key(&op.key) && {
-                    self.map.insert(op.key, op.value);
-                    true
-                }
-            }
-            OpKind::Find => self.map.get(&op.key).is_some(),
-            other => unreachable!("the micro-benchmark draws no {other:?}"),
-        }))
     }
 }
 

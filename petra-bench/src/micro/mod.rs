@@ -1,0 +1,397 @@
+//! `petra-bench micro`: the dissertation's micro-benchmarks on PETRA's structures.
+//!
+//! Each configuration runs on a fresh pool file: the structure is prefilled, then every thread
+//! runs its share of transactions drawn from the workload, with strict op semantics (a failed
+//! Insert, Delete or Find aborts its transaction, as in the paper and the C++ harness).
+//!
+//! Reported per configuration:
+//! - **tx/s**: committed transactions per second of wall time;
+//! - **ops/s**: operations of committed transactions per second (tx/s times the size);
+//! - **abort %**: aborted transactions over all transactions run;
+//! - **flushes/tx** and **fences/tx**: per committed or aborted transaction, counted.
+
+mod structures;
+mod target;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::time::Instant;
+
+use clap::ValueEnum;
+use petra::mem::MemCounts;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use self::structures::run_petra;
+use crate::baselines::locks::LockMap;
+use crate::baselines::skipmap::SkipMapBound;
+use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
+use crate::error::{BenchError, Result};
+use crate::workload::{GenOp, Mix, Workload};
+
+pub(crate) use target::{TxMap, TxWorker};
+
+/// The dissertation's micro-benchmarks: transactions of strict inserts, deletes, updates and
+/// finds on a structure, durable and volatile in one run.
+///
+/// tx/s counts committed transactions per second; ops/s counts their operations; abort % is
+/// the share of transactions aborted because a strict op failed (or to break a helping
+/// cycle); flushes/tx and fences/tx are counted over every transaction run.
+#[derive(Debug, clap::Args)]
+pub struct MicroArgs {
+    /// The structure: list (defaults: key range 10K, mixes 40/40/20 and 10/10/80), skiplist or
+    /// mdlist (key range 1M, the same mixes) or hashmap (key range 1M, mixes 40/30/10/20 and 10/10/5/75,
+    /// insert/delete/update/find).
+    #[arg(long, default_value_t = Structure::List, value_parser = one_of::<Structure>("structure"))]
+    pub(crate) structure: Structure,
+    /// Thread counts to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    pub(crate) threads: Vec<usize>,
+    /// Transaction sizes to run, comma-separated (1 to 16).
+    #[arg(long = "tx-size", value_delimiter = ',', default_values_t = [1usize, 4])]
+    pub(crate) tx_sizes: Vec<usize>,
+    /// Keys are uniform in [0, key-range) (default: the structure's).
+    #[arg(long)]
+    pub(crate) key_range: Option<u64>,
+    /// Operation mixes in percent, insert/delete/find or insert/delete/update/find (default: the
+    /// structure's, from the dissertation).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) mix: Vec<String>,
+    /// Transactions per thread.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) txs: u64,
+    /// Share of the key range inserted before timing.
+    #[arg(long, default_value_t = 0.5)]
+    pub(crate) prefill: f64,
+    /// What to run on, comma-separated: durable and volatile (PETRA with and without flushes
+    /// and fences), locks (a volatile map under 1 024 striped locks taken in order, with an undo
+    /// log: the dissertation's abstract-locking baseline) and skipmap (crossbeam-skiplist, each op
+    /// on its own with no transaction: an upper bound, neither atomic nor isolated). The
+    /// baselines are the same whatever the structure, with word values and one-word keys.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [Mode::Durable, Mode::Volatile, Mode::Locks, Mode::SkipMap],
+        value_parser = one_of::<Mode>("mode")
+    )]
+    pub(crate) modes: Vec<Mode>,
+    /// Directory for the pool files (default: /dev/shm if it exists, else the temporary directory).
+    #[arg(long)]
+    pub(crate) dir: Option<PathBuf>,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Value size in bytes: 0 for word values (the dissertation's), otherwise byte values (blobs)
+    /// of this size.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) value_size: usize,
+    /// Key width in bytes: 8 (u64 keys, the dissertation's) or 16 (two-word keys: each key k
+    /// written as k in both words). Not for the mdlist, whose keys are one word.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) key_bytes: usize,
+    /// Checkpoint rounds start when a thread's descriptor ring (64 MiB) is this full, percent;
+    /// 0 turns them off (what bounding the pool and recovery costs).
+    #[arg(long = "checkpoint-fill", default_value_t = 25)]
+    pub(crate) checkpoint_fill: u8,
+    /// Also write the results to this directory: micro.csv, micro.json, and SVG plots of tx/s
+    /// against threads (micro-threads.svg) and against transaction size (micro-txsize.svg)
+    /// when more than one of each was run.
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// Runs `petra-bench micro`: every configuration the arguments name, a row each on stdout, and
+/// with `--out` the files.
+pub fn run(args: MicroArgs) -> Result<()> {
+    let mut modes = args.modes.clone();
+    if args.value_size > 0 || args.key_bytes != 8 {
+        // The baselines hold word values under one-word keys only.
+        modes.retain(|m| matches!(m, Mode::Durable | Mode::Volatile));
+    }
+    let structure = args.structure;
+    let (default_range, default_mixes): (u64, &[&str]) = match structure {
+        Structure::List => (10_000, &["40/40/20", "10/10/80"]),
+        Structure::HashMap => (1_000_000, &["40/30/10/20", "10/10/5/75"]),
+        Structure::SkipList | Structure::MdList => (1_000_000, &["40/40/20", "10/10/80"]),
+    };
+    let key_range = args.key_range.unwrap_or(default_range);
+    let mix_names: Vec<String> =
+        if args.mix.is_empty() { default_mixes.iter().map(|m| m.to_string()).collect() } else { args.mix.clone() };
+    let mixes: Vec<Mix> = mix_names.iter().map(|m| Mix::parse(m)).collect::<Result<_, _>>()?;
+    if let Some(&bad) = args.tx_sizes.iter().find(|&&s| s == 0 || s > 16) {
+        return Err(BenchError::InvalidArgument(format!("transaction size {bad} is outside 1 to 16")));
+    }
+    if args.threads.contains(&0) {
+        return Err(BenchError::InvalidArgument("thread counts must be at least 1".into()));
+    }
+    if !(0.0..=1.0).contains(&args.prefill) {
+        return Err(BenchError::InvalidArgument(format!("prefill {} is outside 0 to 1", args.prefill)));
+    }
+    let tmp = match &args.dir {
+        Some(_) => None,
+        None => Some(scratch()?),
+    };
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().to_path_buf());
+    let wide_keys = match args.key_bytes {
+        8 => false,
+        16 if structure != Structure::MdList => true,
+        16 => return Err(BenchError::InvalidArgument("the mdlist's keys are one word: --key-bytes 8".into())),
+        n => return Err(BenchError::InvalidArgument(format!("key width {n} bytes: use 8 or 16"))),
+    };
+    let values = match args.value_size {
+        0 => "word values".to_string(),
+        n => format!("{n}-byte values"),
+    };
+    println!(
+        "{}, {}-byte keys, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
+        structure,
+        args.key_bytes,
+        key_range,
+        args.txs,
+        args.prefill * 100.0,
+        dir.display()
+    );
+    println!(
+        "{:<12} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
+        "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
+    );
+    let runs = mixes.len() * args.tx_sizes.len() * args.threads.len() * modes.len();
+    let progress = progress_bar(runs, "runs");
+    let mut all = Vec::new();
+    for mix in &mixes {
+        for &tx_size in &args.tx_sizes {
+            for &threads in &args.threads {
+                let mut volatile_tps = None;
+                let mut rows = Vec::new();
+                for &mode in &modes {
+                    let case = MicroCase {
+                        structure,
+                        mode,
+                        threads,
+                        workload: Workload { key_range, mix: *mix, tx_size },
+                        txs_per_thread: args.txs,
+                        prefill: args.prefill,
+                        seed: args.seed,
+                        value_size: args.value_size,
+                        wide_keys,
+                        checkpoint_fill: args.checkpoint_fill,
+                    };
+                    let r = run_case(case, &dir)?;
+                    progress.inc(1);
+                    if mode == Mode::Volatile {
+                        volatile_tps = Some(r.tx_per_sec());
+                    }
+                    rows.push(r);
+                }
+                for r in rows {
+                    let ratio = match (r.case.mode, volatile_tps) {
+                        (Mode::Volatile, _) | (_, None) => String::from("-"),
+                        (_, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
+                    };
+                    progress.suspend(|| {
+                        println!(
+                            "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
+                            mix.to_string(),
+                            r.case.mode,
+                            threads,
+                            tx_size,
+                            r.tx_per_sec(),
+                            r.ops_per_sec(),
+                            r.abort_pct(),
+                            r.flushes_per_tx(),
+                            r.fences_per_tx(),
+                            ratio
+                        )
+                    });
+                    all.push(crate::report::MicroRow::from(&r));
+                }
+            }
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(out) = &args.out {
+        wrote(crate::report::write_all(out, &all)?);
+    }
+    Ok(())
+}
+
+/// What a run runs on: PETRA durable or volatile, or a baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "lower")]
+pub(crate) enum Mode {
+    /// PETRA, flushes and fences as the pool's durability requires.
+    Durable,
+    /// PETRA with flushes and fences off: the cost of durability is the difference.
+    Volatile,
+    /// The abstract-locking baseline ([`crate::baselines::locks::LockMap`]), volatile.
+    Locks,
+    /// crossbeam-skiplist without transactions ([`crate::baselines::skipmap::SkipMapBound`]).
+    SkipMap,
+}
+
+/// Its name in reports and on the command line.
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
+    }
+}
+
+/// Which of PETRA's structures a configuration runs on; the run sizes it (a hash map gets as many
+/// buckets as keys in the range) when it makes the engine's [`petra::StructureKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "lower")]
+pub(crate) enum Structure {
+    /// The list set.
+    List,
+    /// The hash map, with as many buckets as keys in the range.
+    HashMap,
+    /// The skiplist.
+    SkipList,
+    /// The multi-dimensional list.
+    MdList,
+}
+
+/// Its name in reports and on the command line.
+impl fmt::Display for Structure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
+    }
+}
+
+/// One configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MicroCase {
+    /// The structure.
+    pub(crate) structure: Structure,
+    /// Durable or volatile.
+    pub(crate) mode: Mode,
+    /// Worker threads.
+    pub(crate) threads: usize,
+    /// The workload (key range, mix, transaction size).
+    pub(crate) workload: Workload,
+    /// Transactions per thread.
+    pub(crate) txs_per_thread: u64,
+    /// Share of the key range inserted before timing starts.
+    pub(crate) prefill: f64,
+    /// Seed of the workload.
+    pub(crate) seed: u64,
+    /// 0: word values; otherwise byte values of this many bytes (blobs).
+    pub(crate) value_size: usize,
+    /// Two-word keys: key `k` of the workload is `k << 64 | k`.
+    pub(crate) wide_keys: bool,
+    /// The engine's [`petra::EngineConfig::checkpoint_fill`]: 0 turns checkpoint rounds off (the
+    /// rings then hold every descriptor of the run).
+    pub(crate) checkpoint_fill: u8,
+}
+
+/// What a configuration measured.
+#[derive(Debug, Clone)]
+pub(crate) struct MicroResult {
+    /// The configuration.
+    pub(crate) case: MicroCase,
+    /// Committed transactions.
+    pub(crate) committed: u64,
+    /// Aborted transactions.
+    pub(crate) aborted: u64,
+    /// Wall seconds of the timed part.
+    pub(crate) secs: f64,
+    /// Flushes over all transactions.
+    pub(crate) flushes: u64,
+    /// Fences over all transactions.
+    pub(crate) fences: u64,
+}
+
+impl MicroResult {
+    /// Committed transactions per second.
+    pub(crate) fn tx_per_sec(&self) -> f64 {
+        self.committed as f64 / self.secs
+    }
+    /// Operations of committed transactions per second.
+    pub(crate) fn ops_per_sec(&self) -> f64 {
+        self.tx_per_sec() * self.case.workload.tx_size as f64
+    }
+    /// Aborted share of all transactions, in percent.
+    pub(crate) fn abort_pct(&self) -> f64 {
+        100.0 * self.aborted as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+    /// Flushes per transaction run.
+    pub(crate) fn flushes_per_tx(&self) -> f64 {
+        self.flushes as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+    /// Fences per transaction run.
+    pub(crate) fn fences_per_tx(&self) -> f64 {
+        self.fences as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+}
+
+/// Runs one configuration on a fresh structure in a pool file under `dir`, or on a fresh
+/// baseline map.
+pub(crate) fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult> {
+    match case.mode {
+        Mode::Durable | Mode::Volatile => run_petra(case, dir),
+        Mode::Locks => measure(case, &LockMap::default()),
+        Mode::SkipMap => measure(case, &SkipMapBound::default()),
+    }
+}
+
+/// Prefills `map` with `case.prefill` of the key range (16 keys per transaction), then runs every
+/// thread's share of transactions on it and times them. Every map draws the same keys and the
+/// same transactions (the same seeds); flushes and fences are counted on PETRA's counting seam
+/// (none elsewhere).
+fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
+    use rand::Rng;
+    let w = case.workload;
+    {
+        let mut worker = map.worker()?;
+        let mut rng = StdRng::seed_from_u64(case.seed ^ 0xF111);
+        let target = (w.key_range as f64 * case.prefill) as u64;
+        let (mut inserted, mut keys) = (0, Vec::with_capacity(16));
+        while inserted < target {
+            keys.clear();
+            keys.extend((0..16.min(target - inserted)).map(|_| rng.random_range(0..w.key_range)));
+            inserted += worker.put_all(&keys)?;
+        }
+    }
+    let barrier = Barrier::new(case.threads + 1);
+    let (elapsed, per_thread) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..case.threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || -> Result<(u64, u64, MemCounts)> {
+                    let worker = map.worker();
+                    // Every thread reaches the barrier, even one whose worker failed: the timer
+                    // waits for them all.
+                    barrier.wait();
+                    let mut worker = worker?;
+                    let mut rng = StdRng::seed_from_u64(case.seed.wrapping_mul(1000) + t as u64);
+                    let mut ops: Vec<GenOp> = Vec::with_capacity(w.tx_size);
+                    let (mut committed, mut aborted) = (0, 0);
+                    let before = MemCounts::current();
+                    for _ in 0..case.txs_per_thread {
+                        w.next_tx(&mut rng, &mut ops);
+                        if worker.run(&ops)? {
+                            committed += 1;
+                        } else {
+                            aborted += 1;
+                        }
+                    }
+                    Ok((committed, aborted, MemCounts::current() - before))
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<_> = workers.into_iter().map(|h| h.join().expect("worker panicked")).collect();
+        (start.elapsed(), results)
+    });
+    let mut r = MicroResult { case, committed: 0, aborted: 0, secs: elapsed.as_secs_f64(), flushes: 0, fences: 0 };
+    for p in per_thread {
+        let (c, a, counts) = p?;
+        r.committed += c;
+        r.aborted += a;
+        r.flushes += counts.flushes;
+        r.fences += counts.fences;
+    }
+    Ok(r)
+}

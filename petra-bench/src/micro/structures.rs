@@ -1,0 +1,117 @@
+//! PETRA's structures as a [`TxMap`]: each configuration on a fresh structure in a pool file of
+//! its own, its flushes and fences counted.
+
+use std::path::Path;
+
+use petra::mem::{Counting, MmapMem};
+use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, Transaction, Values};
+
+use super::target::{TxMap, TxWorker};
+use super::{MicroCase, MicroResult, Mode, Structure, measure};
+use crate::error::Result;
+use crate::workload::GenOp;
+
+/// PETRA's structure `list` in `engine`, as a [`TxMap`].
+struct PetraMap<'e> {
+    engine: &'e Engine<Counting<MmapMem>>,
+    list: StructId,
+    encoding: Encoding<'e>,
+}
+
+/// A thread's handle on a [`PetraMap`], with its transaction kept for reuse.
+struct PetraWorker<'e> {
+    map: &'e PetraMap<'e>,
+    h: Handle<Counting<MmapMem>>,
+    tx: Transaction,
+}
+
+impl<'e> TxMap for PetraMap<'e> {
+    type Worker<'a>
+        = PetraWorker<'a>
+    where
+        Self: 'a;
+
+    fn worker(&self) -> Result<PetraWorker<'_>> {
+        let mut h = self.engine.handle()?;
+        // Take the descriptor ring (a region, zeroed and persisted once) before timing.
+        let mut warm = Transaction::new();
+        self.encoding.push(&mut warm, self.list, OpKind::Get, 0, 0);
+        self.encoding.push(&mut warm, self.list, OpKind::Get, 1, 0);
+        h.execute(&warm)?;
+        Ok(PetraWorker { map: self, h, tx: Transaction::new() })
+    }
+}
+
+impl PetraWorker<'_> {
+    fn execute(&mut self, ops: impl Iterator<Item = (OpKind, u64, u64)>) -> Result<Outcome> {
+        self.tx.clear();
+        for (kind, key, value) in ops {
+            self.map.encoding.push(&mut self.tx, self.map.list, kind, key, value);
+        }
+        Ok(self.h.execute(&self.tx)?)
+    }
+}
+
+impl TxWorker for PetraWorker<'_> {
+    fn put_all(&mut self, keys: &[u64]) -> Result<u64> {
+        Ok(match self.execute(keys.iter().map(|&k| (OpKind::Put, k, 0)))? {
+            Outcome::Committed { results, .. } => results.iter().filter(|r| r.is_none()).count() as u64,
+            // Puts fail nothing: a cycle abort, and the caller's next batch goes on.
+            Outcome::Aborted { .. } => 0,
+        })
+    }
+
+    fn run(&mut self, ops: &[GenOp]) -> Result<bool> {
+        Ok(self.execute(ops.iter().map(|op| (op.kind, op.key, op.value)))?.is_committed())
+    }
+}
+
+/// Runs one configuration on a fresh PETRA structure in a pool file under `dir`.
+pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult> {
+    let w = case.workload;
+    let path = dir.join(format!("micro-{}-{}-{}-{}.pool", case.structure, case.mode, case.threads, w.tx_size));
+    let _ = std::fs::remove_file(&path);
+    // The file's mapping, wrapped in the counting seam so that flushes and fences are counted.
+    let pool = crate::pool::create_pool(&path, case.mode == Mode::Volatile)?.map_mem(Counting::new);
+    // Default rings (64 MiB): checkpoint rounds run as they fill, as in any long run.
+    let config = EngineConfig::default().checkpoint_fill(case.checkpoint_fill);
+    let engine = Engine::create(pool, config)?;
+    let kind = match case.structure {
+        Structure::List => petra::StructureKind::List,
+        Structure::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },
+        Structure::SkipList => petra::StructureKind::SkipList,
+        Structure::MdList => petra::StructureKind::MdList,
+    };
+    let values = if case.value_size > 0 { Values::Bytes } else { Values::Words };
+    let keys = if case.wide_keys { KeyWidth::U128 } else { KeyWidth::U64 };
+    let list = engine.create_structure(kind, keys, values)?;
+    let bytes = vec![0x5Au8; case.value_size];
+    let encoding = Encoding { bytes: (case.value_size > 0).then_some(&bytes[..]), wide_keys: case.wide_keys };
+    let r = measure(case, &PetraMap { engine: &engine, list, encoding });
+    drop(engine);
+    let _ = std::fs::remove_file(&path);
+    r
+}
+
+/// The keys and values a run writes: the op's key as one word or as two, and the op's word or
+/// the same bytes for every write.
+#[derive(Debug, Clone, Copy)]
+struct Encoding<'a> {
+    bytes: Option<&'a [u8]>,
+    wide_keys: bool,
+}
+
+impl Encoding<'_> {
+    /// Adds the op `kind` on `key` to `tx`, with the word `word` or with the run's bytes.
+    fn push(self, tx: &mut Transaction, s: petra::StructId, kind: OpKind, key: u64, word: u64) {
+        let op = if self.wide_keys {
+            petra::Op::new(kind, s, (key as u128) << 64 | key as u128, word)
+        } else {
+            petra::Op::new(kind, s, key, word)
+        };
+        match self.bytes {
+            Some(b) if kind.writes() == Some(true) => tx.op_bytes(op, b),
+            _ => tx.op(op),
+        };
+    }
+}
