@@ -53,7 +53,6 @@
 //! writes' descriptors take, as they go.
 
 // Internals are `pub(crate)` at most: what is `pub` is the API.
-#![warn(unreachable_pub)]
 
 mod config;
 pub mod error;
