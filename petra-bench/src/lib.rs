@@ -15,8 +15,9 @@
 //!
 //! Their runs fail with one error, [`error::BenchError`]. Inside the crate they share
 //! `baselines` (the competitors, one adapter a file: the lock-based map, crossbeam-skiplist and
-//! redb), `workload` (the generators `micro` draws from), `pool` (PETRA's pool files), `report`
-//! (the rows as CSV, JSON and SVG plots) and `cli` (the progress bar, the scratch directory and
+//! redb), `workload` (the generators `micro` draws from), `pool` (PETRA's pool files), `targets` (the
+//! traits each benchmark drives, below both the benchmarks and the baselines), `report` (rows
+//! as CSV and JSON) and `cli` (the progress bar, the scratch directory and
 //! the parser of the enumerated flags).
 //!
 //! The criterion benches at the workspace root measure the persistence primitives
@@ -34,5 +35,6 @@ mod pool;
 pub mod reopen;
 mod report;
 pub mod steady;
+mod targets;
 pub mod tatp;
 mod workload;

@@ -11,7 +11,7 @@ use parking_lot::{Mutex, MutexGuard};
 use petra::OpKind;
 
 use crate::error::Result;
-use crate::micro::{TxMap, TxWorker};
+use crate::targets::tx::{TxMap, TxWorker};
 use crate::workload::GenOp;
 
 /// Stripes of [`LockMap`].

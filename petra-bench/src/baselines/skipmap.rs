@@ -7,7 +7,7 @@ use crossbeam_skiplist::SkipMap;
 use petra::OpKind;
 
 use crate::error::Result;
-use crate::micro::{TxMap, TxWorker};
+use crate::targets::tx::{TxMap, TxWorker};
 use crate::workload::GenOp;
 
 /// crossbeam-skiplist without transactions. See the [module docs](self).

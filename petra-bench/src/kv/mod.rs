@@ -18,8 +18,8 @@
 //! - `readwhilewriting`: one thread puts at random keys for as long as the others read at random
 //!   keys; only the reads are counted (with one thread, that thread reads while nothing writes).
 
+mod report;
 mod store;
-mod target;
 mod workloads;
 
 use std::fmt;
@@ -29,13 +29,11 @@ use clap::ValueEnum;
 use petra::pool::Mapping;
 use petra_kv::{Config, CreateMode, Order, Store};
 
+use self::report::KvRow;
 use self::workloads::{Benchmark, run_on};
 use crate::baselines::redb::{RedbDurability, RedbKv};
 use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
-use crate::report::KvRow;
-
-pub(crate) use target::{KvSession, KvTarget, Visit};
 
 /// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
 /// given on one store per engine. Prints pmemkv_bench's CSV columns after the engine and

@@ -4,8 +4,8 @@ use std::ops::Bound;
 
 use petra_kv::{Batch, Session, Store};
 
-use super::target::{KvSession, KvTarget, Visit};
 use crate::error::Result;
+use crate::targets::kv::{KvSession, KvTarget, Visit};
 
 impl KvTarget for Store {
     type Session<'a> = Session<'a>;

@@ -10,10 +10,10 @@ use clap::ValueEnum;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::target::{KvSession, KvTarget};
 use super::{KvCase, KvResult};
 use crate::cli::spell;
 use crate::error::{BenchError, Result};
+use crate::targets::kv::{KvSession, KvTarget};
 
 /// The workloads, by pmemkv_bench's names (see the [module docs](super)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -289,8 +289,8 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::kv::target::Visit;
     use crate::kv::{KvEngine, check};
+    use crate::targets::kv::Visit;
 
     /// A store in a `BTreeMap` that counts what the workloads ask of it.
     #[derive(Default)]

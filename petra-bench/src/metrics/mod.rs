@@ -4,7 +4,6 @@
 //! in redb (a latest table and a history table, one write transaction per sample), the baseline.
 
 mod store;
-mod target;
 
 use std::fmt;
 use std::path::Path;
@@ -17,8 +16,7 @@ use self::store::PetraTarget;
 use crate::baselines::redb::{RedbDb, RedbDurability};
 use crate::cli::{one_of, scratch, spell};
 use crate::error::{BenchError, Result};
-
-pub(crate) use target::{MetricSessionOf, MetricTarget};
+use crate::targets::metric::{MetricSessionOf, MetricTarget};
 
 /// The metric store: durable ingest of samples of one set of u64 metrics, then latest-value
 /// reads and range queries, one thread.

@@ -7,9 +7,9 @@ use petra_kv::{
     Config, CreateMode, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo,
 };
 
-use super::target::{MetricSessionOf, MetricTarget};
 use super::{MetricsCase, SEC};
 use crate::error::Result;
+use crate::targets::metric::{MetricSessionOf, MetricTarget};
 
 /// The metric store, with the sets of the run.
 pub(super) struct PetraTarget {

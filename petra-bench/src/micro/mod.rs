@@ -10,8 +10,8 @@
 //! - **abort %**: aborted transactions over all transactions run;
 //! - **flushes/tx** and **fences/tx**: per committed or aborted transaction, counted.
 
+mod report;
 mod structures;
-mod target;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
 use crate::workload::{GenOp, Mix, Workload};
 
-pub(crate) use target::{TxMap, TxWorker};
+use crate::targets::tx::{TxMap, TxWorker};
 
 /// The dissertation's micro-benchmarks: transactions of strict inserts, deletes, updates and
 /// finds on a structure, durable and volatile in one run.
@@ -204,14 +204,14 @@ pub fn run(args: MicroArgs) -> Result<()> {
                             ratio
                         )
                     });
-                    all.push(crate::report::MicroRow::from(&r));
+                    all.push(report::MicroRow::from(&r));
                 }
             }
         }
     }
     progress.finish_and_clear();
     if let Some(out) = &args.out {
-        wrote(crate::report::write_all(out, &all)?);
+        wrote(report::write_all(out, &all)?);
     }
     Ok(())
 }

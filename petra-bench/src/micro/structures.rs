@@ -6,9 +6,9 @@ use std::path::Path;
 use petra::mem::{Counting, MmapMem};
 use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, Transaction, Values};
 
-use super::target::{TxMap, TxWorker};
 use super::{MicroCase, MicroResult, Mode, Structure, measure};
 use crate::error::Result;
+use crate::targets::tx::{TxMap, TxWorker};
 use crate::workload::GenOp;
 
 /// PETRA's structure `list` in `engine`, as a [`TxMap`].

@@ -30,6 +30,7 @@
 //! helping cycle is run again; the success rate counts the others.
 
 mod population;
+mod report;
 mod schema;
 
 use std::fmt;
@@ -43,10 +44,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use self::population::rows_of;
+use self::report::TatpRow;
 use self::schema::Schema;
 use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
-use crate::report::TatpRow;
 
 /// TATP (the Telecom Application Transaction Processing benchmark) on PETRA's hash maps:
 /// populates the four tables, runs the seven-transaction mix (or UPDATE_LOCATION alone) and

@@ -6,7 +6,7 @@ use redb::ReadableTable;
 
 use super::{RedbDb, RedbDurability};
 use crate::error::Result;
-use crate::kv::{KvSession, KvTarget, Visit};
+use crate::targets::kv::{KvSession, KvTarget, Visit};
 
 /// redb's table of the benchmark.
 const TABLE: redb::TableDefinition<'static, &[u8], &[u8]> = redb::TableDefinition::new("kv");

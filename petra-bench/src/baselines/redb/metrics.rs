@@ -5,7 +5,7 @@ use petra_kv::{Sample, Value};
 
 use super::RedbDb;
 use crate::error::{BenchError, Result};
-use crate::metrics::{MetricSessionOf, MetricTarget};
+use crate::targets::metric::{MetricSessionOf, MetricTarget};
 
 /// redb's tables: the latest sample of each set, and each set's history by timestamp.
 const LATEST: redb::TableDefinition<'static, u64, &[u8]> = redb::TableDefinition::new("latest");
