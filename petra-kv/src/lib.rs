@@ -66,3 +66,8 @@ pub use metric::{
     Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowStats,
 };
 pub use store::{Batch, Config, CreateMode, MAX_KEY_LEN, MAX_VALUE_LEN, Order, Session, Store};
+
+// The README's examples, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
