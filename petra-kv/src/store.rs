@@ -111,8 +111,9 @@ impl<M: PMem + 'static> Store<M> {
         self.engine.pool().durability()
     }
 
-    /// Flushes the file to its storage (`msync`): what is acknowledged then survives power loss
-    /// on a page-cache pool too.
+    /// Flushes the file to its storage (`msync`). On a page-cache pool that alone does not make
+    /// the store power-safe while it runs: pages written after it reach the disk in any order.
+    /// Only [`close`](Store::close) leaves a file that survives power loss.
     pub fn sync(&self) -> Result<()> {
         Ok(self.engine.pool().sync()?)
     }

@@ -44,7 +44,9 @@
 //! pool says which guarantee is in force ([`pool::Pool::durability`]):
 //! - persistent memory mapped with DAX: durable across power loss;
 //! - a normal file or `/dev/shm` (page cache): durable across the death of the process; across
-//!   power loss only after [`pool::Pool::sync`] or [`pool::Pool::close`] (`msync`);
+//!   power loss only once closed ([`Engine::close`]): the page cache writes a running pool's
+//!   pages back in any order, so `msync` ([`pool::Pool::sync`]) does not make a running pool
+//!   power-safe;
 //! - volatile (benchmarks only): nothing is durable.
 //!
 //! # Recovery

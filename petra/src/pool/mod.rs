@@ -291,7 +291,9 @@ impl<M: PMem> Pool<M> {
         self.mem.sync()
     }
 
-    /// Makes everything written so far durable against power loss (`msync` in page-cache mode).
+    /// Writes everything written so far to the storage (`msync` in page-cache mode). Pages
+    /// written after it reach the storage in any order: it is not a power-safe point of a pool
+    /// in use, only the last step of [`close`](Pool::close).
     pub fn sync(&self) -> io::Result<()> {
         self.mem.sync()
     }
