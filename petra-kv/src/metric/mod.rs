@@ -7,7 +7,7 @@
 //! metric of a set, with its timestamp, duration, consistent flag and data generation number.
 //!
 //! # Storage
-//! One pool holds four structures after the meta list: the catalog (skiplist, JSON records of
+//! One pool holds three structures after the format's meta list (see `format.rs`): the catalog (skiplist, JSON records of
 //! schemas and sets), the latest sample's timestamp per set (hash map of words), and the history
 //! (skiplist keyed by set id and timestamp, each sample a blob of 8-byte words: timestamp,
 //! duration, generation, flags, the previous sample's timestamp, then every metric element).

@@ -38,7 +38,7 @@ pub const CACHE_LINE: u64 = 64;
 /// Size of a word, the unit of atomic access and of failure-atomic persistence.
 pub const WORD: u64 = 8;
 
-/// What a completed flush-and-fence guarantees for this memory. See DESIGN section 7.
+/// What a completed flush-and-fence guarantees for this memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Durability {

@@ -5,8 +5,8 @@
 //!
 //! ```text
 //! bit 0 = 0: a reference to operation `opid` of the descriptor at `desc`
-//!   bit  1      MARK: the node is being removed from the structure (set only on a reference to
-//!               the committed Delete or Remove that made it absent)
+//!   bit  1      MARK: the node is being removed from the structure (set only on a word that
+//!               left the node absent, see the table)
 //!   bits 2..8   opid (0..64)
 //!   bits 8..64  desc >> 6 (descriptors are 64-byte aligned)
 //! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery and by
@@ -24,8 +24,11 @@
 //! |------------------------|----------------------------|---------------------------------------|
 //! | (new node)             | op(D, i)                   | the op that created the node          |
 //! | op(D, i) or FINAL      | op(D', j), D' active       | an executor of D' op j                |
-//! | op(D, i), D committed, | op(D, i) + MARK            | removal of a node made absent by D    |
-//! |   op i Delete/Remove   |                            |                                       |
+//! | op(D, i), D finished,  | op(D, i) + MARK            | removal of a node left absent: by a   |
+//! |   left the key absent  |                            | committed Delete or Remove, or by an  |
+//! |                        |                            | op that made the node for an absent   |
+//! |                        |                            | key (a read, or an aborted write)     |
+//! | FINAL absent           | FINAL absent + MARK        | removal after a checkpoint round      |
 //! | anything               | FINAL                      | recovery (single-threaded)            |
 //! | op(D, i), D finished   | FINAL                      | a checkpoint round (one at a time)    |
 //!
