@@ -8,7 +8,7 @@ use petra::mem::{CrashPlan, PMem, SimMem};
 use petra::pool::{Mapping, POff, Pool, PoolConfig};
 use petra_recovery::crash::{CrashTest, Report};
 
-const REGION_TAG: u16 = 1;
+const REGION_TAG: u8 = 9;
 const RECORDS: u64 = 20;
 
 fn config() -> PoolConfig {

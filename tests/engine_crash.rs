@@ -371,6 +371,7 @@ fn a_replaced_blob_reused_leaves_the_rest_of_its_transaction_standing() {
         "a word op was dropped with a replaced blob"
     );
     let mut h = engine.handle().unwrap();
-    let got = h.range_with(bytes, 1u64..=2, |e, blobs| e.iter().map(|&(_, w)| blobs.to_vec(w)).collect::<Vec<_>>());
+    let got =
+        h.range_with(bytes, 1u64..=2, |e, blobs| e.iter().map(|&(_, w)| blobs.to_vec(w).unwrap()).collect::<Vec<_>>());
     assert_eq!(got.unwrap(), vec![vec![8u8; 40], vec![6u8; 40]]);
 }

@@ -207,7 +207,8 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     let bytes = engine.values(s).unwrap() == Values::Bytes;
     let blob_lines = |h: &mut petra::Handle<Counting<SimMem>>, key: u64| {
         let (word, len) =
-            battery::range_with(h, s, key..=key, |e, blobs| (e[0].1, blobs.to_vec(e[0].1).len() as u64)).unwrap();
+            battery::range_with(h, s, key..=key, |e, blobs| (e[0].1, blobs.to_vec(e[0].1).unwrap().len() as u64))
+                .unwrap();
         let end = word + (8 + len).next_multiple_of(8);
         (end - 1) / 64 - word / 64 + 1
     };
@@ -328,7 +329,7 @@ fn byte_values_round_trip_and_a_value_of_the_wrong_kind_is_refused() {
     assert!(h.execute(&tx).unwrap().is_committed());
     let read = |h: &mut petra::Handle<Arc<SimMem>>| {
         h.range_with(bytes, .., |e: Vec<(u64, u64)>, blobs| {
-            e.iter().map(|&(k, w)| (k, blobs.to_vec(w))).collect::<Vec<_>>()
+            e.iter().map(|&(k, w)| (k, blobs.to_vec(w).unwrap())).collect::<Vec<_>>()
         })
         .unwrap()
     };
@@ -337,7 +338,7 @@ fn byte_values_round_trip_and_a_value_of_the_wrong_kind_is_refused() {
     // The replaced value comes back as the update's result, readable inside execute_with.
     let old = h
         .execute_with(Transaction::new().update_bytes(bytes, 2u64, b"deux"), |out, blobs| match out {
-            Outcome::Committed { results, .. } => blobs.to_vec(results[0].unwrap()),
+            Outcome::Committed { results, .. } => blobs.to_vec(results[0].unwrap()).unwrap(),
             aborted => panic!("{aborted:?}"),
         })
         .unwrap();
@@ -350,7 +351,7 @@ fn byte_values_round_trip_and_a_value_of_the_wrong_kind_is_refused() {
     );
     assert_eq!(engine.entries::<u64>(words).unwrap(), vec![(9, 90)]);
     let got = h.execute_decided(Transaction::new().get(bytes, 2u64).get(words, 9u64), |r, blobs| {
-        (blobs.to_vec(r[0].unwrap()), r[1])
+        (blobs.to_vec(r[0].unwrap()).unwrap(), r[1])
     });
     assert_eq!(got.unwrap(), Ok((b"deux".to_vec(), Some(90))));
     // Across an unclean reopen (recovery from the rings).
@@ -415,7 +416,7 @@ fn two_word_keys_keep_their_order_across_reopens_and_a_key_of_the_wrong_width_is
     let check = |h: &mut petra::Handle<Arc<SimMem>>, engine: &Engine<Arc<SimMem>>, round: u64| {
         let got = h
             .range_with(names, .., |e: Vec<(ShortKey, u64)>, blobs| {
-                e.iter().map(|&(k, w)| (k.to_vec(), blobs.to_vec(w))).collect::<Vec<_>>()
+                e.iter().map(|&(k, w)| (k.to_vec(), blobs.to_vec(w).unwrap())).collect::<Vec<_>>()
             })
             .unwrap();
         let mut want: Vec<(Vec<u8>, Vec<u8>)> = strings.iter().map(|s| (s.to_vec(), s.to_vec())).collect();

@@ -10,7 +10,7 @@ use petra::pool::{Mapping, POff, Pool, PoolConfig};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
 use petra_recovery::scratch_dir;
 
-const REGION_TAG: u16 = 1;
+const REGION_TAG: u8 = 9;
 const SLOTS: u64 = 1000;
 
 /// Word `w` of the record of generation `gen` for slot `i`.

@@ -43,17 +43,22 @@ fn create_close_reopen() {
     assert_eq!(pool.durability(), Durability::PageCache, "a normal file is in the page cache");
     assert!(!pool.was_clean());
     let uuid = pool.header().uuid;
-    let slot = pool.add_root(RootEntry { kind: 7, flags: 0, params: [1, 2, 3, 0, 0, 0] }).unwrap();
-    pool.set_checkpoint_txid(42);
+    let slot = pool.add_root(RootEntry { kind: 7, flags: 0, params: [1, 2, 3, 0, 0, 0] }).unwrap().unwrap();
     pool.close().unwrap();
 
     let pool = open(&path).unwrap();
     assert!(pool.was_clean());
+    assert!(pool.same_boot(), "closed in this boot");
     assert_eq!(pool.header().uuid, uuid);
     assert_eq!(pool.root(slot).unwrap().params[..3], [1, 2, 3]);
-    assert_eq!(pool.checkpoint_txid(), 42);
-    drop(pool); // no close: marked in use
-    assert!(!open(&path).unwrap().was_clean(), "a pool dropped without close needs recovery");
+    drop(pool); // no change, no close: the file is as it was, clean
+    let before = std::fs::read(&path).unwrap();
+    let pool = open(&path).unwrap();
+    assert!(pool.was_clean(), "an open that changes nothing writes nothing");
+    pool.local().alloc(64).unwrap(); // a change: marked in use first
+    drop(pool); // no close
+    assert_ne!(std::fs::read(&path).unwrap(), before);
+    assert!(!open(&path).unwrap().was_clean(), "a pool changed and dropped without close needs recovery");
 }
 
 #[test]
@@ -90,11 +95,14 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     std::fs::write(&bad, &b).unwrap();
     assert!(matches!(refused(&bad), OpenError::BadMagic { found } if &found == b"SQLite f"));
 
-    let mut b = good.clone();
-    // A file of the previous format (its check words mixed differently) is refused.
-    b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    std::fs::write(&bad, &b).unwrap();
-    assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found: 1, supported: 2 }));
+    // Files of the previous formats (check words mixed differently; version 2 without the checks
+    // of chunk table entries, blob values and engine words) are refused.
+    for old in [1u32, 2] {
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&old.to_le_bytes());
+        std::fs::write(&bad, &b).unwrap();
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 3 } if found == old));
+    }
 
     let mut b = good.clone();
     b[60] ^= 0x40; // inside the uuid
@@ -199,7 +207,7 @@ fn growth_keeps_offsets_and_contents_and_stops_at_the_maximum() {
     assert!(pool.len() > initial && pool.len() <= pool.max_len());
     assert_eq!(pool.mem().load(first.get(), Ordering::Relaxed), 0xABCD, "growth moved nothing");
     for (i, b) in blobs.iter().enumerate() {
-        assert_eq!(pool.read_blob(*b), vec![i as u8; 40_000]);
+        assert_eq!(pool.read_blob(*b).unwrap(), vec![i as u8; 40_000]);
     }
     // Full, yet freeing makes room again.
     local.free_blob(blobs.pop().unwrap());
@@ -209,7 +217,7 @@ fn growth_keeps_offsets_and_contents_and_stops_at_the_maximum() {
     pool.close().unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
     let pool = open(&path).unwrap();
-    assert_eq!(pool.read_blob(blobs[3]), vec![3u8; 40_000]);
+    assert_eq!(pool.read_blob(blobs[3]).unwrap(), vec![3u8; 40_000]);
 }
 
 #[test]
@@ -243,7 +251,7 @@ fn large_blobs_take_runs_of_chunks() {
     let mut local = pool.local();
     let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
     let a = local.alloc_blob(&data).unwrap();
-    assert_eq!(pool.read_blob(a), data);
+    assert_eq!(pool.read_blob(a).unwrap(), data);
     assert_eq!(pool.chunk_counts().runs, 4, "200 000 bytes + length in 64 KiB chunks");
     local.free_blob(a);
     assert_eq!(pool.chunk_counts().runs, 0);
@@ -346,7 +354,7 @@ fn rebuild_frees_exactly_what_is_not_live() {
     }
     let dead: HashSet<POff> = nodes.iter().skip(1).step_by(2).copied().collect();
     assert!(dead.is_subset(&got), "the 50 dead nodes are free again");
-    assert_eq!(pool.read_blob(big), vec![9u8; 100_000]);
+    assert_eq!(pool.read_blob(big).unwrap(), vec![9u8; 100_000]);
     drop(local);
     pool.close().unwrap();
 }
@@ -436,7 +444,7 @@ fn prefetch_hints_stay_inside_the_mapping() {
             blobs.prefetch(w, 0);
             blobs.prefetch(len - 8, 1 << 20);
             blobs.prefetch(u64::MAX - 7, 64);
-            blobs.to_vec(w)
+            blobs.to_vec(w).unwrap()
         })
         .unwrap();
     assert_eq!(got, b"one");

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use petra::error::{AllocError, CreateError, EngineError, OpenError};
+use petra::error::{AllocError, CreateError, Damage, EngineError, OpenError};
 
 /// Why a store operation failed. Nothing changed in the store when one of these is returned.
 #[derive(Debug, thiserror::Error)]
@@ -97,16 +97,27 @@ pub enum KvError {
     /// The engine failed.
     #[error(transparent)]
     Engine(EngineError),
+    /// Bytes read back from the file fail their check (a damaged value, record or word): nothing
+    /// was returned from them, and nothing was changed.
+    #[error("damaged store: {0}")]
+    Damaged(Damage),
     /// Syncing or closing the file failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }
 
+impl From<Damage> for KvError {
+    fn from(d: Damage) -> Self {
+        KvError::Damaged(d)
+    }
+}
+
 impl From<EngineError> for KvError {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::Alloc(a @ AllocError::PoolFull { .. }) => KvError::Full(a),
+            EngineError::Alloc(a @ (AllocError::PoolFull { .. } | AllocError::NoSpace { .. })) => KvError::Full(a),
             EngineError::InUse => KvError::InUse,
+            EngineError::Damaged(d) => KvError::Damaged(d),
             e => KvError::Engine(e),
         }
     }

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use petra::error::Damage;
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
@@ -71,16 +72,22 @@ pub(crate) fn run_total<M: PMem + 'static, R>(
     Ok(h.execute_decided(tx, f)?.unwrap_or_else(|i| unreachable!("total op {i} failed")))
 }
 
-/// Copies the byte value of `key` in `s` (a structure of byte values) into `buf`; whether the
-/// key is present. A single read ([`Handle::get_with`]): no transaction, and no allocation once
-/// `buf` has grown.
+/// Copies the byte value of `key` in `s` (a structure of byte values) into `buf`, checked;
+/// whether the key is present. A single read ([`Handle::get_with`]): no transaction, and no
+/// allocation once `buf` has grown.
 pub(crate) fn read_into<M: PMem + 'static>(
     h: &mut Handle<M>,
     s: StructId,
     key: u128,
     buf: &mut Vec<u8>,
 ) -> Result<bool> {
-    Ok(h.get_with(s, key, |state, blobs| state.map(|w| blobs.read_into(w, buf)).is_some())?)
+    let read = h.get_with(s, key, |state, blobs| state.map(|w| blobs.read_into(w, buf)).transpose())?;
+    Ok(read.map_err(|d| of_entry(s, key, d))?.is_some())
+}
+
+/// Damage found in the value of the engine entry `key` of structure `s`, saying so.
+pub(crate) fn of_entry(s: StructId, key: u128, d: Damage) -> Damage {
+    Damage { what: format!("the value of entry {key:#x} of structure {}: {}", s.0, d.what), at: d.at }
 }
 
 /// Sets up an engine in `pool` with the meta list and structures of `shapes` (ids 1, 2, ...),
@@ -114,36 +121,30 @@ pub(crate) fn open<M: PMem + 'static, T>(
 ) -> Result<(Engine<M>, T)> {
     let path = pool.path().map_or_else(|| PathBuf::from("<memory>"), Path::to_owned);
     let refuse = |why: String| KvError::NotAStore { path: path.clone(), what: format.name, why };
-    let found = Engine::structures_in(&pool);
-    let shapes: Option<Vec<Shape>> =
-        found.iter().enumerate().map(|(i, (id, s))| s.filter(|_| id.0 as usize == i)).collect();
-    let shaped = match shapes.as_deref() {
-        Some([meta, rest @ ..]) if *meta == META_SHAPE => accept(rest),
-        _ => Err("its structures are not one's"),
-    };
-    let accepted = match shaped {
-        Ok(t) => t,
-        Err(why) => {
-            // Opening cleared the pool's clean mark; closing puts it back, so a refused pool is
-            // left byte for byte as it was.
-            if pool.was_clean() {
-                pool.close()?;
-            }
-            return Err(refuse(why.into()));
-        }
-    };
-    let engine = match Engine::open(pool, engine_config()) {
-        Ok((engine, _report)) => engine,
+    // Nothing is written until every check has passed: a refused pool is left as it was.
+    let shapes = match Engine::structures_in(&pool) {
+        Ok(shapes) => shapes,
         Err(EngineError::NoEngine) => return Err(refuse("the pool holds no engine".into())),
         Err(e) => return Err(e.into()),
     };
-    let words = engine.entries::<u64>(META)?;
-    if !words.contains(&(MAGIC_KEY, format.magic)) {
-        return Err(refuse("no magic (its creation may not have finished)".into()));
-    }
-    let version = words.iter().find(|e| e.0 == VERSION_KEY).map(|e| e.1);
-    if version != Some(format.version) {
-        return Err(refuse(format!("format version {version:?}, this build reads {}", format.version)));
-    }
+    let accepted = match shapes.as_slice() {
+        [meta, rest @ ..] if *meta == META_SHAPE => accept(rest).map_err(|why| refuse(why.into()))?,
+        _ => return Err(refuse("its structures are not one's".into())),
+    };
+    let opened = Engine::open_checked(pool, engine_config(), |contents| {
+        if contents.get(META, MAGIC_KEY) != Some(format.magic) {
+            return Err("no magic (its creation may not have finished)".to_string());
+        }
+        match contents.get(META, VERSION_KEY) {
+            Some(v) if v == format.version => Ok(()),
+            version => Err(format!("format version {version:?}, this build reads {}", format.version)),
+        }
+    });
+    let engine = match opened {
+        Ok((engine, _report, ())) => engine,
+        Err(petra::Refused::Check(why)) => return Err(refuse(why)),
+        Err(petra::Refused::Engine(EngineError::NoEngine)) => return Err(refuse("the pool holds no engine".into())),
+        Err(petra::Refused::Engine(e)) => return Err(e.into()),
+    };
     Ok((engine, accepted))
 }

@@ -364,13 +364,15 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             return Ok(());
         }
         let (key, buf) = (&mut self.key, &mut self.buf);
-        self.h.range_with::<u128, _>(self.store.data, elo..=ehi, |entries, blobs| {
+        let data = self.store.data;
+        let walked = self.h.range_with::<u128, _>(data, elo..=ehi, |entries, blobs| {
             for (bits, word) in entries {
+                let read = |buf: &mut Vec<u8>| blobs.read_into(word, buf).map_err(|d| format::of_entry(data, bits, d));
                 if is_bucket(bits) {
-                    blobs.read_into(word, buf);
+                    read(buf)?;
                     for (k, v) in Bucket::new(buf).entries() {
                         if within(k, lo, hi) && f(k, Some(v)).is_break() {
-                            return;
+                            return Ok(());
                         }
                     }
                 } else {
@@ -379,18 +381,19 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
                         continue;
                     }
                     let value = if values {
-                        blobs.read_into(word, buf);
+                        read(buf)?;
                         Some(&buf[..])
                     } else {
                         None
                     };
                     if f(key, value).is_break() {
-                        return;
+                        return Ok(());
                     }
                 }
             }
+            Ok::<(), petra::error::Damage>(())
         })?;
-        Ok(())
+        Ok(walked?)
     }
 
     /// Applies `changes` (distinct keys) in one transaction. Returns how many removes found
@@ -482,19 +485,21 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             self.tx.get(self.store.data, b);
         }
         let mut buf = std::mem::take(&mut self.buf);
+        let data = self.store.data;
         let edits = self.run(|results, blobs| {
             results
                 .iter()
-                .map(|r| match r {
+                .zip(buckets)
+                .map(|(r, &bits)| match r {
                     Some(word) => {
-                        blobs.read_into(*word, &mut buf);
-                        BucketEdit::from_blob(Some(&buf))
+                        blobs.read_into(*word, &mut buf).map_err(|d| format::of_entry(data, bits, d))?;
+                        Ok(BucketEdit::from_blob(Some(&buf)))
                     }
-                    None => BucketEdit::default(),
+                    None => Ok(BucketEdit::default()),
                 })
-                .collect()
+                .collect::<Result<Vec<_>, petra::error::Damage>>()
         });
         self.buf = buf;
-        edits
+        Ok(edits??)
     }
 }

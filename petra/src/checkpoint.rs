@@ -322,7 +322,7 @@ impl Checkpointer {
         if let Some(batch) = &batch {
             fold(core, local, batch, &mut round, &mut report);
         }
-        report.txid = core.pool.checkpoint_txid();
+        report.txid = core.meta.checkpoint_txid(core.mem());
         report.removals = round.removals.len() as u64;
         // 1. Find the next batch, from where the folded one ended.
         *found = find(core, rings);
@@ -450,8 +450,8 @@ fn fold<M: PMem + 'static>(
     if report.records > 0 {
         mem.fence();
     }
-    let txid = (batch.t0 - 1).max(core.pool.checkpoint_txid());
-    core.pool.set_checkpoint_txid(txid);
+    let txid = (batch.t0 - 1).max(core.meta.checkpoint_txid(mem));
+    core.meta.set_checkpoint_txid(mem, txid);
 }
 
 /// Fills `window` with the batch's next descriptors in `ring`, from position `v` (moved past

@@ -42,7 +42,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::hash::{bytes_hash, check_words};
+use crate::hash::{check_words, op_hash, value_hash};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::pool::{POff, Pool};
 use crate::tx::{MAX_OPS, OpKind};
@@ -62,7 +62,7 @@ const OP_BLOB: u64 = 1 << 16;
 /// reads), set when the descriptor is written; a reader then need not scan the later ops.
 /// Absent (a one-op descriptor, which has no later op), the reader scans.
 const OP_LAST: u64 = 1 << 17;
-/// Where an op's first word keeps the blob's [`bytes_hash`](crate::hash::bytes_hash), by which recovery tells a torn blob.
+/// Where an op's first word keeps the blob's [`op_hash`], by which recovery tells a torn blob.
 const OP_HASH_SHIFT: u32 = 24;
 
 pub(crate) const HEADER: u64 = 0;
@@ -173,7 +173,7 @@ pub(crate) struct StoredOp {
     /// Whether `value` is the offset of a blob the op wrote (its length word, then its bytes):
     /// whoever persists the descriptor flushes the blob's lines before the same fence.
     pub(crate) blob: bool,
-    /// The blob's [`bytes_hash`] (40 bits), if `blob`.
+    /// The blob's [`op_hash`] (40 bits), if `blob`.
     pub(crate) hash: u64,
 }
 
@@ -341,11 +341,12 @@ fn mark_last_writes<M: PMem>(mem: &M, ops: u64, stride: u64, n: usize) {
     }
 }
 
-/// Whether the blob at `off` holds a byte value of hash `hash` ([`bytes_hash`]): false for one
-/// that is torn (its lines had not all reached the media) or that does not fit in the pool.
+/// Whether the blob at `off` holds a byte value of op hash `hash` ([`op_hash`]): false for one
+/// that is torn (its lines had not all reached the media, so it fails its own check) or that
+/// does not fit in the pool.
 pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool {
     let mut buf = Vec::new();
-    pool.read_blob_into(POff::new(off), &mut buf) && bytes_hash(&buf) == hash
+    pool.read_blob_into(POff::new(off), &mut buf).is_ok() && op_hash(value_hash(&buf)) == hash
 }
 
 /// Writes a new descriptor at `off` (owned by the caller, not yet published), of 32-byte ops if
@@ -415,6 +416,11 @@ pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32, che
     }
     let txid = d.txid();
     if txid <= checkpoint || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
+        return None;
+    }
+    // A check word that holds vouches for the ops; their kinds are checked all the same, so that
+    // nothing read from the file can make a reader panic.
+    if (0..n).any(|i| OpKind::try_from_code(d.op(i).kind).is_none()) {
         return None;
     }
     Some((txid, bytes))

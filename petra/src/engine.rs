@@ -11,16 +11,16 @@ use std::sync::Arc;
 use crossbeam_epoch::Collector;
 
 use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer};
-use crate::error::EngineError;
+use crate::error::{Damage, EngineError};
 use crate::handle::{Handle, Shared};
 use crate::key::{Key, KeyWidth};
 use crate::mem::PMem;
 use crate::meta::Meta;
 use crate::pool::Pool;
 use crate::protocol::Core;
-use crate::recovery::{self, Recovered, RecoveryReport};
+use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refusal};
 use crate::ring::Rings;
-use crate::structures::registry::{self, Registry};
+use crate::structures::registry::{self, Registry, Structure};
 use crate::tx::{Shape, StructId, StructureKind, Values};
 
 /// Engine settings.
@@ -44,7 +44,31 @@ impl Default for EngineConfig {
     }
 }
 
+/// Why [`Engine::open_checked`] refused a pool (leaving it as it was).
+#[derive(Debug)]
+pub enum Refused<E> {
+    /// The engine's reasons.
+    Engine(EngineError),
+    /// The caller's check of the contents.
+    Check(E),
+}
+
 impl EngineConfig {
+    /// Refuses settings the engine cannot run with: a ring must hold a descriptor of the most
+    /// ops (and whole chunks of the pool, up to a run of chunks' limit).
+    fn validate(&self, chunk_size: u64) -> Result<(), EngineError> {
+        let bytes = self.ring_bytes.max(1).checked_next_multiple_of(chunk_size);
+        let largest = crate::descriptor::desc_bytes(crate::tx::MAX_OPS, true) + crate::mem::CACHE_LINE;
+        match bytes {
+            Some(b) if b >= largest && b / chunk_size <= 0xFF_FFFF => Ok(()),
+            _ => Err(EngineError::InvalidConfig(format!(
+                "rings of {} bytes: a ring is whole chunks of {chunk_size} bytes, at most {} of them, and holds a \
+                 descriptor of {largest} bytes",
+                self.ring_bytes, 0xFF_FFFF
+            ))),
+        }
+    }
+
     /// The default settings with rings of `ring_bytes` bytes.
     pub fn rings(ring_bytes: u64) -> EngineConfig {
         EngineConfig { ring_bytes, ..EngineConfig::default() }
@@ -72,23 +96,44 @@ impl<M: PMem + 'static> Clone for Engine<M> {
 impl<M: PMem + 'static> Engine<M> {
     /// Sets up the engine in a new pool (one without an engine).
     pub fn create(pool: Pool<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
+        config.validate(pool.header().layout.chunk_size)?;
         let meta = Meta::create(&pool)?;
         Ok(Engine::assemble(Recovered::empty(pool, meta), config))
     }
 
     /// Opens the engine of a pool made by [`Engine::create`], recovering it: every transaction
-    /// that was acknowledged is there, and no effect of one that was not.
+    /// that was acknowledged is there, and no effect of one that was not. Everything is read and
+    /// checked before anything is written: a pool refused (damaged: [`EngineError::Damaged`]) is
+    /// left byte for byte as it was.
     pub fn open(pool: Pool<M>, config: EngineConfig) -> Result<(Engine<M>, RecoveryReport), EngineError> {
-        let found = recovery::recover(pool)?;
+        match Engine::open_checked(pool, config, |_| Ok::<(), std::convert::Infallible>(())) {
+            Ok((engine, report, ())) => Ok((engine, report)),
+            Err(Refused::Engine(e)) => Err(e),
+            Err(Refused::Check(never)) => match never {},
+        }
+    }
+
+    /// [`open`](Engine::open), with `check` given what the pool holds once it has been read and
+    /// checked, before anything is written: a pool `check` refuses is left as it was too.
+    pub fn open_checked<T, E>(
+        pool: Pool<M>,
+        config: EngineConfig,
+        check: impl FnOnce(&Contents<'_>) -> Result<T, E>,
+    ) -> Result<(Engine<M>, RecoveryReport, T), Refused<E>> {
+        config.validate(pool.header().layout.chunk_size).map_err(Refused::Engine)?;
+        let (found, accepted) = recovery::recover(pool, check).map_err(|r| match r {
+            Refusal::Engine(e) => Refused::Engine(e),
+            Refusal::Check(e) => Refused::Check(e),
+        })?;
         let report = found.report.clone();
-        Ok((Engine::assemble(found, config), report))
+        Ok((Engine::assemble(found, config), report, accepted))
     }
 
     /// The engine over what recovery found (or a new engine's empty state).
     fn assemble(found: Recovered<M>, config: EngineConfig) -> Engine<M> {
-        let Recovered { pool, meta, epoch, max_txid, structures, .. } = found;
+        let Recovered { pool, meta, epoch, max_txid, txid_reserved, structures, .. } = found;
         let rings = Rings::of_pool(&pool, config.ring_bytes);
-        let core = Core::new(pool, meta, epoch, max_txid + 1, Registry::new(structures));
+        let core = Core::new(pool, meta, (epoch, max_txid + 1, txid_reserved), Registry::new(structures));
         let shared = Shared {
             core,
             collector: Collector::new(),
@@ -184,7 +229,7 @@ impl<M: PMem + 'static> Engine<M> {
         values: Values,
     ) -> Result<StructId, EngineError> {
         let core = &self.shared.core;
-        core.structures.create(&core.pool, kind, keys, values)
+        core.structures.create(&core.pool, core.meta, kind, keys, values)
     }
 
     /// Creates a new, empty list set of `u64` keys and word values and returns its id.
@@ -218,11 +263,13 @@ impl<M: PMem + 'static> Engine<M> {
         Ok(self.shared.core.structures.get(s)?.kind())
     }
 
-    /// The structures a pool's root table names, read without opening the engine (nothing is
-    /// written): for a caller that must refuse a pool of another shape untouched. `None` for a
-    /// root entry this build does not know.
-    pub fn structures_in(pool: &Pool<M>) -> Vec<(StructId, Option<Shape>)> {
-        registry::in_pool(pool).into_iter().map(|(slot, s)| (StructId(slot), s.map(|s| s.shape()))).collect()
+    /// The shapes of the structures of the engine in `pool`, by id (0, 1, ...), read and checked
+    /// without opening the engine (nothing is written): for a caller that must refuse a pool of
+    /// another shape untouched. [`EngineError::NoEngine`] or [`EngineError::Damaged`] as an open
+    /// would say.
+    pub fn structures_in(pool: &Pool<M>) -> Result<Vec<Shape>, EngineError> {
+        let (_, state) = Meta::find(pool)?;
+        Ok(registry::read(pool, state.structures)?.iter().map(Structure::shape).collect())
     }
 
     /// The structures, by id.
@@ -243,10 +290,8 @@ impl<M: PMem + 'static> Engine<M> {
     /// they are removed); [`EngineError::Corrupt`] says what is wrong where.
     pub fn check_links(&self, s: StructId) -> Result<u64, EngineError> {
         let core = &self.shared.core;
-        core.structures
-            .get(s)?
-            .check_links(core.mem())
-            .map_err(|e| EngineError::Corrupt(format!("structure {}: {e}", s.0)))
+        let walked = core.structures.get(s)?.walk_checked(&core.pool, true, &mut |_, _| {});
+        walked.map_err(|f| EngineError::Damaged(Damage { what: format!("structure {}: {}", s.0, f.what), at: f.at }))
     }
 
     /// The present keys of a structure with their values, in key order: a snapshot (see

@@ -119,6 +119,23 @@ pub enum AllocError {
     /// The pool file could not be extended.
     #[error("cannot grow the pool: {0}")]
     Grow(String),
+    /// The file system has no room to extend the pool file (it is left as it was).
+    #[error("the file system is full: no room for {requested} more bytes of the pool")]
+    NoSpace {
+        /// Bytes the pool needed to grow by.
+        requested: u64,
+    },
+}
+
+/// Damage found in a pool: bytes that fail their check, a word that names something that is not
+/// there, or two things that must agree and do not. Finding it changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} at offset {at:#x}")]
+pub struct Damage {
+    /// What is wrong.
+    pub what: String,
+    /// Where: the pool offset of the damaged word, record, descriptor or value.
+    pub at: u64,
 }
 
 /// Why the allocator could not be rebuilt from a set of live offsets.
@@ -193,6 +210,12 @@ pub enum EngineError {
     /// The pool's engine metadata is damaged.
     #[error("corrupt engine state: {0}")]
     Corrupt(String),
+    /// The pool is damaged: refused, and left as it was (see [`Damage`]).
+    #[error("damaged pool: {0}")]
+    Damaged(#[from] Damage),
+    /// The configuration is not usable.
+    #[error("invalid engine configuration: {0}")]
+    InvalidConfig(String),
     /// The engine cannot be closed while a clone or a handle of it lives.
     #[error("the engine is still in use: a clone or a handle of it lives")]
     InUse,

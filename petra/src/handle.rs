@@ -16,8 +16,8 @@ use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
 use crate::checkpoint::{CheckpointReport, Checkpointer};
 use crate::descriptor::{self, Desc, StoredOp, TxStatus, desc_bytes};
-use crate::error::{AllocError, EngineError};
-use crate::hash::bytes_hash;
+use crate::error::{AllocError, Damage, EngineError};
+use crate::hash::{op_hash, value_hash};
 use crate::key::{Key, KeyWidth};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::pool::{AllocCache, POff, Pool};
@@ -49,8 +49,9 @@ pub struct Handle<M: PMem + 'static> {
     cache: AllocCache,
     /// Descriptors this thread is executing, innermost last: the owner's, then those it helps.
     help_stack: Vec<u64>,
-    /// The blobs of the transaction being executed, per op (0: a word value); kept for reuse.
-    blobs: Vec<u64>,
+    /// The blobs of the transaction being executed, per op: offset and value hash (0: a word
+    /// value); kept for reuse.
+    blobs: Vec<(u64, u64)>,
     /// A results vector that came back from [`execute_with`](Handle::execute_with), for reuse.
     results: Vec<Option<u64>>,
     /// A descriptor of this handle's was written and its execution never returned (a panic
@@ -87,12 +88,10 @@ impl<M: PMem> std::fmt::Debug for Blobs<'_, M> {
 
 impl<M: PMem> Blobs<'_, M> {
     /// Copies the byte value named by `word` (a result or value of a structure of
-    /// [`Values::Bytes`]) into `buf`, replacing its contents.
-    ///
-    /// # Panics
-    /// If `word` does not name a blob inside the pool (a word of a structure of word values).
-    pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) {
-        assert!(self.pool.read_blob_into(POff::new(word), buf), "{word:#x} does not name a blob");
+    /// [`Values::Bytes`]) into `buf`, replacing its contents, checked: [`Damage`] if `word` names
+    /// no value inside the pool, or one whose bytes fail their check.
+    pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) -> Result<(), Damage> {
+        self.pool.read_blob_into(POff::new(word), buf)
     }
 
     /// A hint that the byte value named by `word`, about `len` bytes long (a guess will do), is
@@ -109,10 +108,10 @@ impl<M: PMem> Blobs<'_, M> {
     }
 
     /// The byte value named by `word`, copied out. See [`read_into`](Blobs::read_into).
-    pub fn to_vec(&self, word: u64) -> Vec<u8> {
+    pub fn to_vec(&self, word: u64) -> Result<Vec<u8>, Damage> {
         let mut buf = Vec::new();
-        self.read_into(word, &mut buf);
-        buf
+        self.read_into(word, &mut buf)?;
+        Ok(buf)
     }
 }
 
@@ -405,11 +404,12 @@ impl<M: PMem + 'static> Handle<M> {
         if bytes {
             for i in 0..n {
                 let Some(data) = tx.bytes_of(i) else {
-                    blobs.push(0);
+                    blobs.push((0, 0));
                     continue;
                 };
-                match self.shared.core.pool.alloc_blob_unflushed(&mut self.cache, data) {
-                    Ok(off) => blobs.push(off.get()),
+                let hash = value_hash(data);
+                match self.shared.core.pool.alloc_blob_unflushed(&mut self.cache, data, hash) {
+                    Ok(off) => blobs.push((off.get(), hash)),
                     Err(e) => {
                         free_blobs(&self.shared.core.pool, &mut self.cache, &blobs);
                         self.blobs = blobs;
@@ -430,11 +430,8 @@ impl<M: PMem + 'static> Handle<M> {
         let stored = (0..n).map(|pos| {
             let i = added(pos);
             let op = &ops[i];
-            let (blob, hash) = match tx.bytes_of(i) {
-                Some(data) => (true, bytes_hash(data)),
-                None => (false, 0),
-            };
-            let value = if blob { blobs[i] } else { op.value };
+            let blob = tx.bytes_of(i).is_some();
+            let (value, hash) = if blob { (blobs[i].0, op_hash(blobs[i].1)) } else { (op.value, 0) };
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         });
         descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, stored);
@@ -526,8 +523,8 @@ impl<M: PMem + 'static> Handle<M> {
 /// Frees the blobs of a transaction that did not commit: no reader ever resolves a value of an op
 /// that did not commit, and nothing persists an uncommitted descriptor, so nothing can be reading
 /// them.
-fn free_blobs<M: PMem>(pool: &Pool<M>, cache: &mut AllocCache, blobs: &[u64]) {
-    for &b in blobs.iter().filter(|&&b| b != 0) {
+fn free_blobs<M: PMem>(pool: &Pool<M>, cache: &mut AllocCache, blobs: &[(u64, u64)]) {
+    for &(b, _) in blobs.iter().filter(|&&(b, _)| b != 0) {
         pool.free_blob(cache, POff::new(b));
     }
 }

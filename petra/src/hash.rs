@@ -4,9 +4,15 @@
 //! part, a node's record); a value hash covers a byte value (a blob), carried in the op word that
 //! writes it. Both are part of the on-media format: changing either is a new format version.
 
-/// The hash of a byte value that an op word carries (40 bits): XXH3 (64-bit) of its bytes.
-pub(crate) fn bytes_hash(data: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(data) >> 24
+/// The hash of a byte value: XXH3 (64-bit) of its bytes. Its high 40 bits are what an op word
+/// carries of the value it writes, its high 32 what the value's blob header keeps.
+pub(crate) fn value_hash(data: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(data)
+}
+
+/// The hash of a byte value that an op word carries (40 bits) when its [`value_hash`] is `hash`.
+pub(crate) fn op_hash(hash: u64) -> u64 {
+    hash >> 24
 }
 
 /// The check word of a sequence of words (a descriptor's persisted part, a node's record): XXH3

@@ -103,9 +103,9 @@ mod sync;
 mod tx;
 
 pub use checkpoint::{CheckpointReport, CheckpointStats};
-pub use engine::{Engine, EngineConfig};
-pub use error::{EngineError, Error, Result};
+pub use engine::{Engine, EngineConfig, Refused};
+pub use error::{Damage, EngineError, Error, Result};
 pub use handle::{Blobs, Handle};
 pub use key::{Key, KeyWidth, ShortKey};
-pub use recovery::RecoveryReport;
+pub use recovery::{Contents, RecoveryReport};
 pub use tx::{MAX_OPS, Op, OpKind, Outcome, Shape, StructId, StructureKind, Transaction, Values};

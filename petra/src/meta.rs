@@ -1,39 +1,58 @@
-//! The engine's meta region: one line of the pool that says an engine is there, which recovery
-//! epoch is in force, and how far txids are reserved.
+//! The engine's meta region: where the engine keeps what it must read back before anything else,
+//! each word checked and tied to the pool.
 //!
 //! ```text
-//! +0   magic          "PETRAMET": the engine exists. Written last by Engine::create.
-//! +8   epoch          the committed recovery epoch: descriptors, FINAL words and records of
-//!                     another epoch are void. Written by recovery's commit (one fenced store).
-//! +16  attempt        the number of the last recovery attempt; an attempt writes its nodes
-//!                     under attempt + 1, which becomes the epoch if it commits. Written first
-//!                     by each attempt, so that no number is used twice.
-//! +24  txid reserved  every txid handed out is below it (read-only transactions' txids are
-//!                     never persisted, so recovery restarts the counter here). Raised by
-//!                     TXID_BLOCK at a time by the protocol, and by recovery.
-//! +32  clean          the epoch in which Engine::close left every committed transaction in
-//!                     records (no ring holds a descriptor of it), or 0. Cleared by every
-//!                     open before any transaction runs; in the epoch's line, so a recovery's
-//!                     commit voids it with the same store to the media.
+//! line 0   +0    magic "PETRAMET": the engine exists. Written last by Engine::create.
+//!          +8    the pool's uuid (16 bytes): the header must be this pool's
+//!          +56   check word of the magic and the uuid
+//! line 1   +64   epoch          the committed recovery epoch: descriptors, FINAL words and
+//!                               records of another epoch are void
+//!          +96   clean          the epoch in which Engine::close left every committed
+//!                               transaction in records (no ring holds a descriptor of it), or 0;
+//!                               in the epoch's line, stored before it, so a recovery's commit
+//!                               voids it with the same write to the media
+//! line 2   +128  attempt        the last recovery attempt's number; an attempt writes its nodes
+//!                               under attempt + 1, which becomes the epoch if it commits
+//!          +160  txid reserved  every txid handed out is below it (read-only transactions'
+//!                               txids are never persisted, so recovery restarts the counter
+//!                               here); raised TXID_BLOCK at a time
+//! line 3   +192  checkpoint     the checkpoint txid: every committed writer at or below it is
+//!                               in the node records (see `checkpoint`)
+//!          +224  structures     how many root slots hold a structure (slots 0 to n - 1)
 //! ```
 //!
-//! The engine's regions in the pool, by tag (see [`Pool::regions`]): this one (`META_TAG`),
-//! the descriptor rings (`ring::RING_TAG`) and the hash maps' bucket arrays
-//! (`structures::hashmap::BUCKETS_TAG`).
+//! Each of the words of lines 1 to 3 takes 32 bytes: a staging copy (value, check) and the main
+//! copy (value, check), every check a check word of the value, its place and the pool's uuid. A
+//! change stores the staging copy, then the main one (one line: they reach the media in that
+//! order), then the caller flushes and fences. A reader takes the main copy if it checks, else
+//! the staging copy if that one does: a crash in the middle of a change leaves one of them
+//! whole (the old value, or the new one whose change the caller had made safe before), and a
+//! damaged copy is covered by the other, which holds the same value. Neither checking is damage.
+//!
+//! The engine's regions in the pool, by tag (see [`Pool::regions`]): 1 this one, 2 the
+//! descriptor rings (`ring`), 3 the hash maps' bucket arrays (`structures::hashmap`).
 
 use std::sync::atomic::Ordering;
 
-use crate::error::EngineError;
+use crate::error::{Damage, EngineError};
+use crate::hash::check_words;
 use crate::mem::PMem;
 use crate::pool::Pool;
 
 /// Region tag of the meta region.
-const META_TAG: u16 = 0x6D65;
+const META_TAG: u8 = 1;
+
 const MAGIC: u64 = 0x5045_5452_414D_4554; // "PETRAMET"
-const EPOCH: u64 = 8;
-const ATTEMPT: u64 = 16;
-const TXID_RESERVED: u64 = 24;
-const CLEAN: u64 = 32;
+const UUID: u64 = 8;
+const ID_CHECK: u64 = 56;
+const EPOCH: u64 = 64;
+const CLEAN: u64 = 96;
+const ATTEMPT: u64 = 128;
+const TXID_RESERVED: u64 = 160;
+const CHECKPOINT: u64 = 192;
+const STRUCTURES: u64 = 224;
+/// Bytes of the meta region in use.
+const BYTES: u64 = 256;
 /// Txids reserved durably at a time: one flush and fence per this many transactions.
 pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 
@@ -41,143 +60,264 @@ pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Meta {
     off: u64,
+    uuid: u128,
+}
+
+/// What the meta region says, read and checked at open.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MetaState {
+    pub(crate) epoch: u64,
+    pub(crate) clean: u64,
+    pub(crate) attempt: u64,
+    pub(crate) txid_reserved: u64,
+    pub(crate) checkpoint: u64,
+    pub(crate) structures: u64,
 }
 
 impl Meta {
     /// Sets up the meta region of a new engine in `pool`, which has none (a region without the
     /// magic is an interrupted create: it is taken over): epoch 1, txids reserved up to
-    /// `1 + TXID_BLOCK`, and the magic last.
+    /// `1 + TXID_BLOCK`, no structure, and the magic last.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<Meta, EngineError> {
+        let uuid = u128::from_le_bytes(pool.header().uuid);
         let off = match pool.regions(META_TAG).first() {
             Some(&(off, _)) if pool.mem().load(off.get(), Ordering::Acquire) == MAGIC => {
                 return Err(EngineError::Corrupt("the pool already holds an engine".into()));
             }
             Some(&(off, _)) => off.get(),
-            None => pool.alloc_region(META_TAG, 64)?.get(),
+            None => pool.alloc_region(META_TAG, BYTES)?.get(),
         };
+        let meta = Meta { off, uuid };
         let mem = pool.mem();
         // Relaxed: nothing else runs on a pool being given an engine; the fences order it.
-        mem.store(off + EPOCH, 1, Ordering::Relaxed);
-        mem.store(off + ATTEMPT, 1, Ordering::Relaxed);
-        mem.store(off + TXID_RESERVED, 1 + TXID_BLOCK, Ordering::Relaxed);
-        mem.flush(off);
+        mem.store(off + UUID, uuid as u64, Ordering::Relaxed);
+        mem.store(off + UUID + 8, (uuid >> 64) as u64, Ordering::Relaxed);
+        mem.store(off + ID_CHECK, id_check(uuid), Ordering::Relaxed);
+        for (word, value) in
+            [(EPOCH, 1), (CLEAN, 0), (ATTEMPT, 1), (TXID_RESERVED, 1 + TXID_BLOCK), (CHECKPOINT, 0), (STRUCTURES, 0)]
+        {
+            meta.store(mem, word, value);
+        }
+        mem.flush_range(off, BYTES);
         // Fence: the meta words are durable before the magic says the engine exists.
         mem.fence();
         mem.store(off, MAGIC, Ordering::Relaxed);
         mem.flush(off);
         // Fence: the engine exists before anything refers to it.
         mem.fence();
-        Ok(Meta { off })
+        Ok(meta)
     }
 
-    /// The meta region of the engine in `pool`: [`EngineError::NoEngine`] if there is none (or
-    /// its creation never finished).
-    pub(crate) fn find<M: PMem>(pool: &Pool<M>) -> Result<Meta, EngineError> {
+    /// The meta region of the engine in `pool`, and what it says: [`EngineError::NoEngine`] if
+    /// there is none (or its creation never finished), [`EngineError::Damaged`] if it is not
+    /// this pool's (the header is another pool's) or a word fails both its copies. Reads only.
+    pub(crate) fn find<M: PMem>(pool: &Pool<M>) -> Result<(Meta, MetaState), EngineError> {
         let metas = pool.regions(META_TAG);
-        let [(off, _)] = metas[..] else {
+        let [(off, len)] = metas[..] else {
             return Err(match metas.len() {
                 0 => EngineError::NoEngine,
                 n => EngineError::Corrupt(format!("{n} engine meta regions, expected 1")),
             });
         };
-        // Acquire: an open runs alone, so any ordering would do.
-        if pool.mem().load(off.get(), Ordering::Acquire) != MAGIC {
+        let (off, mem) = (off.get(), pool.mem());
+        if len < BYTES {
+            return Err(Damage { what: format!("an engine meta region of {len} bytes"), at: off }.into());
+        }
+        // Relaxed: an open runs alone.
+        if mem.load(off, Ordering::Relaxed) != MAGIC {
             return Err(EngineError::NoEngine);
         }
-        Ok(Meta { off: off.get() })
+        let found = mem.load(off + UUID, Ordering::Relaxed) as u128
+            | (mem.load(off + UUID + 8, Ordering::Relaxed) as u128) << 64;
+        if mem.load(off + ID_CHECK, Ordering::Relaxed) != id_check(found) {
+            return Err(Damage { what: "the engine's identity fails its check".into(), at: off }.into());
+        }
+        let uuid = u128::from_le_bytes(pool.header().uuid);
+        if found != uuid {
+            return Err(Damage {
+                what: format!("the pool header names pool {uuid:032x}, the engine in it belongs to pool {found:032x}"),
+                at: off,
+            }
+            .into());
+        }
+        let meta = Meta { off, uuid };
+        let state = MetaState {
+            epoch: meta.load(mem, EPOCH)?,
+            clean: meta.load(mem, CLEAN)?,
+            attempt: meta.load(mem, ATTEMPT)?,
+            txid_reserved: meta.load(mem, TXID_RESERVED)?,
+            checkpoint: meta.load(mem, CHECKPOINT)?,
+            structures: meta.load(mem, STRUCTURES)?,
+        };
+        Ok((meta, state))
     }
 
-    fn load<M: PMem>(self, mem: &M, word: u64) -> u64 {
-        // Acquire: the words are read at open (alone) or, for the reservation, by threads that
-        // raise it (see `reserve_txids`).
-        mem.load(self.off + word, Ordering::Acquire)
+    /// The check of a copy of `value` in the word at `word`.
+    fn check(self, word: u64, value: u64) -> u64 {
+        check_words([value, word, self.uuid as u64, (self.uuid >> 64) as u64])
     }
 
-    /// The committed recovery epoch.
-    pub(crate) fn epoch<M: PMem>(self, mem: &M) -> u64 {
-        self.load(mem, EPOCH)
-    }
-
-    /// The last recovery attempt's number.
-    pub(crate) fn attempt<M: PMem>(self, mem: &M) -> u64 {
-        self.load(mem, ATTEMPT)
-    }
-
-    /// The txid reservation: every txid handed out is below it.
-    pub(crate) fn txid_reserved<M: PMem>(self, mem: &M) -> u64 {
-        self.load(mem, TXID_RESERVED)
-    }
-
-    /// The epoch that [`Engine::close`](crate::Engine::close) marked clean, or 0.
-    pub(crate) fn clean<M: PMem>(self, mem: &M) -> u64 {
-        self.load(mem, CLEAN)
-    }
-
-    /// Durably raises the txid reservation to at least `want` (threads may race: it only grows),
-    /// and returns the reservation now durable.
-    pub(crate) fn reserve_txids<M: PMem>(self, mem: &M, want: u64) -> u64 {
-        let at = self.off + TXID_RESERVED;
-        // Acquire: as for the CAS below.
-        let mut cur = mem.load(at, Ordering::Acquire);
-        while cur < want {
-            // AcqRel: the reservation only grows.
-            match mem.compare_exchange(at, cur, want, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(now) => cur = now,
+    /// The value of the word at `word`: its main copy, or its staging copy if the main one fails
+    /// its check.
+    fn load<M: PMem>(self, mem: &M, word: u64) -> Result<u64, Damage> {
+        let at = self.off + word;
+        for copy in [at + 16, at] {
+            // Acquire: the words are read at open (alone) or by the one writer of each.
+            let value = mem.load(copy, Ordering::Acquire);
+            if mem.load(copy + 8, Ordering::Acquire) == self.check(word, value) {
+                return Ok(value);
             }
         }
-        mem.flush(at);
-        // Fence: the reservation is durable before a txid under it is used.
+        Err(Damage { what: "an engine meta word fails the checks of both its copies".into(), at })
+    }
+
+    /// Stores `value` in the word at `word`: the staging copy, then the main one. The caller
+    /// flushes and fences; writers of one word are serialised.
+    fn store<M: PMem>(self, mem: &M, word: u64, value: u64) {
+        let at = self.off + word;
+        let check = self.check(word, value);
+        // Relaxed: one line, whose stores reach the media in this order; the caller's fence
+        // makes them durable.
+        for copy in [at, at + 16] {
+            mem.store(copy, value, Ordering::Relaxed);
+            mem.store(copy + 8, check, Ordering::Relaxed);
+        }
+    }
+
+    /// Stores `value` in the word at `word`, flushed and fenced.
+    fn set<M: PMem>(self, mem: &M, word: u64, value: u64) {
+        self.store(mem, word, value);
+        mem.flush(self.off + word);
+        // Fence: the word is durable before the caller relies on it.
         mem.fence();
-        mem.load(at, Ordering::Acquire)
+    }
+
+    /// Durably raises the txid reservation to `want`, and returns it. The caller serialises
+    /// (the reservation's one writer at a time) and knows `want` is above the reservation.
+    pub(crate) fn reserve_txids<M: PMem>(self, mem: &M, want: u64) -> u64 {
+        self.set(mem, TXID_RESERVED, want);
+        want
+    }
+
+    /// The checkpoint txid now (its one writer is the round in progress, or recovery).
+    pub(crate) fn checkpoint_txid<M: PMem>(self, mem: &M) -> u64 {
+        // A word checked at open changes only by `set`, which leaves it whole.
+        self.load(mem, CHECKPOINT).unwrap_or_else(|d| panic!("the checkpoint txid, whole at open, is not: {d}"))
+    }
+
+    /// Records `txid` as the checkpoint txid, durably: every committed writer at or below it is
+    /// in the records, which the caller made durable first.
+    pub(crate) fn set_checkpoint_txid<M: PMem>(self, mem: &M, txid: u64) {
+        self.set(mem, CHECKPOINT, txid);
+    }
+
+    /// Records that root slots 0 to `n - 1` hold structures, durably (their entries are).
+    pub(crate) fn set_structures<M: PMem>(self, mem: &M, n: u64) {
+        self.set(mem, STRUCTURES, n);
     }
 
     /// Recovery's first step: the attempt `attempt` is used once, even if it dies.
     pub(crate) fn begin_attempt<M: PMem>(self, mem: &M, attempt: u64) {
-        // Relaxed: recovery runs alone; the fence orders it.
-        mem.store(self.off + ATTEMPT, attempt, Ordering::Relaxed);
-        mem.flush(self.off + ATTEMPT);
-        // Fence: the attempt number is used once, even if this attempt dies.
-        mem.fence();
+        self.set(mem, ATTEMPT, attempt);
     }
 
     /// Recovery: sets the txid reservation to `reserved` and flushes it; the caller's next fence
     /// makes it durable (before the commit, which makes the txids it replaces unreadable).
     pub(crate) fn set_txid_reserved<M: PMem>(self, mem: &M, reserved: u64) {
-        // Relaxed: recovery runs alone; the caller's fence orders it.
-        mem.store(self.off + TXID_RESERVED, reserved, Ordering::Relaxed);
+        self.store(mem, TXID_RESERVED, reserved);
         mem.flush(self.off + TXID_RESERVED);
     }
 
     /// Recovery's commit: `epoch` is in force, durably, and a clean mark of an earlier epoch is
-    /// void (it is in the epoch's line, so it reaches the media no later than the epoch).
+    /// void (stored first, in the epoch's line, so it reaches the media no later than the epoch).
     pub(crate) fn commit_epoch<M: PMem>(self, mem: &M, epoch: u64) {
-        // Relaxed: recovery runs alone; the fence orders it.
-        mem.store(self.off + CLEAN, 0, Ordering::Relaxed);
-        mem.store(self.off + EPOCH, epoch, Ordering::Relaxed);
-        mem.flush(self.off + EPOCH);
-        // Fence: recovery is committed.
-        mem.fence();
+        self.store(mem, CLEAN, 0);
+        self.set(mem, EPOCH, epoch);
     }
 
     /// A clean close: every committed transaction of `epoch` is in the records, which the caller
-    /// made durable first.
+    /// made durable first. The fence puts the mark on the media after the nodes it vouches for
+    /// (synced by the rewrite, or unchanged since the open) and before the pool's own clean mark.
     pub(crate) fn mark_clean<M: PMem>(self, mem: &M, epoch: u64) {
-        // Relaxed: the engine is alone here; the fence below orders the mark.
-        mem.store(self.off + CLEAN, epoch, Ordering::Relaxed);
-        mem.flush(self.off + CLEAN);
-        // Fence: the clean mark reaches the media after the nodes it vouches for (synced by the
-        // rewrite, or unchanged since the open) and before the pool's own clean mark.
-        mem.fence();
+        self.set(mem, CLEAN, epoch);
     }
 
     /// An open after a clean close: the mark is void before any transaction can write a
     /// descriptor of the epoch.
     pub(crate) fn clear_clean<M: PMem>(self, mem: &M) {
-        // Relaxed: the open runs alone; the fence below orders it.
-        mem.store(self.off + CLEAN, 0, Ordering::Relaxed);
-        mem.flush(self.off + CLEAN);
-        // Fence: the mark is void before any transaction can write a descriptor of this epoch.
-        mem.fence();
+        self.set(mem, CLEAN, 0);
+    }
+}
+
+/// The check word of the meta region's identity line.
+fn id_check(uuid: u128) -> u64 {
+    check_words([MAGIC, uuid as u64, (uuid >> 64) as u64])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::SimMem;
+    use crate::pool::PoolConfig;
+
+    fn pool() -> Pool<SimMem> {
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 8 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        Pool::create_in(SimMem::new(0, 8 << 20), &config).unwrap()
+    }
+
+    #[test]
+    fn each_word_survives_the_damage_of_one_copy_and_not_of_both() {
+        let pool = pool();
+        let meta = Meta::create(&pool).unwrap();
+        let mem = pool.mem();
+        meta.set_checkpoint_txid(mem, 77);
+        let at = meta.off + CHECKPOINT;
+        for copy in [at, at + 16] {
+            let saved = mem.load(copy, Ordering::Relaxed);
+            mem.store(copy, saved ^ 4, Ordering::Relaxed);
+            assert_eq!(Meta::find(&pool).unwrap().1.checkpoint, 77, "copy at {copy:#x} damaged");
+            mem.store(copy, saved, Ordering::Relaxed);
+        }
+        mem.store(at, 1, Ordering::Relaxed);
+        mem.store(at + 16, 1, Ordering::Relaxed);
+        assert!(matches!(Meta::find(&pool), Err(EngineError::Damaged(Damage { at: a, .. })) if a == at));
+    }
+
+    #[test]
+    fn a_change_torn_anywhere_reads_as_the_old_value_or_the_new_one() {
+        let pool = pool();
+        let meta = Meta::create(&pool).unwrap();
+        let mem = pool.mem();
+        meta.set_checkpoint_txid(mem, 5);
+        let at = meta.off + CHECKPOINT;
+        let old: Vec<u64> = (0..4).map(|w| mem.load(at + 8 * w, Ordering::Relaxed)).collect();
+        meta.store(mem, CHECKPOINT, 9);
+        let new: Vec<u64> = (0..4).map(|w| mem.load(at + 8 * w, Ordering::Relaxed)).collect();
+        // A crash keeps a prefix of the line's stores: staging value, staging check, main value,
+        // main check.
+        for kept in 0..=4 {
+            for w in 0..4 {
+                let v = if w < kept { new[w] } else { old[w] };
+                mem.store(at + 8 * w as u64, v, Ordering::Relaxed);
+            }
+            let read = Meta::find(&pool).unwrap().1.checkpoint;
+            assert!(read == 5 || read == 9, "{kept} stores kept: {read}");
+            assert_eq!(read == 9, kept >= 3, "{kept} stores kept");
+        }
+    }
+
+    #[test]
+    fn the_engine_of_another_pool_is_refused() {
+        let (a, b) = (pool(), pool());
+        Meta::create(&a).unwrap();
+        // b's meta region, written as a's: the header says b, the engine a.
+        let meta = Meta::create(&b).unwrap();
+        let mem = b.mem();
+        let ua = u128::from_le_bytes(a.header().uuid);
+        mem.store(meta.off + UUID, ua as u64, Ordering::Relaxed);
+        mem.store(meta.off + UUID + 8, (ua >> 64) as u64, Ordering::Relaxed);
+        mem.store(meta.off + ID_CHECK, id_check(ua), Ordering::Relaxed);
+        assert!(matches!(Meta::find(&b), Err(EngineError::Damaged(_))));
     }
 }

@@ -65,6 +65,8 @@ pub(crate) struct Core<M: PMem> {
     /// Txids below this are durably reserved (the meta region's reservation).
     txid_reserved: AtomicU64,
     pub(crate) meta: Meta,
+    /// Serialises the raising of the txid reservation (its one writer at a time).
+    reserving: parking_lot::Mutex<()>,
     /// The committed recovery epoch: descriptors carry it, FINAL states and records too.
     pub(crate) epoch: u64,
     pub(crate) reclaim: Arc<Reclaim>,
@@ -92,14 +94,19 @@ pub(crate) enum Step {
 impl<M: PMem + 'static> Core<M> {
     /// The core of an engine over `pool` in `epoch`, with `structures`, handing out txids from
     /// `next_txid` on.
-    pub(crate) fn new(pool: Pool<M>, meta: Meta, epoch: u64, next_txid: u64, structures: Registry) -> Core<M> {
-        let txid_reserved = meta.txid_reserved(pool.mem());
+    pub(crate) fn new(
+        pool: Pool<M>,
+        meta: Meta,
+        (epoch, next_txid, txid_reserved): (u64, u64, u64),
+        structures: Registry,
+    ) -> Core<M> {
         Core {
             pool,
             structures,
             next_txid: AtomicU64::new(next_txid.max(1)),
             txid_reserved: AtomicU64::new(txid_reserved),
             meta,
+            reserving: parking_lot::Mutex::new(()),
             epoch,
             reclaim: Arc::default(),
         }
@@ -195,8 +202,14 @@ impl<M: PMem + 'static> Core<M> {
     /// [`TXID_BLOCK`] txids.
     #[cold]
     fn reserve_txids(&self, t: u64) {
+        let _one = self.reserving.lock();
+        // Acquire: a reservation another thread made while this one waited covers `t`.
+        if t < self.txid_reserved.load(Ordering::Acquire) {
+            return;
+        }
         let reserved = self.meta.reserve_txids(self.mem(), t + TXID_BLOCK);
-        self.txid_reserved.fetch_max(reserved, Ordering::AcqRel);
+        // Release: the reservation is durable before a thread that reads it uses a txid under it.
+        self.txid_reserved.store(reserved, Ordering::Release);
     }
 
     /// Persists a committed descriptor (Algorithm 5.4): assign its txid once, flush its

@@ -30,8 +30,8 @@ use crate::mem::{CACHE_LINE, PMem};
 use crate::pool::Pool;
 use crate::sync::{AtomicU64, Mutex};
 
-/// Region tag of descriptor rings.
-const RING_TAG: u16 = 0x7278;
+/// Region tag of descriptor rings (see `meta` for every tag).
+const RING_TAG: u8 = 2;
 
 /// The word a writer leaves where it skipped the end of a lap: no descriptor starts there, the
 /// next one starts at the lap's beginning. Its tag is not a descriptor's, so recovery's scan

@@ -46,6 +46,11 @@ impl OpKind {
         }
     }
 
+    /// The kind with code `c`, if there is one.
+    pub(crate) fn try_from_code(c: u8) -> Option<OpKind> {
+        (1..=7).contains(&c).then(|| OpKind::ALL[c as usize - 1])
+    }
+
     /// Whether the op's key must be in this presence state for the transaction not to abort.
     pub(crate) fn allows(self, present: bool) -> bool {
         match self {

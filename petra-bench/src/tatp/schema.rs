@@ -116,7 +116,13 @@ impl Schema {
                 let read = h.execute_decided(tx, |results, blobs| {
                     blobs.read_into(results[0].expect("a Find that committed found its key"), buf)
                 })?;
-                Ok(read.is_ok() && buf.len() == 24)
+                Ok(match read {
+                    Ok(value) => {
+                        value.map_err(petra::EngineError::from)?;
+                        buf.len() == 24
+                    }
+                    Err(_) => false,
+                })
             }
             GET_NEW_DESTINATION => {
                 let sf_type = rng.random_range(1..=4u8);

@@ -143,23 +143,24 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         let entry = self.store.entry(set)?;
         let sample_bytes = codec::sample_len(&entry.schema);
         let buf = &mut self.buf;
-        self.h.range_with(
+        let walked = self.h.range_with(
             HISTORY,
             codec::history_key(set, from)..=codec::history_key(set, to),
             |entries: Vec<(u128, u64)>, blobs| {
-                for (i, &(_, w)) in entries.iter().enumerate() {
+                for (i, &(k, w)) in entries.iter().enumerate() {
                     // The next sample's blob loads while this one is decoded.
                     if let Some(&(_, next)) = entries.get(i + 1) {
                         blobs.prefetch(next, sample_bytes);
                     }
-                    blobs.read_into(w, buf);
+                    blobs.read_into(w, buf).map_err(|d| crate::format::of_entry(HISTORY, k, d))?;
                     if f(&entry, buf).is_break() {
-                        return;
+                        return Ok(());
                     }
                 }
+                Ok::<(), petra::error::Damage>(())
             },
         )?;
-        Ok(())
+        Ok(walked?)
     }
 
     /// Minimum, maximum, mean and rate of change of each scalar data metric over the samples in

@@ -132,8 +132,11 @@ impl<M: PMem + 'static> MetricStore<M> {
     fn load_catalog(&self) -> Result<()> {
         let mut h = self.engine.handle()?;
         let records: Vec<(u64, Vec<u8>)> = h.range_with(CATALOG, .., |entries: Vec<(u64, u64)>, blobs| {
-            entries.into_iter().map(|(k, w)| (k, blobs.to_vec(w))).collect()
-        })?;
+            entries
+                .into_iter()
+                .map(|(k, w)| Ok((k, blobs.to_vec(w).map_err(|d| format::of_entry(CATALOG, k as u128, d))?)))
+                .collect::<Result<_, petra::error::Damage>>()
+        })??;
         let corrupt = |what: String| KvError::Engine(petra::EngineError::Corrupt(what));
         let mut catalog = Catalog::default();
         for (key, bytes) in &records {

@@ -136,6 +136,10 @@ impl<M: PMem> PMem for Counting<M> {
     fn durability(&self) -> Durability {
         self.inner.durability()
     }
+
+    fn boot(&self) -> u128 {
+        self.inner.boot()
+    }
     fn sync(&self) -> io::Result<()> {
         self.inner.sync()
     }

@@ -75,4 +75,9 @@ impl PMem for LoomMem {
     fn durability(&self) -> Durability {
         Durability::Simulated
     }
+
+    /// Loom models a running engine and its recovery in one process: one boot.
+    fn boot(&self) -> u128 {
+        1
+    }
 }

@@ -404,7 +404,7 @@ impl PMem for MmapMem {
         if !new_len.is_multiple_of(page) || !new_len.is_multiple_of(CACHE_LINE) {
             return Err(GrowError::Unaligned { requested: new_len, granule: page });
         }
-        self.file.set_len(new_len)?;
+        reserve_space(&self.file, old_len, new_len)?;
         if let Err(e) = self.map_range(old_len, new_len, self.durability == Durability::Dax) {
             // Leave the file as it was; the extension was never mapped or used.
             let _ = self.file.set_len(old_len);
@@ -453,6 +453,10 @@ impl PMem for MmapMem {
 
     fn durability(&self) -> Durability {
         self.durability
+    }
+
+    fn boot(&self) -> u128 {
+        machine_boot()
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -507,4 +511,44 @@ pub(crate) fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 { size as u64 } else { 4096 }
+}
+
+/// Extends `file` from `old_len` to `new_len` bytes with its blocks reserved, so that a full file
+/// system is an error now (ENOSPC) rather than a SIGBUS at the first store to a page of a hole.
+/// A file system that cannot reserve (no `fallocate`) gets a sparse extension, as `set_len`
+/// makes. On failure the file is left at `old_len`.
+pub(crate) fn reserve_space(file: &File, old_len: u64, new_len: u64) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(from), Ok(len)) = (libc::off_t::try_from(old_len), libc::off_t::try_from(new_len - old_len)) else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "file length beyond off_t"));
+        };
+        // SAFETY: posix_fallocate only changes the file behind the descriptor, which `file`
+        // keeps open for the call; no memory is passed.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from, len) };
+        match rc {
+            0 => return Ok(()),
+            libc::EOPNOTSUPP | libc::EINVAL => {}
+            errno => {
+                // Blocks reserved before the failure are given back with the length.
+                let _ = file.set_len(old_len);
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+        }
+    }
+    let _ = old_len;
+    file.set_len(new_len)
+}
+
+/// The id of the running boot of the machine (Linux's `/proc/sys/kernel/random/boot_id`), or 0
+/// where it is unknown.
+fn machine_boot() -> u128 {
+    static BOOT: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .and_then(|s| u128::from_str_radix(&s.trim().replace('-', ""), 16).ok())
+            .unwrap_or(0)
+    })
 }

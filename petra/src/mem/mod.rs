@@ -29,6 +29,7 @@ mod sim;
 #[cfg(loom)]
 pub use self::loom::LoomMem;
 pub use counting::{Counting, MemCounts};
+pub(crate) use mmap::reserve_space;
 pub use mmap::{FlushKind, MmapMem, MmapOptions};
 pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, SimMem};
 
@@ -204,6 +205,14 @@ pub trait PMem: Send + Sync {
     /// What a flush and fence guarantee here.
     fn durability(&self) -> Durability;
 
+    /// The machine boot this memory lives in, as far as it knows (0: unknown). A pool records
+    /// the boot it was last in use in: when it is opened again in the same boot, only its process
+    /// can have died, never the machine, so every store of the last run is in the memory, links
+    /// included; after another boot (a power loss), only what was durable is.
+    fn boot(&self) -> u128 {
+        0
+    }
+
     /// Makes everything written so far durable against power loss where the medium needs more
     /// than flush and fence (`msync` for [`Durability::PageCache`]); a no-op elsewhere.
     fn sync(&self) -> io::Result<()> {
@@ -308,6 +317,9 @@ impl<M: PMem + ?Sized> PMem for std::sync::Arc<M> {
     }
     fn durability(&self) -> Durability {
         (**self).durability()
+    }
+    fn boot(&self) -> u128 {
+        (**self).boot()
     }
     fn sync(&self) -> io::Result<()> {
         (**self).sync()

@@ -233,6 +233,10 @@ impl SimState {
 pub struct SimMem {
     state: Mutex<SimState>,
     max_len: u64,
+    /// The simulated machine boot: each new memory, crash image and restart from bytes is a boot
+    /// of its own; the same memory reopened after its users were dropped (a process death) is
+    /// the same boot.
+    boot: u128,
 }
 
 impl fmt::Debug for SimMem {
@@ -245,6 +249,14 @@ impl fmt::Debug for SimMem {
             .field("captured", &st.captured.len())
             .finish()
     }
+}
+
+/// A boot id no other simulated memory of this process has.
+fn new_boot() -> u128 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    // Relaxed: only uniqueness matters. A process id in the high bits keeps ids of two test
+    // processes apart too.
+    (std::process::id() as u128) << 64 | NEXT.fetch_add(1, Ordering::Relaxed) as u128
 }
 
 thread_local! {
@@ -285,6 +297,7 @@ impl SimMem {
                 captured: Vec::new(),
             }),
             max_len,
+            boot: new_boot(),
         }
     }
 
@@ -411,6 +424,10 @@ impl PMem for SimMem {
 
     fn durability(&self) -> Durability {
         Durability::Simulated
+    }
+
+    fn boot(&self) -> u128 {
+        self.boot
     }
 }
 

@@ -8,7 +8,9 @@
 //!   recovery scans) or blobs (values longer than a word; each starts with its length). Free
 //!   blocks live in magazines of [`MAGAZINE`] offsets: each thread's [`Local`] keeps one per class
 //!   and trades whole magazines with a lock-free global depot, so the common allocation and free
-//!   are a `Vec` push or pop with no shared-memory write and **no flush**.
+//!   are a `Vec` push or pop with no shared-memory write and **no flush**. A blob starts with a
+//!   header word: its length (bits 0..32) and a check of its bytes (bits 32..64, the high half of
+//!   their XXH3), which every read verifies.
 //! - **Runs.** Contiguous chunks for a large blob or for an engine region (descriptor rings),
 //!   found in a volatile free-chunk set or made by growing the file.
 //! - **Rebuild.** After open, slab chunks count as full and runs as live, which is always safe:
@@ -28,9 +30,10 @@ use rustc_hash::FxHashMap;
 use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
 
-use super::header::{ChunkUse, Family, Layout, RunKind};
+use super::header::{ChunkUse, Family, Header, RunKind};
 use super::{POff, Pool};
-use crate::error::{AllocError, RebuildError};
+use crate::error::{AllocError, Damage, RebuildError};
+use crate::hash::value_hash;
 use crate::mem::{CACHE_LINE, GrowError, PMem, WORD};
 
 /// Block sizes of the size classes, in bytes. Multiples of 16, each at most a third larger than the
@@ -39,6 +42,14 @@ pub const CLASS_SIZES: [u32; 28] = [
     16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2560, 3072, 4096,
     5120, 6144, 8192, 10240, 12288, 16384,
 ];
+
+/// Bits of a blob's header word that hold its length; the check is in the high 32.
+const BLOB_LEN: u64 = u32::MAX as u64;
+
+/// The check a blob's header word keeps of a value of [`value_hash`] `hash`.
+fn blob_check(hash: u64) -> u64 {
+    hash >> 32
+}
 
 /// Offsets per magazine: the unit of exchange between a thread and the global depot.
 pub const MAGAZINE: usize = 32;
@@ -58,9 +69,10 @@ fn depot_index(family: Family, class: usize) -> usize {
     family as usize * CLASSES + class
 }
 
-/// Whether a chunk table word names a use this build knows.
-pub(crate) fn valid_entry(w: u64) -> bool {
-    match ChunkUse::decode(w) {
+/// Whether `w` is a valid table word for chunk `index` of the pool `uuid`, naming a use this
+/// build knows.
+pub(crate) fn valid_entry(w: u64, index: u64, uuid: &[u8; 16]) -> bool {
+    match ChunkUse::decode(w, index, uuid) {
         Some(ChunkUse::Slab { class, .. }) => (class as usize) < CLASSES,
         Some(_) => true,
         None => false,
@@ -135,9 +147,9 @@ pub struct ChunkCounts {
 impl Allocator {
     /// The state right after open: every chunk the table marks free is free, every slab is full.
     /// In a pool just created (`fresh`), free chunks are known to be zero.
-    pub(crate) fn attach<M: PMem>(mem: &M, layout: &Layout, fresh: bool) -> Allocator {
-        let in_file = layout.chunks_in(mem.len());
-        let uses = read_uses(mem, layout, in_file);
+    pub(crate) fn attach<M: PMem>(mem: &M, header: &Header, fresh: bool) -> Allocator {
+        let in_file = header.layout.chunks_in(mem.len());
+        let uses = read_uses(mem, header, in_file);
         let mut free = BTreeMap::new();
         let dirty = if fresh { Dirty::Zero } else { Dirty::Maybe };
         let mut node = 0;
@@ -165,11 +177,17 @@ impl Allocator {
 /// Reads the table entries of the first `n` chunks and resolves runs: a run head whose tails are
 /// not all in place, and a tail without a head, come from a run whose creation never finished,
 /// and read as free.
-fn read_uses<M: PMem>(mem: &M, layout: &Layout, n: u64) -> Vec<ChunkUse> {
+fn read_uses<M: PMem>(mem: &M, header: &Header, n: u64) -> Vec<ChunkUse> {
     let raw: Vec<ChunkUse> = (0..n)
         .map(|i| {
-            ChunkUse::decode(mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed))
-                .unwrap_or(ChunkUse::Free)
+            // Every entry was checked at open (a pool with an invalid one is refused), and the
+            // pool writes only valid ones.
+            ChunkUse::decode(
+                mem.load(header.layout.entry_off(i), std::sync::atomic::Ordering::Relaxed),
+                i,
+                &header.uuid,
+            )
+            .unwrap_or(ChunkUse::Free)
         })
         .collect();
     let mut uses = vec![ChunkUse::Free; raw.len()];
@@ -198,6 +216,7 @@ fn read_uses<M: PMem>(mem: &M, layout: &Layout, n: u64) -> Vec<ChunkUse> {
 impl<M: PMem> Pool<M> {
     /// Takes `n` contiguous chunks for `new_use`, zeroed and with their table entries persisted.
     fn take_run(&self, n: u64, new_use: ChunkUse) -> Result<u64, AllocError> {
+        self.mark_in_use().map_err(|e| AllocError::Grow(format!("cannot mark the pool in use: {e}")))?;
         let layout = self.header.layout;
         let mut chunks = self.alloc.chunks.lock();
         let full = AllocError::PoolFull { requested: n * layout.chunk_size, max: layout.max_len() };
@@ -222,6 +241,9 @@ impl<M: PMem> Pool<M> {
             match self.mem.grow(layout.chunk_off(chunks.in_file + want)) {
                 Ok(()) => {}
                 Err(GrowError::AboveMaximum { .. }) => return Err(full),
+                Err(GrowError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+                    return Err(AllocError::NoSpace { requested: want * layout.chunk_size });
+                }
                 Err(e) => return Err(AllocError::Grow(e.to_string())),
             }
             for i in chunks.in_file..chunks.in_file + want {
@@ -279,7 +301,7 @@ impl<M: PMem> Pool<M> {
             let u = if i == start { first } else { rest };
             // Relaxed: the table is read by other threads only at open and rebuild, which are
             // ordered after this by the chunk lock or by exclusive access to the pool.
-            self.mem.store(layout.entry_off(i), u.encode(), std::sync::atomic::Ordering::Relaxed);
+            self.mem.store(layout.entry_off(i), u.encode(i, &self.header.uuid), std::sync::atomic::Ordering::Relaxed);
         }
         self.mem.flush_range(layout.entry_off(start), n * WORD);
         // Fence: the new use is durable before any block of it is handed out (or, when freeing,
@@ -289,6 +311,11 @@ impl<M: PMem> Pool<M> {
 
     /// Returns the run starting at chunk `start` to the free set, persisting its entries free.
     fn free_run(&self, start: u64, n: u64) {
+        // A pool that cannot be marked in use is not changed: the chunks stay in use until the
+        // next open's rebuild frees them, which loses nothing.
+        if self.mark_in_use().is_err() {
+            return;
+        }
         self.write_uses(start, n, ChunkUse::Free);
         let mut chunks = self.alloc.chunks.lock();
         for i in start..start + n {
@@ -304,13 +331,13 @@ impl<M: PMem> Pool<M> {
             return None;
         }
         let w = self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed);
-        Some((i, ChunkUse::decode(w)?))
+        Some((i, ChunkUse::decode(w, i, &self.header.uuid)?))
     }
 
     /// Allocates a run of chunks for an engine region (a descriptor ring, say) named by `tag`.
     /// The region is zeroed, persisted, and found again after a restart by
     /// [`regions`](Pool::regions).
-    pub fn alloc_region(&self, tag: u16, bytes: u64) -> Result<POff, AllocError> {
+    pub fn alloc_region(&self, tag: u8, bytes: u64) -> Result<POff, AllocError> {
         let n = bytes.max(1).div_ceil(self.header.layout.chunk_size);
         let chunks = u32::try_from(n)
             .ok()
@@ -321,9 +348,9 @@ impl<M: PMem> Pool<M> {
     }
 
     /// The regions with `tag`, as (offset, length in bytes), in pool order.
-    pub fn regions(&self, tag: u16) -> Vec<(POff, u64)> {
+    pub fn regions(&self, tag: u8) -> Vec<(POff, u64)> {
         let layout = &self.header.layout;
-        read_uses(&self.mem, layout, layout.chunks_in(self.mem.len()))
+        read_uses(&self.mem, &self.header, layout.chunks_in(self.mem.len()))
             .iter()
             .enumerate()
             .filter_map(|(i, u)| match *u {
@@ -333,6 +360,30 @@ impl<M: PMem> Pool<M> {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The length of the region with `tag` that starts at `off`, if there is one.
+    pub fn region_at(&self, off: POff, tag: u8) -> Option<u64> {
+        match self.use_of(off.get())? {
+            (i, ChunkUse::RunHead { kind: RunKind::Region(t), chunks })
+                if t == tag && self.header.layout.chunk_off(i) == off.get() =>
+            {
+                Some(chunks as u64 * self.header.layout.chunk_size)
+            }
+            _ => None,
+        }
+    }
+
+    /// The size of the node block that starts at `off`, if one does: `off` is the start of a block
+    /// of a node slab chunk, as the chunk table says.
+    pub fn node_block(&self, off: POff) -> Option<u64> {
+        match self.use_of(off.get())? {
+            (i, ChunkUse::Slab { family: Family::Node, class }) => {
+                let size = CLASS_SIZES[class as usize] as u64;
+                (off.get() - self.header.layout.chunk_off(i)).is_multiple_of(size).then_some(size)
+            }
+            _ => None,
+        }
     }
 
     /// Frees a region made by [`alloc_region`](Pool::alloc_region).
@@ -350,42 +401,72 @@ impl<M: PMem> Pool<M> {
         }
     }
 
-    /// The length of the blob at `off`.
+    /// The length of the blob at `off`, as its header word says.
     pub fn blob_len(&self, off: POff) -> u64 {
-        self.mem.load(off.get(), std::sync::atomic::Ordering::Acquire)
+        // Acquire: a reader that sees the header sees the bytes written before it.
+        self.mem.load(off.get(), std::sync::atomic::Ordering::Acquire) & BLOB_LEN
     }
 
-    /// Copies out the blob at `off`.
-    ///
-    /// # Panics
-    /// If no blob fits at `off` (see [`read_blob_into`](Pool::read_blob_into)).
-    pub fn read_blob(&self, off: POff) -> Vec<u8> {
+    /// Copies out the blob at `off`, checked (see [`read_blob_into`](Pool::read_blob_into)).
+    pub fn read_blob(&self, off: POff) -> Result<Vec<u8>, Damage> {
         let mut buf = Vec::new();
-        assert!(self.read_blob_into(off, &mut buf), "{:#x} does not name a blob", off.get());
-        buf
+        self.read_blob_into(off, &mut buf)?;
+        Ok(buf)
     }
 
-    /// Copies the blob at `off` into `buf`, replacing its contents. Returns false (and leaves
-    /// `buf` empty) if no blob fits there: `off` unaligned, or its length word reaching past the
-    /// pool's end (an offset or length read from a torn write).
-    pub fn read_blob_into(&self, off: POff, buf: &mut Vec<u8>) -> bool {
+    /// Copies the blob at `off` into `buf`, replacing its contents, and checks it against its
+    /// header: [`Damage`] (with `buf` empty) if no blob fits there (`off` unaligned, or its length
+    /// reaching past the pool's end) or its bytes fail their check.
+    pub fn read_blob_into(&self, off: POff, buf: &mut Vec<u8>) -> Result<(), Damage> {
         buf.clear();
-        let off = off.get();
-        if !off.is_multiple_of(WORD) || off.checked_add(WORD).is_none_or(|end| end > self.mem.len()) {
-            return false;
+        let at = off.get();
+        let damage = |what: String| Err(Damage { what, at });
+        if !at.is_multiple_of(WORD) || at.checked_add(WORD).is_none_or(|end| end > self.mem.len()) {
+            return damage("a value offset outside the pool".into());
         }
-        let len = self.blob_len(POff::new(off));
-        if len > self.mem.len() - off - WORD {
-            return false;
+        // Acquire: as in `blob_len`.
+        let header = self.mem.load(at, std::sync::atomic::Ordering::Acquire);
+        let len = header & BLOB_LEN;
+        if len > self.mem.len() - at - WORD {
+            return damage(format!("a value of {len} bytes reaching past the pool's end"));
         }
         buf.resize(len as usize, 0);
-        self.mem.read_bytes(off + WORD, buf);
-        true
+        self.mem.read_bytes(at + WORD, buf);
+        if header >> 32 != blob_check(value_hash(buf)) {
+            buf.clear();
+            return damage(format!("a value of {len} bytes that fails its check"));
+        }
+        Ok(())
+    }
+
+    /// Checks that `off` is the start of a blob in use as the chunk table says (a block of a blob
+    /// slab, or a run of its own) whose length fits there, and reads it into `buf`, checked (see
+    /// [`read_blob_into`](Pool::read_blob_into)).
+    pub fn check_blob(&self, off: POff, buf: &mut Vec<u8>) -> Result<(), Damage> {
+        let at = off.get();
+        let room = match self.use_of(at) {
+            Some((i, ChunkUse::RunHead { kind: RunKind::Blob, chunks })) if self.header.layout.chunk_off(i) == at => {
+                chunks as u64 * self.header.layout.chunk_size
+            }
+            Some((i, ChunkUse::Slab { family: Family::Blob, class })) => {
+                let size = CLASS_SIZES[class as usize] as u64;
+                if !(at - self.header.layout.chunk_off(i)).is_multiple_of(size) {
+                    return Err(Damage { what: format!("a value offset inside a block of {size} bytes"), at });
+                }
+                size
+            }
+            other => return Err(Damage { what: format!("a value offset in a chunk used as {other:?}"), at }),
+        };
+        self.read_blob_into(off, buf)?;
+        if WORD + buf.len() as u64 > room {
+            return Err(Damage { what: format!("a value of {} bytes in a block of {room}", buf.len()), at });
+        }
+        Ok(())
     }
 
     /// The largest blob, in bytes.
     pub fn max_blob_len(&self) -> u64 {
-        0xFF_FFFF * self.header.layout.chunk_size - WORD
+        (0xFF_FFFF * self.header.layout.chunk_size - WORD).min(BLOB_LEN)
     }
 
     /// Rebuilds the volatile allocator state from the offsets recovery found live: node blocks and
@@ -397,7 +478,7 @@ impl<M: PMem> Pool<M> {
     /// twice.
     pub fn rebuild(&mut self, live: impl IntoIterator<Item = POff>) -> Result<RebuildReport, RebuildError> {
         let layout = self.header.layout;
-        let uses = read_uses(&self.mem, &layout, layout.chunks_in(self.mem.len()));
+        let uses = read_uses(&self.mem, &self.header, layout.chunks_in(self.mem.len()));
         let blocks_in = |class: u8| layout.chunk_size / CLASS_SIZES[class as usize] as u64;
         // Live bitmap per slab chunk; live flag per blob run.
         let mut slab_live: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
@@ -491,7 +572,7 @@ impl<M: PMem> Pool<M> {
     /// scan of the node arena).
     pub fn for_each_node_block(&self, mut f: impl FnMut(POff)) {
         let layout = self.header.layout;
-        for (i, u) in read_uses(&self.mem, &layout, layout.chunks_in(self.mem.len())).iter().enumerate() {
+        for (i, u) in read_uses(&self.mem, &self.header, layout.chunks_in(self.mem.len())).iter().enumerate() {
             if let ChunkUse::Slab { family: Family::Node, class } = *u {
                 let size = CLASS_SIZES[class as usize] as u64;
                 for b in 0..layout.chunk_size / size {
@@ -512,7 +593,7 @@ impl<M: PMem> Pool<M> {
     pub fn chunk_counts(&self) -> ChunkCounts {
         let layout = &self.header.layout;
         let mut c = ChunkCounts::default();
-        for u in read_uses(&self.mem, layout, layout.chunks_in(self.mem.len())) {
+        for u in read_uses(&self.mem, &self.header, layout.chunks_in(self.mem.len())) {
             match u {
                 ChunkUse::Free => c.free += 1,
                 ChunkUse::Slab { family: Family::Node, .. } => c.node += 1,
@@ -660,17 +741,24 @@ impl<M: PMem> Pool<M> {
         depot_index(family, class)
     }
 
-    /// Writes `data` as a new blob (its length, then its bytes) and flushes its lines, without a
-    /// fence: the caller's next fence makes it durable, before whatever publishes it.
+    /// Writes `data` as a new blob (its header word: length and check; then its bytes) and
+    /// flushes its lines, without a fence: the caller's next fence makes it durable, before
+    /// whatever publishes it.
     pub fn alloc_blob(&self, cache: &mut AllocCache, data: &[u8]) -> Result<POff, AllocError> {
-        let off = self.alloc_blob_unflushed(cache, data)?;
+        let off = self.alloc_blob_unflushed(cache, data, value_hash(data))?;
         self.mem.flush_range(off.get(), WORD + data.len() as u64);
         Ok(off)
     }
 
-    /// Writes `data` as a new blob, like [`alloc_blob`](Pool::alloc_blob), but leaves flushing
-    /// it to the caller: the thread whose fence is to make it durable must flush it itself.
-    pub fn alloc_blob_unflushed(&self, cache: &mut AllocCache, data: &[u8]) -> Result<POff, AllocError> {
+    /// Writes `data`, whose [`value_hash`] is `hash`, as a new blob, like
+    /// [`alloc_blob`](Pool::alloc_blob), but leaves flushing it to the caller: the thread whose
+    /// fence is to make it durable must flush it itself.
+    pub(crate) fn alloc_blob_unflushed(
+        &self,
+        cache: &mut AllocCache,
+        data: &[u8],
+        hash: u64,
+    ) -> Result<POff, AllocError> {
         let total = WORD + data.len() as u64;
         let off = match class_for(total) {
             Some(class) => self.alloc_class(cache, Family::Blob, class)?,
@@ -685,8 +773,8 @@ impl<M: PMem> Pool<M> {
             }
         };
         self.mem.write_bytes(off.get() + WORD, data);
-        // Release: a reader that sees the length (Acquire in `blob_len`) sees the bytes.
-        self.mem.store(off.get(), data.len() as u64, std::sync::atomic::Ordering::Release);
+        // Release: a reader that sees the header (Acquire in `blob_len`) sees the bytes.
+        self.mem.store(off.get(), data.len() as u64 | blob_check(hash) << 32, std::sync::atomic::Ordering::Release);
         Ok(off)
     }
 

@@ -14,7 +14,7 @@
 //! ```text
 //! offset size  field                      written
 //!      0    8  magic "PETRAPOL"           once, last step of create
-//!      8    4  format version (2)         once
+//!      8    4  format version (3)         once
 //!     12    4  header size (4096)         once
 //!     16    8  chunk size (power of two)  once
 //!     24    8  chunk table offset (4096)  once
@@ -25,10 +25,11 @@
 //!     72   48  reserved, zero
 //!    120    4  CRC-32 of bytes [0, 120)   once
 //!    124    4  reserved, zero
-//!    128    8  shutdown word              8-byte store + flush + fence: CLEAN_SHUTDOWN after a
-//!                                         clean close, 0 while open or after a crash
-//!    136    8  checkpoint txid            8-byte store + flush + fence, by the engine
-//!    144  880  reserved, zero
+//!    128    8  shutdown word              CLEAN_SHUTDOWN after a clean close, 0 once in use
+//!    136   16  boot id                    the machine boot the pool was last in use in
+//!    152    8  state check                check word of the shutdown word, the boot id and the
+//!                                         uuid
+//!    160  864  reserved, zero
 //!   1024 3072  root table: 48 entries of 64 bytes (one cache line each)
 //! ```
 //!
@@ -43,20 +44,27 @@
 //!     60    4  reserved, zero
 //! ```
 //!
+//! The state line (shutdown word, boot id, state check) is written at the first change after an
+//! open and at a clean close, its check word last: a line torn by a crash fails its check and
+//! reads as "in use, boot unknown", which is what a crash leaves.
+//!
 //! Chunk table entry (u64, an 8-byte store, flushed and fenced before the chunk is used):
 //!
 //! ```text
-//! bits  0..8   use: 0 free, 1 slab, 2 run head, 3 run tail
+//! bits  0..8   use: 0 free (the whole word is 0), 1 slab, 2 run head, 3 run tail
 //! bits  8..16  slab: family (0 node, 1 blob)      run head: run kind (0 blob, 1 region)
-//! bits 16..24  slab: size class index
+//! bits 16..24  slab: size class index             run head of a region: the region's tag
 //! bits 24..48  run head: chunks in the run
-//! bits 48..64  run head of a region: the region's tag
+//! bits 48..64  check: 16 bits of the check word of the entry's index, bits 0..48 and the uuid
 //! ```
 //!
 //! The immutable part is covered by one checksum; the words that change while the pool is open
-//! are single aligned words, which persistent memory writes failure-atomically.
+//! are single aligned words, which persistent memory writes failure-atomically, each with a check
+//! that ties it to its place and to the pool: a damaged or misplaced word, or a header from
+//! another pool, fails it.
 
 use crate::error::OpenError;
+use crate::hash::check_words;
 
 /// Size of the header page.
 pub const HEADER_SIZE: u64 = 4096;
@@ -64,13 +72,15 @@ pub const HEADER_SIZE: u64 = 4096;
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
 /// The format version this build writes and reads. 2: the check words of descriptors and node
 /// records and the hashes of byte values are XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offset of the shutdown word.
 pub const SHUTDOWN_OFF: u64 = 128;
-/// Offset of the checkpoint txid word.
-pub const CHECKPOINT_OFF: u64 = 136;
+/// Offset of the boot id (16 bytes).
+pub const BOOT_OFF: u64 = 136;
+/// Offset of the state line's check word.
+pub const STATE_CHECK_OFF: u64 = 152;
 /// Offset of the root table.
 pub const ROOT_TABLE_OFF: u64 = 1024;
 /// Size of one root table entry.
@@ -272,6 +282,12 @@ impl RootEntry {
     }
 }
 
+/// The check of the header's state line: the shutdown word and the boot id, tied to the pool.
+pub(crate) fn state_check(shutdown: u64, boot: u128, uuid: &[u8; 16]) -> u64 {
+    let id = u128::from_le_bytes(*uuid);
+    check_words([shutdown, boot as u64, (boot >> 64) as u64, id as u64, (id >> 64) as u64])
+}
+
 /// The two kinds of slab block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -310,45 +326,53 @@ pub enum RunKind {
     /// One large blob.
     Blob,
     /// An engine region (for example a descriptor ring), named by a tag.
-    Region(u16),
+    Region(u8),
 }
 
 impl ChunkUse {
-    /// The table word for this use.
-    pub fn encode(self) -> u64 {
-        match self {
-            ChunkUse::Free => 0,
+    /// The table word for this use in the entry of chunk `index` of the pool `uuid`.
+    pub fn encode(self, index: u64, uuid: &[u8; 16]) -> u64 {
+        let payload = match self {
+            ChunkUse::Free => return 0,
             ChunkUse::Slab { family, class } => 1 | (family as u64) << 8 | (class as u64) << 16,
             ChunkUse::RunHead { kind, chunks } => {
                 let (k, tag) = match kind {
                     RunKind::Blob => (0u64, 0u64),
                     RunKind::Region(tag) => (1, tag as u64),
                 };
-                2 | k << 8 | (chunks as u64 & 0xFF_FFFF) << 24 | tag << 48
+                2 | k << 8 | tag << 16 | (chunks as u64 & 0xFF_FFFF) << 24
             }
             ChunkUse::RunTail => 3,
-        }
+        };
+        payload | entry_check(index, payload, uuid) << 48
     }
 
-    /// The use a table word names, or `None` if the word is not a valid entry.
-    pub fn decode(w: u64) -> Option<ChunkUse> {
-        let sub = (w >> 8) & 0xFF;
-        Some(match w & 0xFF {
-            0 if w == 0 => ChunkUse::Free,
-            1 if w >> 24 == 0 => ChunkUse::Slab {
+    /// The use the table word `w` of chunk `index` of the pool `uuid` names, or `None` if the
+    /// word is not a valid entry there (damaged, moved from another entry, or of another pool).
+    pub fn decode(w: u64, index: u64, uuid: &[u8; 16]) -> Option<ChunkUse> {
+        if w == 0 {
+            return Some(ChunkUse::Free);
+        }
+        let payload = w & PAYLOAD;
+        if w >> 48 != entry_check(index, payload, uuid) {
+            return None;
+        }
+        let sub = (payload >> 8) & 0xFF;
+        let third = (payload >> 16) & 0xFF;
+        Some(match payload & 0xFF {
+            1 if payload >> 24 == 0 => ChunkUse::Slab {
                 family: match sub {
                     0 => Family::Node,
                     1 => Family::Blob,
                     _ => return None,
                 },
-                class: ((w >> 16) & 0xFF) as u8,
+                class: third as u8,
             },
-            2 if (w >> 16) & 0xFF == 0 => {
-                let chunks = ((w >> 24) & 0xFF_FFFF) as u32;
-                let tag = (w >> 48) as u16;
+            2 => {
+                let chunks = (payload >> 24) as u32;
                 let kind = match sub {
-                    0 if tag == 0 => RunKind::Blob,
-                    1 => RunKind::Region(tag),
+                    0 if third == 0 => RunKind::Blob,
+                    1 => RunKind::Region(third as u8),
                     _ => return None,
                 };
                 if chunks == 0 {
@@ -356,10 +380,19 @@ impl ChunkUse {
                 }
                 ChunkUse::RunHead { kind, chunks }
             }
-            3 if w == 3 => ChunkUse::RunTail,
+            3 if payload == 3 => ChunkUse::RunTail,
             _ => return None,
         })
     }
+}
+
+/// Bits 0..48 of a chunk table entry: what it says, without its check.
+const PAYLOAD: u64 = (1 << 48) - 1;
+
+/// The 16 check bits of chunk table entry `index` saying `payload`, in the pool `uuid`.
+fn entry_check(index: u64, payload: u64, uuid: &[u8; 16]) -> u64 {
+    let id = u128::from_le_bytes(*uuid);
+    check_words([index, payload, id as u64, (id >> 64) as u64]) >> 48
 }
 
 #[cfg(test)]
@@ -405,7 +438,7 @@ mod tests {
         assert!(matches!(Header::decode(&p), Err(OpenError::BadMagic { .. })));
         let mut p = good.clone();
         p[8] = 1;
-        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 2 })));
+        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 3 })));
         let mut p = good.clone();
         p[50] ^= 1;
         assert!(matches!(Header::decode(&p), Err(OpenError::HeaderChecksum { .. })));
@@ -426,20 +459,29 @@ mod tests {
     }
 
     #[test]
-    fn chunk_uses_round_trip_and_garbage_is_refused() {
+    fn chunk_uses_round_trip_and_damaged_moved_or_foreign_entries_are_refused() {
+        let (uuid, other) = ([7u8; 16], [8u8; 16]);
         let uses = [
-            ChunkUse::Free,
             ChunkUse::Slab { family: Family::Node, class: 0 },
             ChunkUse::Slab { family: Family::Blob, class: 27 },
             ChunkUse::RunHead { kind: RunKind::Blob, chunks: 5 },
-            ChunkUse::RunHead { kind: RunKind::Region(0xBEEF), chunks: 1 },
+            ChunkUse::RunHead { kind: RunKind::Region(0xBE), chunks: 0xFF_FFFF },
             ChunkUse::RunTail,
         ];
+        assert_eq!(ChunkUse::Free.encode(3, &uuid), 0);
+        assert_eq!(ChunkUse::decode(0, 3, &uuid), Some(ChunkUse::Free));
         for u in uses {
-            assert_eq!(ChunkUse::decode(u.encode()), Some(u), "{u:?}");
+            let w = u.encode(3, &uuid);
+            assert_eq!(ChunkUse::decode(w, 3, &uuid), Some(u), "{u:?}");
+            assert_eq!(ChunkUse::decode(w, 4, &uuid), None, "{u:?} moved to another entry");
+            assert_eq!(ChunkUse::decode(w, 3, &other), None, "{u:?} of another pool");
+            for bit in 0..64 {
+                assert_eq!(ChunkUse::decode(w ^ 1 << bit, 3, &uuid), None, "{u:?} with bit {bit} flipped");
+            }
         }
-        for w in [4u64, 1 | 2 << 8, 0x100, 2, u64::MAX, 3 | 1 << 40] {
-            assert_eq!(ChunkUse::decode(w), None, "{w:#x}");
+        for payload in [4u64, 1 | 2 << 8, 0x100, 2, 3 | 1 << 40, (1 << 48) - 1] {
+            let w = payload | entry_check(0, payload, &uuid) << 48;
+            assert_eq!(ChunkUse::decode(w, 0, &uuid), None, "{payload:#x}");
         }
     }
 }

@@ -5,10 +5,13 @@
 //! - Opening validates the header before anything is mapped or written: a file that is not a
 //!   pool, of another version, corrupt or truncated is refused with its own [`OpenError`] and left
 //!   byte for byte as it was.
-//! - Once valid, the pool is marked in use (the shutdown word cleared, persisted) and
-//!   [`was_clean`](Pool::was_clean) tells whether the last user closed it with
-//!   [`close`](Pool::close). Dropping a pool without `close` leaves it marked in use, so the next
-//!   open knows to recover.
+//! - Opening writes nothing: [`was_clean`](Pool::was_clean) tells whether the last user closed it
+//!   with [`close`](Pool::close), [`same_boot`](Pool::same_boot) whether it was last in use in
+//!   this boot of the machine. The pool is marked in use (its state line: not clean, this boot;
+//!   persisted and synced) by [`mark_in_use`](Pool::mark_in_use) before the first change, which
+//!   the engine calls once it has accepted the pool, and which the pool's own writers call too.
+//!   Dropping a pool marked in use without `close` leaves it so, and the next open knows to
+//!   recover.
 //!
 //! The byte layout is documented in [`header`].
 
@@ -30,8 +33,8 @@ use crate::error::{CreateError, OpenError};
 use crate::mem::{CACHE_LINE, Durability, FlushKind, MmapMem, MmapOptions, PMem, WORD};
 use alloc::Allocator;
 use header::{
-    CHECKPOINT_OFF, CLEAN_SHUTDOWN, HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE,
-    ROOT_TABLE_OFF, SHUTDOWN_OFF,
+    BOOT_OFF, CLEAN_SHUTDOWN, HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF,
+    SHUTDOWN_OFF, STATE_CHECK_OFF, state_check,
 };
 
 /// How a pool file is mapped.
@@ -86,7 +89,13 @@ pub struct Pool<M: PMem = MmapMem> {
     mem: M,
     header: Header,
     alloc: Allocator,
+    /// What the state line said at open: the last user closed the pool cleanly.
     was_clean: bool,
+    /// What the state line said at open: the boot the pool was last in use in, if it says.
+    last_boot: Option<u128>,
+    /// Whether the state line says "in use, this boot" now; the lock orders its first write
+    /// before any other change.
+    in_use: parking_lot::Mutex<bool>,
     path: Option<PathBuf>,
 }
 
@@ -106,7 +115,7 @@ impl Pool<MmapMem> {
         let made = (|| {
             file.try_lock().map_err(|e| io(e.into()))?;
             let len = initial_len(&layout, config.initial_size);
-            file.set_len(len).map_err(io)?;
+            crate::mem::reserve_space(&file, 0, len).map_err(io)?;
             let mem = MmapMem::map(file, &mmap_options(&config.mapping, layout.max_len())).map_err(io)?;
             mem.populate(0, len);
             let mut pool = Pool::format(mem, layout)?;
@@ -142,9 +151,9 @@ impl Pool<MmapMem> {
         file.read_exact_at(&mut page, 0).map_err(io_err(path))?;
         let header = Header::decode(&page)?;
         check_len(&header.layout, len)?;
-        check_table(&header.layout, len, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
+        check_table(&header, len, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
         let mem = MmapMem::map(file, &mmap_options(mapping, header.layout.max_len())).map_err(io_err(path))?;
-        let mut pool = Pool::attach(mem, header, false).map_err(io_err(path))?;
+        let mut pool = Pool::attach(mem, header, false);
         pool.path = Some(path.to_owned());
         Ok(pool)
     }
@@ -183,10 +192,11 @@ fn check_len(layout: &Layout, len: u64) -> Result<(), OpenError> {
 /// makes one that does not), and every entry past the file's end must be free: a used one means
 /// the file was cut.
 fn check_table(
-    layout: &Layout,
+    header: &Header,
     len: u64,
     read: impl Fn(u64, &mut [u8]) -> io::Result<()>,
 ) -> io::Result<Result<(), OpenError>> {
+    let (layout, uuid) = (&header.layout, &header.uuid);
     let in_file = layout.chunks_in(len);
     let mut buf = vec![0u8; 64 << 10];
     let mut i = 0;
@@ -201,7 +211,7 @@ fn check_table(
             if entry >= in_file {
                 return Ok(Err(OpenError::Truncated { len, expected: layout.chunk_off(entry + 1) }));
             }
-            if !alloc::valid_entry(word) {
+            if !alloc::valid_entry(word, entry, uuid) {
                 return Ok(Err(OpenError::BadLayout(format!("chunk table entry {entry} is corrupt ({word:#x})"))));
             }
         }
@@ -236,12 +246,12 @@ impl<M: PMem> Pool<M> {
         mem.read_bytes(0, &mut page);
         let header = Header::decode(&page)?;
         check_len(&header.layout, len)?;
-        check_table(&header.layout, len, |off, buf| {
+        check_table(&header, len, |off, buf| {
             mem.read_bytes(off, buf);
             Ok(())
         })
         .expect("reading memory cannot fail")?;
-        Pool::attach(mem, header, false).map_err(|source| OpenError::Io { path: PathBuf::new(), source })
+        Ok(Pool::attach(mem, header, false))
     }
 
     fn format(mem: M, layout: Layout) -> Result<Pool<M>, CreateError> {
@@ -254,9 +264,16 @@ impl<M: PMem> Pool<M> {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let header = Header { layout, uuid: *uuid::Uuid::new_v4().as_bytes(), created };
         let bytes = header.encode();
-        // Everything but the magic first, so that an interrupted create leaves no magic.
+        // Everything but the magic first, so that an interrupted create leaves no magic; the
+        // state line says in use, this boot.
         mem.write_bytes(MAGIC.len() as u64, &bytes[MAGIC.len()..]);
+        let boot = mem.boot();
+        // Relaxed: the fence below orders them.
+        mem.store(BOOT_OFF, boot as u64, Ordering::Relaxed);
+        mem.store(BOOT_OFF + 8, (boot >> 64) as u64, Ordering::Relaxed);
+        mem.store(STATE_CHECK_OFF, state_check(0, boot, &header.uuid), Ordering::Relaxed);
         mem.flush_range(0, bytes.len() as u64);
+        mem.flush(SHUTDOWN_OFF);
         // Fence: the header is durable before the magic claims it is a pool.
         mem.fence();
         mem.write_bytes(0, &bytes[..MAGIC.len()]);
@@ -264,30 +281,66 @@ impl<M: PMem> Pool<M> {
         // Fence: the pool exists once the magic is durable.
         mem.fence();
         mem.sync().map_err(|source| CreateError::Io { path: PathBuf::new(), source })?;
-        Pool::attach(mem, header, true).map_err(|source| CreateError::Io { path: PathBuf::new(), source })
+        Ok(Pool::attach(mem, header, true))
     }
 
-    /// Takes a validated pool into use: reads the shutdown word, then marks the pool in use.
-    fn attach(mem: M, header: Header, fresh: bool) -> io::Result<Pool<M>> {
-        let was_clean = mem.load(SHUTDOWN_OFF, Ordering::Acquire) == CLEAN_SHUTDOWN;
-        if mem.load(SHUTDOWN_OFF, Ordering::Relaxed) != 0 {
-            mem.store(SHUTDOWN_OFF, 0, Ordering::Release);
-            mem.flush(SHUTDOWN_OFF);
-            // Fence: the pool is durably marked in use before any other change can reach media.
-            mem.fence();
-            mem.sync()?;
+    /// Takes a validated pool: reads its state line, writing nothing.
+    fn attach(mem: M, header: Header, fresh: bool) -> Pool<M> {
+        // Relaxed: an open runs alone.
+        let shutdown = mem.load(SHUTDOWN_OFF, Ordering::Relaxed);
+        let boot =
+            (mem.load(BOOT_OFF + 8, Ordering::Relaxed) as u128) << 64 | mem.load(BOOT_OFF, Ordering::Relaxed) as u128;
+        // A line torn by a crash, or damaged, says nothing: in use, boot unknown.
+        let valid = mem.load(STATE_CHECK_OFF, Ordering::Relaxed) == state_check(shutdown, boot, &header.uuid);
+        let alloc = Allocator::attach(&mem, &header, fresh);
+        Pool {
+            mem,
+            header,
+            alloc,
+            was_clean: valid && shutdown == CLEAN_SHUTDOWN,
+            last_boot: valid.then_some(boot),
+            in_use: parking_lot::Mutex::new(fresh),
+            path: None,
         }
-        let alloc = Allocator::attach(&mem, &header.layout, fresh);
-        Ok(Pool { mem, header, alloc, was_clean, path: None })
     }
 
-    /// Makes everything durable, marks the pool cleanly closed, and releases it.
-    pub fn close(self) -> io::Result<()> {
-        self.mem.sync()?;
-        self.mem.store(SHUTDOWN_OFF, CLEAN_SHUTDOWN, Ordering::Release);
+    /// Writes the state line: `shutdown` and `boot`, then their check word, flushed and fenced.
+    fn write_state(&self, shutdown: u64, boot: u128) {
+        // Relaxed: the fence below orders the line for the media; the check word is stored last,
+        // so a crash in the middle leaves a line that fails it.
+        self.mem.store(SHUTDOWN_OFF, shutdown, Ordering::Relaxed);
+        self.mem.store(BOOT_OFF, boot as u64, Ordering::Relaxed);
+        self.mem.store(BOOT_OFF + 8, (boot >> 64) as u64, Ordering::Relaxed);
+        self.mem.store(STATE_CHECK_OFF, state_check(shutdown, boot, &self.header.uuid), Ordering::Relaxed);
         self.mem.flush(SHUTDOWN_OFF);
-        // Fence: the clean mark is durable before the lock is released.
+        // Fence: the state line is durable before what it vouches for changes.
         self.mem.fence();
+    }
+
+    /// Marks the pool in use, in this boot, durably (persisted and synced), unless it is already:
+    /// before the pool's first change after an open. The engine calls it once it has accepted the
+    /// pool; the pool's own writers (the chunk and root tables) call it too.
+    pub fn mark_in_use(&self) -> io::Result<()> {
+        let mut in_use = self.in_use.lock();
+        if !*in_use {
+            self.write_state(0, self.mem.boot());
+            // On a page-cache file, pages written after this may reach the disk first: the mark
+            // must be there before them.
+            self.mem.sync()?;
+            *in_use = true;
+        }
+        Ok(())
+    }
+
+    /// Makes everything durable, marks the pool cleanly closed, and releases it. A pool that was
+    /// never marked in use is left as it was.
+    pub fn close(self) -> io::Result<()> {
+        if !*self.in_use.lock() {
+            return Ok(());
+        }
+        self.mem.sync()?;
+        // The clean mark is durable before the lock is released (and synced after everything).
+        self.write_state(CLEAN_SHUTDOWN, self.mem.boot());
         self.mem.sync()
     }
 
@@ -307,8 +360,8 @@ impl<M: PMem> Pool<M> {
     /// [`Counting`](crate::mem::Counting) around the mapping), keeping the allocator's state: the
     /// pool is not attached again.
     pub fn map_mem<N: PMem>(self, f: impl FnOnce(M) -> N) -> Pool<N> {
-        let Pool { mem, header, alloc, was_clean, path } = self;
-        Pool { mem: f(mem), header, alloc, was_clean, path }
+        let Pool { mem, header, alloc, was_clean, last_boot, in_use, path } = self;
+        Pool { mem: f(mem), header, alloc, was_clean, last_boot, in_use, path }
     }
 
     /// The durability in force.
@@ -325,6 +378,14 @@ impl<M: PMem> Pool<M> {
     /// crash, true after [`close`](Pool::close)).
     pub fn was_clean(&self) -> bool {
         self.was_clean
+    }
+
+    /// Whether the pool was last in use in this boot of the machine, as its state line says (and
+    /// the memory knows its boot): then only its process can have died since, never the
+    /// machine, and every store of its last run is in the memory.
+    pub fn same_boot(&self) -> bool {
+        let boot = self.mem.boot();
+        boot != 0 && self.last_boot == Some(boot)
     }
 
     /// The file's path, for a pool opened from a file.
@@ -365,31 +426,25 @@ impl<M: PMem> Pool<M> {
         (0..ROOT_ENTRIES).filter_map(|s| self.root(s).map(|e| (s, e))).collect()
     }
 
-    /// Writes `entry` into the first free root slot and persists it; `None` if all are in use.
-    /// Root entries are created by one thread at a time (the caller serialises).
-    pub fn add_root(&self, entry: RootEntry) -> Option<usize> {
+    /// Writes `entry` into root slot `slot` (whatever it held) and persists it. Root entries are
+    /// written by one thread at a time (the caller serialises).
+    pub fn set_root(&self, slot: usize, entry: RootEntry) -> io::Result<()> {
+        assert!(slot < ROOT_ENTRIES, "root slot {slot} out of range");
         assert!(entry.kind != 0, "root kind 0 means an empty slot");
-        let slot = (0..ROOT_ENTRIES).find(|&s| self.root(s).is_none())?;
+        self.mark_in_use()?;
         let off = ROOT_TABLE_OFF + slot as u64 * ROOT_ENTRY_SIZE;
         self.mem.write_bytes(off, &entry.encode());
         self.mem.flush_range(off, ROOT_ENTRY_SIZE);
         // Fence: the entry is durable before the caller relies on it.
         self.mem.fence();
-        Some(slot)
+        Ok(())
     }
 
-    /// The checkpoint txid recorded in the header.
-    pub fn checkpoint_txid(&self) -> u64 {
-        self.mem.load(CHECKPOINT_OFF, Ordering::Acquire)
-    }
-
-    /// Records `txid` as the checkpoint txid, durably.
-    pub fn set_checkpoint_txid(&self, txid: u64) {
-        self.mem.store(CHECKPOINT_OFF, txid, Ordering::Release);
-        self.mem.flush(CHECKPOINT_OFF);
-        // Fence: the checkpoint is durable before the caller recycles what it covers.
-        self.mem.fence();
+    /// Writes `entry` into the first free root slot and persists it; `None` if all are in use.
+    pub fn add_root(&self, entry: RootEntry) -> io::Result<Option<usize>> {
+        let Some(slot) = (0..ROOT_ENTRIES).find(|&s| self.root(s).is_none()) else { return Ok(None) };
+        self.set_root(slot, entry)?;
+        Ok(Some(slot))
     }
 }
-
 const _: () = assert!(ROOT_TABLE_OFF.is_multiple_of(CACHE_LINE) && SHUTDOWN_OFF.is_multiple_of(WORD));

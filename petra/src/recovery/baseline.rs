@@ -7,26 +7,18 @@
 //! checkpoint txid keeps that state; so does a key whose last writer was not persisted (its op is
 //! ignored, and the state before it is the one before any op above the checkpoint txid).
 
-use std::collections::BTreeMap;
-
 use crate::mem::PMem;
 use crate::pool::Pool;
-use crate::structures::node::{Record, read_record};
+use crate::structures::node::{Read, read_record};
 use crate::structures::registry::Structure;
 
-/// Calls `f(node, record)` for every block of `pool`'s node arena that holds a valid record of
-/// `epoch` for one of `structures`.
-pub(super) fn scan<M: PMem>(
-    pool: &Pool<M>,
-    structures: &BTreeMap<u8, Structure>,
-    epoch: u64,
-    mut f: impl FnMut(u64, Record),
-) {
+/// Calls `f(node, read)` for every block of `pool`'s node arena that holds a record of `epoch`,
+/// valid or broken (see [`Read`]), for `structures` (by slot).
+pub(super) fn scan<M: PMem>(pool: &Pool<M>, structures: &[Structure], epoch: u64, mut f: impl FnMut(u64, Read)) {
     let mem = pool.mem();
-    let wide_of = |slot: u8| structures.get(&slot).map(Structure::wide);
-    pool.for_each_node_block(|node| {
-        if let Some(record) = read_record(mem, node.get(), epoch, wide_of) {
-            f(node.get(), record);
-        }
+    let wide_of = |slot: u8| structures.get(slot as usize).map(Structure::wide);
+    pool.for_each_node_block(|node| match read_record(mem, node.get(), epoch, wide_of) {
+        Read::Nothing => {}
+        read => f(node.get(), read),
     });
 }

@@ -18,6 +18,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::descriptor::{Desc, blob_matches, persisted_at};
+use crate::error::Damage;
 use crate::mem::PMem;
 use crate::pool::Pool;
 use crate::ring;
@@ -48,8 +49,9 @@ struct Writer {
     hash: u64,
 }
 
-/// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint`.
-pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64) -> KdMap {
+/// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint`, whose ops must
+/// name one of the pool's `structures`.
+pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64, structures: usize) -> Result<KdMap, Damage> {
     let mem = pool.mem();
     // The valid descriptors above the checkpoint txid: (offset, txid); and the txid of the last
     // valid descriptor written to each ring, the largest (a ring is written in order, in laps,
@@ -67,8 +69,15 @@ pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64) -> KdMa
                 pos += 64;
                 continue;
             };
+            let d = Desc::new(mem, pos);
+            if let Some(op) = (0..d.nops()).map(|i| d.op(i)).find(|op| op.structure as usize >= structures) {
+                return Err(Damage {
+                    what: format!("a descriptor names structure {}, which the pool does not have", op.structure),
+                    at: pos,
+                });
+            }
             max_txid = max_txid.max(txid);
-            ops += Desc::new(mem, pos).nops();
+            ops += d.nops();
             valid.push((pos, txid));
             tail = tail.max(Some(txid));
             pos += bytes;
@@ -106,5 +115,5 @@ pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64) -> KdMa
         last = last_writers(&torn);
     }
     let states = last.into_iter().map(|(k, w)| (k, w.present.then_some(w.value))).collect();
-    KdMap { states, descriptors: valid.len() as u64, max_txid }
+    Ok(KdMap { states, descriptors: valid.len() as u64, max_txid })
 }

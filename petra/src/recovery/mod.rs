@@ -2,34 +2,52 @@
 //! without trusting a single link, and hand the engine what it found.
 //!
 //! Recovery runs at every open but one after [`Engine::close`](crate::Engine::close) (which runs
-//! recovery's rewrite itself). Its phases, in order:
+//! recovery's rewrite itself). It first reads and checks, writing nothing, so that a pool it
+//! refuses is left byte for byte as it was:
 //!
-//! 1. **KDMap** ([`kdmap`]): the last write of each key by a persisted descriptor above the
+//! 1. **The meta region and the roots**: the engine's words and structures, each checked (see
+//!    `meta`, `structures::registry`).
+//! 2. **KDMap** ([`kdmap`]): the last write of each key by a persisted descriptor above the
 //!    checkpoint txid.
-//! 2. **Baseline** ([`baseline`]): the valid records of the node arena, for the keys KDMap does
-//!    not name. The state of a key is KDMap's if it has one, else its record's, else absent.
-//! 3. **Rewrite** ([`rewrite`]): every structure built anew from fresh normalised nodes of its
-//!    present keys, committed by advancing the epoch in the meta region.
-//! 4. **Allocator**: rebuilt from the new nodes, their byte values and the heads; everything
+//! 3. **Baseline** ([`baseline`]): the valid records of the node arena, for the keys KDMap does
+//!    not name. The state of a key is KDMap's if it has one, else its record's, else absent. Two
+//!    records of one key, or a record of a structure the pool does not have, are damage. So is a
+//!    record of the epoch that fails its check, unless KDMap names its key (the death of the
+//!    process in the middle of a checkpoint round's write of it makes those) — where that can be
+//!    told: after a clean close, or in the boot the pool was last in use in. After a power loss
+//!    a round's torn record may also sit beside a key line that never reached the media, so its
+//!    key cannot be read, and such a record is passed over (KDMap holds its key's state).
+//! 4. **Agreement** ([`verify`]): where the structures are whole (a clean close, or the death of
+//!    the process alone: the pool was last in use in this boot), they must hold exactly the state
+//!    found; and every byte value of a present key must pass its check.
+//!
+//! Then it writes: the pool is marked in use, and
+//!
+//! 5. **Rewrite** ([`rewrite`]): every structure built anew from fresh normalised nodes of its
+//!    present keys, committed by advancing the epoch in the meta region;
+//! 6. **Allocator**: rebuilt from the new nodes, their byte values and the heads; everything
 //!    else (the old nodes among it) is free.
 //!
-//! After a clean close the open only rebuilds the allocator from the records (**clean open**,
-//! [`reopen_clean`]). Recovery is structure-agnostic: the registry says what each root entry is,
-//! and each structure builds itself. It returns what it found ([`Recovered`]); the engine
-//! assembles itself from that.
+//! After a clean close the open skips 2, 5 and the rewrite's work: it checks (1, 3, 4) and
+//! rebuilds the allocator from the records (**clean open**). Recovery is structure-agnostic: the
+//! registry says what each root entry is, and each structure builds and walks itself. It
+//! returns what it found ([`Recovered`]); the engine assembles itself from that.
 
 mod baseline;
 mod kdmap;
 mod rewrite;
+mod verify;
 
-use std::collections::BTreeMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::error::EngineError;
+use crate::error::{Damage, EngineError};
+use crate::key::Key;
 use crate::mem::PMem;
-use crate::meta::Meta;
+use crate::meta::{Meta, MetaState};
 use crate::pool::{POff, Pool, RebuildReport};
-use crate::structures::registry::Structure;
-use crate::tx::Values;
+use crate::structures::node::Read;
+use crate::structures::registry::{self, Structure};
+use crate::tx::{StructId, Values};
 use rewrite::heads;
 
 /// What recovery found and did.
@@ -64,124 +82,217 @@ pub(crate) struct Recovered<M: PMem> {
     pub(crate) epoch: u64,
     /// The largest txid handed out before (the next one is above it).
     pub(crate) max_txid: u64,
+    /// Every txid below it is durably reserved.
+    pub(crate) txid_reserved: u64,
     /// The structures, by root slot.
-    pub(crate) structures: BTreeMap<u8, Structure>,
+    pub(crate) structures: Vec<Structure>,
     pub(crate) report: RecoveryReport,
 }
 
 impl<M: PMem> Recovered<M> {
     /// A new engine's state: no structure, epoch 1, no txid handed out.
     pub(crate) fn empty(pool: Pool<M>, meta: Meta) -> Recovered<M> {
-        Recovered { pool, meta, epoch: 1, max_txid: 0, structures: BTreeMap::new(), report: RecoveryReport::default() }
+        Recovered {
+            pool,
+            meta,
+            epoch: 1,
+            max_txid: 0,
+            txid_reserved: 1 + crate::meta::TXID_BLOCK,
+            structures: Vec::new(),
+            report: RecoveryReport::default(),
+        }
     }
 }
 
-/// Recovers the engine in `pool`. See the [module docs](self).
-pub(crate) fn recover<M: PMem + 'static>(mut pool: Pool<M>) -> Result<Recovered<M>, EngineError> {
-    let meta = Meta::find(&pool)?;
-    let mem = pool.mem();
-    let epoch = meta.epoch(mem);
-    let attempt = meta.attempt(mem);
-    let mut structures: BTreeMap<u8, Structure> = BTreeMap::new();
-    for (slot, entry) in pool.roots() {
-        let s = Structure::from_root_entry(&entry).ok_or_else(|| {
-            EngineError::Corrupt(format!("root slot {slot} holds an unknown structure kind {}", entry.kind))
-        })?;
-        structures.insert(slot as u8, s);
-    }
-    // Every txid handed out before the crash is below the reservation; persisted ones too.
-    // Writers at or below the checkpoint txid are in the node records.
-    let checkpoint = pool.checkpoint_txid();
-    let max_txid = checkpoint.max(meta.txid_reserved(mem).saturating_sub(1));
-    if pool.was_clean() && meta.clean(mem) == epoch {
-        return reopen_clean(pool, meta, epoch, max_txid, structures);
-    }
-    let mut report = RecoveryReport::default();
+/// What the reading steps found: the state of every key, and what the rewrite needs.
+struct Found {
+    /// The present keys, (slot, key, value), sorted.
+    present: Vec<(u8, u128, u64)>,
+    /// The node blocks holding valid records.
+    records: Vec<POff>,
+    /// The largest txid seen.
+    max_txid: u64,
+}
 
-    // 1. KDMap.
-    let kdmap = kdmap::read(&pool, epoch, checkpoint);
-    let max_txid = max_txid.max(kdmap.max_txid);
-    report.descriptors = kdmap.descriptors;
-    report.kdmap_keys = kdmap.states.len() as u64;
+/// What a pool holds, as recovery found it before writing anything: for a caller's check of
+/// the contents (see [`Engine::open_checked`](crate::Engine::open_checked)).
+#[derive(Debug)]
+pub struct Contents<'a> {
+    present: &'a [(u8, u128, u64)],
+}
 
-    // 2. Baseline, for the keys KDMap does not name.
-    let mut state = kdmap.states;
-    // When the free chunks may not hold the rewrite (see below): the blocks recovery reads.
-    let counts = pool.chunk_counts();
-    let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
-    let tight = room < counts.node;
-    let mut read: Vec<POff> = Vec::new();
-    baseline::scan(&pool, &structures, epoch, |node, record| {
-        report.baseline_keys += 1;
-        if tight {
-            read.push(POff::new(node));
-        }
-        state.entry((record.slot, record.key)).or_insert(record.state);
-    });
-    // The present keys, by structure and in key order.
-    let mut present: Vec<(u8, u128, u64)> =
-        state.into_iter().filter_map(|((slot, key), v)| v.map(|v| (slot, key, v))).collect();
-    present.sort_unstable();
+impl Contents<'_> {
+    /// The value word of `key` in structure `s`, if present.
+    pub fn get<K: Key>(&self, s: StructId, key: K) -> Option<u64> {
+        let at = (s.0, key.to_bits());
+        self.present.binary_search_by(|p| (p.0, p.1).cmp(&at)).ok().map(|i| self.present[i].2)
+    }
+}
+
+/// Why recovery refused a pool: the engine's reasons, or the caller's check.
+#[derive(Debug)]
+pub(crate) enum Refusal<E> {
+    Engine(EngineError),
+    Check(E),
+}
+
+impl<E> From<EngineError> for Refusal<E> {
+    fn from(e: EngineError) -> Self {
+        Refusal::Engine(e)
+    }
+}
+
+impl<E> From<Damage> for Refusal<E> {
+    fn from(d: Damage) -> Self {
+        Refusal::Engine(d.into())
+    }
+}
+
+/// Recovers the engine in `pool`, once `check` accepts what it holds. See the
+/// [module docs](self).
+pub(crate) fn recover<M: PMem + 'static, T, E>(
+    mut pool: Pool<M>,
+    check: impl FnOnce(&Contents<'_>) -> Result<T, E>,
+) -> Result<(Recovered<M>, T), Refusal<E>> {
+    // 1. to 4.: read and check, writing nothing.
+    let (meta, state) = Meta::find(&pool)?;
+    let structures = registry::read(&pool, state.structures)?;
+    let clean = pool.was_clean() && state.clean == state.epoch;
+    let mut report = RecoveryReport { clean, epoch: state.epoch, ..RecoveryReport::default() };
+    let whole = clean || pool.same_boot();
+    let found = read(&pool, &structures, &state, (clean, whole), &mut report)?;
+    if whole {
+        verify::structures_agree(&pool, &structures, state.epoch, &found.present, clean)?;
+    }
+    check_values(&pool, &structures, &found.present)?;
+    let accepted = check(&Contents { present: &found.present }).map_err(Refusal::Check)?;
+
+    // Accepted: from here on, recovery writes.
+    pool.mark_in_use().map_err(EngineError::from)?;
+    report.present_keys = found.present.len() as u64;
+    report.max_txid = found.max_txid;
+    if clean {
+        meta.clear_clean(pool.mem());
+        let live = found.records.iter().copied().chain(values(&structures, &found.present)).chain(heads(&structures));
+        report.allocator = rebuild_allocator(&mut pool, live.collect())?;
+        let Found { max_txid, .. } = found;
+        let txid_reserved = state.txid_reserved;
+        return Ok((
+            Recovered { pool, meta, epoch: state.epoch, max_txid, txid_reserved, structures, report },
+            accepted,
+        ));
+    }
     // Every use of chunks keeps free as many as node slabs are in use, the room the rewrite
     // needs; but a recovery that died after taking chunks for its rewrite, or after its commit
     // and before its last rebuild freed the old nodes' chunks, left them in use, and the room can
-    // fall short. Then, before anything is written, every block recovery does not read is freed
-    // (nodes made since the last recovery, a dead attempt's nodes, byte values no longer
+    // fall short. Then, before anything else is written, every block recovery does not read is
+    // freed (nodes made since the last recovery, a dead attempt's nodes, byte values no longer
     // present), which also lets the rewrite use the free blocks of chunks a head or a baseline
     // node keeps in use. Only the table entries of chunks left wholly free reach the media, and
     // nothing in them is read by this recovery or a later attempt (the same descriptors and
     // baseline give the same present keys), so a crash after this loses nothing. With room
     // enough, the rewrite takes fresh chunks.
-    if tight {
-        for &(slot, _, value) in &present {
-            if structures[&slot].values == Values::Bytes {
-                read.push(POff::new(value));
-            }
-        }
-        read.extend(heads(&structures));
-        rebuild_allocator(&mut pool, read)?;
+    let counts = pool.chunk_counts();
+    let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
+    if room < counts.node {
+        let read = found.records.iter().copied().chain(values(&structures, &found.present)).chain(heads(&structures));
+        rebuild_allocator(&mut pool, read.collect())?;
     }
-
-    // 3. Rewrite.
-    let (new_epoch, live, present_keys) = rewrite::rewrite(&pool, meta, attempt, &structures, &present, max_txid)?;
-    report.present_keys = present_keys;
-
-    // 4. Everything not live is free.
+    // 5. Rewrite.
+    let (epoch, live, txid_reserved) =
+        rewrite::rewrite(&pool, meta, state.attempt, &structures, &found.present, found.max_txid)?;
+    // 6. Everything not live is free.
     report.allocator = rebuild_allocator(&mut pool, live)?;
     pool.keep_recovery_room(true);
-    report.epoch = new_epoch;
-    report.max_txid = max_txid;
-    Ok(Recovered { pool, meta, epoch: new_epoch, max_txid, structures, report })
+    report.epoch = epoch;
+    Ok((Recovered { pool, meta, epoch, max_txid: found.max_txid, txid_reserved, structures, report }, accepted))
 }
 
-/// The clean open, of a pool that [`Engine::close`](crate::Engine::close) closed: the structures
-/// are as the last rewrite linked them (normalised, flushed and synced before the clean marks),
-/// and no ring holds a descriptor of the epoch, so nothing is read or rewritten. The allocator is
-/// rebuilt from the records, their byte values and the heads, and the engine's clean mark
-/// cleared before any transaction can run.
-fn reopen_clean<M: PMem + 'static>(
-    mut pool: Pool<M>,
-    meta: Meta,
-    epoch: u64,
-    max_txid: u64,
-    structures: BTreeMap<u8, Structure>,
-) -> Result<Recovered<M>, EngineError> {
-    let mut report = RecoveryReport { clean: true, epoch, max_txid, ..RecoveryReport::default() };
-    let mut live: Vec<POff> = Vec::new();
-    baseline::scan(&pool, &structures, epoch, |node, record| {
-        report.baseline_keys += 1;
-        live.push(POff::new(node));
-        if let Some(value) = record.state {
-            report.present_keys += 1;
-            if structures[&record.slot].values == Values::Bytes {
-                live.push(POff::new(value));
+/// Steps 2 and 3: the state of every key, from KDMap (unless `clean`: no descriptor is left)
+/// and the records, with the damage the records show (`whole`: the pool's memory is as its last
+/// run left it, so a record's key reads as written).
+fn read<M: PMem>(
+    pool: &Pool<M>,
+    structures: &[Structure],
+    state: &MetaState,
+    (clean, whole): (bool, bool),
+    report: &mut RecoveryReport,
+) -> Result<Found, Damage> {
+    // Every txid handed out before the crash is below the reservation; persisted ones too.
+    // Writers at or below the checkpoint txid are in the node records.
+    let mut max_txid = state.checkpoint.max(state.txid_reserved.saturating_sub(1));
+    let mut states: FxHashMap<(u8, u128), Option<u64>> = FxHashMap::default();
+    if !clean {
+        let kdmap = kdmap::read(pool, state.epoch, state.checkpoint, structures.len())?;
+        max_txid = max_txid.max(kdmap.max_txid);
+        report.descriptors = kdmap.descriptors;
+        report.kdmap_keys = kdmap.states.len() as u64;
+        states = kdmap.states;
+    }
+    let in_kdmap = |key: &(u8, u128), states: &FxHashMap<(u8, u128), Option<u64>>| !clean && states.contains_key(key);
+    let mut records = Vec::new();
+    let mut seen: FxHashSet<(u8, u128)> = FxHashSet::default();
+    let mut damage = None;
+    baseline::scan(pool, structures, state.epoch, |node, read| {
+        if damage.is_some() {
+            return;
+        }
+        match read {
+            Read::Record(r) => {
+                report.baseline_keys += 1;
+                let key = (r.slot, r.key);
+                if !seen.insert(key) && !in_kdmap(&key, &states) {
+                    damage = Some(Damage {
+                        what: format!("a second record of key {:#x} of structure {}", r.key, r.slot),
+                        at: node,
+                    });
+                    return;
+                }
+                records.push(POff::new(node));
+                states.entry(key).or_insert(r.state);
             }
+            Read::Broken { slot, key: None } => {
+                damage = Some(Damage {
+                    what: format!("a record of structure {slot}, which the pool does not have"),
+                    at: node,
+                });
+            }
+            Read::Broken { slot, key: Some(key) } => {
+                if whole && !in_kdmap(&(slot, key), &states) {
+                    damage = Some(Damage {
+                        what: format!("a record of key {key:#x} of structure {slot} that fails its check"),
+                        at: node,
+                    });
+                }
+            }
+            Read::Nothing => {}
         }
     });
-    live.extend(heads(&structures));
-    meta.clear_clean(pool.mem());
-    report.allocator = rebuild_allocator(&mut pool, live)?;
-    Ok(Recovered { pool, meta, epoch, max_txid, structures, report })
+    if let Some(d) = damage {
+        return Err(d);
+    }
+    // The present keys, by structure and in key order.
+    let mut present: Vec<(u8, u128, u64)> =
+        states.into_iter().filter_map(|((slot, key), v)| v.map(|v| (slot, key, v))).collect();
+    present.sort_unstable();
+    Ok(Found { present, records, max_txid })
+}
+
+/// The byte values of `present` keys (of structures of byte values).
+fn values<'a>(structures: &'a [Structure], present: &'a [(u8, u128, u64)]) -> impl Iterator<Item = POff> + 'a {
+    present.iter().filter(|p| structures[p.0 as usize].values == Values::Bytes).map(|p| POff::new(p.2))
+}
+
+/// Every byte value of a present key must be a blob in use that passes its check.
+fn check_values<M: PMem>(pool: &Pool<M>, structures: &[Structure], present: &[(u8, u128, u64)]) -> Result<(), Damage> {
+    let mut buf = Vec::new();
+    for &(slot, key, value) in present.iter().filter(|p| structures[p.0 as usize].values == Values::Bytes) {
+        pool.check_blob(POff::new(value), &mut buf).map_err(|d| Damage {
+            what: format!("the value of key {key:#x} of structure {slot}: {}", d.what),
+            at: d.at,
+        })?;
+    }
+    Ok(())
 }
 
 /// Rebuilds the allocator with `live` the only blocks in use ([`Pool::rebuild`]).

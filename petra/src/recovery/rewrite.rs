@@ -9,8 +9,6 @@
 //! recovery simply runs again, under the next attempt number, so that nodes of an attempt that
 //! never committed are never taken for a baseline.
 
-use std::collections::BTreeMap;
-
 use crate::error::EngineError;
 use crate::mem::PMem;
 use crate::meta::{Meta, TXID_BLOCK};
@@ -22,12 +20,12 @@ use crate::tx::Values;
 /// Writes `present` ((slot, key, value), sorted) as the whole content of `structures` under the
 /// attempt after `attempt`, and commits it as the new epoch, with txids reserved above
 /// `max_txid`. Returns the new epoch, the blocks now live (nodes, their byte values, heads) and
-/// the keys present.
+/// the txid reservation.
 pub(super) fn rewrite<M: PMem + 'static>(
     pool: &Pool<M>,
     meta: Meta,
     attempt: u64,
-    structures: &BTreeMap<u8, Structure>,
+    structures: &[Structure],
     present: &[(u8, u128, u64)],
     max_txid: u64,
 ) -> Result<(u64, Vec<POff>, u64), EngineError> {
@@ -36,13 +34,12 @@ pub(super) fn rewrite<M: PMem + 'static>(
     meta.begin_attempt(mem, new_epoch);
     let mut cache = AllocCache::new();
     let mut live: Vec<POff> = Vec::new();
-    let mut keys = 0;
     // The room every other use left free for this.
     pool.keep_recovery_room(false);
-    for (&slot, structure) in structures {
+    for (slot, structure) in structures.iter().enumerate() {
+        let slot = slot as u8;
         let from = present.partition_point(|p| p.0 < slot);
         let present = &present[from..from + present[from..].partition_point(|p| p.0 == slot)];
-        keys += present.len() as u64;
         let bytes = |key| structure.node_bytes::<M>(key);
         let wide = structure.wide();
         // (node, key), in key order.
@@ -71,18 +68,19 @@ pub(super) fn rewrite<M: PMem + 'static>(
     // since the commit makes the old descriptors (and their txids) unreadable. (The checkpoint
     // txid moves only after the commit: it filters the descriptors a crash before the commit
     // must still read.)
-    meta.set_txid_reserved(mem, max_txid + 1 + TXID_BLOCK);
+    let reserved = max_txid + 1 + TXID_BLOCK;
+    meta.set_txid_reserved(mem, reserved);
     // Fence: every new node and the reservation are durable before the epoch that makes the new
     // nodes the truth.
     mem.fence();
     meta.commit_epoch(mem, new_epoch);
     // Every writer up to here is in the new nodes' records.
-    pool.set_checkpoint_txid(max_txid);
+    meta.set_checkpoint_txid(mem, max_txid);
     pool.sync()?;
-    Ok((new_epoch, live, keys))
+    Ok((new_epoch, live, reserved))
 }
 
 /// The head sentinels of `structures`: blocks, unlike the hash map's bucket array (a region).
-pub(super) fn heads(structures: &BTreeMap<u8, Structure>) -> impl Iterator<Item = POff> + '_ {
-    structures.values().filter_map(Structure::head_block).map(POff::new)
+pub(super) fn heads(structures: &[Structure]) -> impl Iterator<Item = POff> + '_ {
+    structures.iter().filter_map(Structure::head_block).map(POff::new)
 }

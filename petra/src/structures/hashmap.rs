@@ -10,13 +10,13 @@
 
 use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
 use super::node::load_key;
-use super::{Ctx, LinkedSet, Seen, check_chain, mix_key, walk};
+use super::{Ctx, Fault, Inspect, LinkedSet, Seen, check_chain, mix_key, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
 
-/// Region tag of bucket arrays.
-pub(crate) const BUCKETS_TAG: u16 = 0x6275;
+/// Region tag of bucket arrays (see `meta` for every tag).
+pub(crate) const BUCKETS_TAG: u8 = 3;
 
 /// A hash map: its bucket array.
 #[derive(Debug, Clone, Copy)]
@@ -33,8 +33,21 @@ impl HashMap {
     /// Allocates an empty bucket array (zeroed and persisted by the region allocator).
     pub(crate) fn create<M: PMem>(pool: &Pool<M>, buckets: u64, wide: bool) -> Result<HashMap, AllocError> {
         let n = buckets.max(1);
-        let off = pool.alloc_region(BUCKETS_TAG, n * 8)?.get();
+        let bytes = n.checked_mul(8).ok_or(AllocError::TooLarge { requested: u64::MAX, limit: pool.max_len() })?;
+        let off = pool.alloc_region(BUCKETS_TAG, bytes)?.get();
         Ok(HashMap { buckets: off, n, wide })
+    }
+
+    /// The hash map a root entry names, if its bucket array is there: a region of bucket arrays
+    /// holding `n` link words.
+    pub(crate) fn open<M: PMem>(pool: &Pool<M>, buckets: u64, n: u64, wide: bool) -> Result<HashMap, String> {
+        let len = pool
+            .region_at(crate::pool::POff::new(buckets), BUCKETS_TAG)
+            .ok_or_else(|| format!("its bucket array at {buckets:#x} is not there"))?;
+        if n == 0 || n.checked_mul(8).is_none_or(|bytes| bytes > len) {
+            return Err(format!("{n} buckets do not fit its bucket array of {len} bytes"));
+        }
+        Ok(HashMap { buckets, n, wide })
     }
 
     /// The bucket `key` hashes to.
@@ -104,12 +117,11 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     }
 
     /// Every bucket a chain of the keys that hash to it.
-    fn check_links(&self, mem: &M) -> Result<u64, String> {
+    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+        let shape = (self.wide, node_bytes(self.wide), strict);
         let mut nodes = 0;
         for i in 0..self.n {
-            let chain = check_chain(mem, self.bucket(i), self.wide, |key| self.bucket_of(key) == i)
-                .map_err(|e| format!("bucket {i}: {e}"))?;
-            nodes += chain.len() as u64;
+            nodes += check_chain(cx, self.bucket(i), shape, |key| self.bucket_of(key) == i, visit)?.len() as u64;
         }
         Ok(nodes)
     }

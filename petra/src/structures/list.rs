@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{LINKS, create_head, load_key};
-use super::{Ctx, LinkedSet, MARK, Seen, check_chain, walk};
+use super::{Ctx, Fault, Inspect, LinkedSet, MARK, Seen, check_chain, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -171,7 +171,8 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         (self.head, NODE_BYTES)
     }
 
-    fn check_links(&self, mem: &M) -> Result<u64, String> {
-        Ok(check_chain(mem, self.link(), self.wide, |_| true)?.len() as u64)
+    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+        let shape = (self.wide, node_bytes(self.wide), strict);
+        Ok(check_chain(cx, self.link(), shape, |_| true, visit)?.len() as u64)
     }
 }

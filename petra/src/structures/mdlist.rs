@@ -31,7 +31,7 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{KEY, LINKS, create_head};
-use super::{Ctx, LinkedSet, Seen};
+use super::{Ctx, Fault, Inspect, LinkedSet, Seen, checked_node, fault};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -281,32 +281,40 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
     }
 
     /// Every node where its coordinates put it: in the list at dimension `d` of a node whose
-    /// coordinates it shares below `d` and exceeds at `d` (any, below the head), with no adoption
-    /// left pending; and no node reached twice.
-    fn check_links(&self, mem: &M) -> Result<u64, String> {
+    /// coordinates it shares below `d` and exceeds at `d` (any, below the head). If `strict`, no
+    /// adoption is left pending and no node is reached twice; otherwise a node reached twice (a
+    /// child both in an adoption's old slot and in its new one) is walked once.
+    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+        let mem = cx.mem();
         let mut seen = std::collections::HashSet::new();
         // (node, its key, the dimension it was reached through); the head stands below every key.
         let mut stack = vec![(self.head, None::<u64>, 0usize)];
         while let Some((node, key, from)) = stack.pop() {
             // Relaxed (every load): the structure is at rest.
-            if mem.load(node + ADOPT, Ordering::Relaxed) != 0 {
-                return Err(format!("node {node:#x} has an adoption pending"));
+            if strict && mem.load(node + ADOPT, Ordering::Relaxed) != 0 {
+                return Err(fault(node + ADOPT, "an adoption left pending".into()));
             }
             for d in from..DIMS {
-                let c = mem.load(node + child(d), Ordering::Relaxed) & !FROZEN;
-                if c == 0 {
+                let slot = node + child(d);
+                let w = mem.load(slot, Ordering::Relaxed) & !FROZEN;
+                if w == 0 {
                     continue;
                 }
+                let c = checked_node(cx, slot, w, NODE_BYTES)?;
                 let ck = mem.load(c + KEY, Ordering::Relaxed);
                 if let Some(k) = key {
                     let shares = d == 0 || (ck ^ k) >> (64 - 4 * d) == 0;
                     if !shares || coord(ck, d) <= coord(k, d) {
-                        return Err(format!("node {c:#x} of key {ck:#x} in dimension {d} below key {k:#x}"));
+                        return Err(fault(slot, format!("key {ck:#x} in dimension {d} below key {k:#x}")));
                     }
                 }
                 if !seen.insert(c) {
-                    return Err(format!("node {c:#x} of key {ck:#x} is reached twice"));
+                    if strict {
+                        return Err(fault(slot, format!("node {c:#x} of key {ck:#x} is reached twice")));
+                    }
+                    continue;
                 }
+                visit(c, ck as u128);
                 stack.push((c, Some(ck), d));
             }
         }

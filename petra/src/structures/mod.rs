@@ -97,10 +97,54 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// The head sentinel block, or the hash map's bucket region, and its bytes: what recovery
     /// flushes besides the nodes.
     fn root(&self) -> (u64, u64);
-    /// Checks the links of the structure at rest (no thread is using it): what every node is
-    /// linked to agrees with its key and with the structure's own invariants. Returns the number
-    /// of nodes linked, or what is wrong where.
-    fn check_links(&self, mem: &M) -> Result<u64, String>;
+    /// Walks the structure at rest (no thread is using it), trusting no link: every link must
+    /// reach a node block of the structure's size (as `cx` says) and agree with the keys and
+    /// with the structure's own invariants, and `visit` is called with each node and its key,
+    /// once. `strict`: the structure must also be as a clean close leaves it (no node being
+    /// removed, skiplist towers whole, MDList adoptions finished); otherwise it may be as a
+    /// process that died in the middle of changing it left it, and only what a search reads is
+    /// walked (the nodes that hold keys). Returns the number of nodes, or what is wrong where.
+    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault>;
+}
+
+/// What a checked walk needs: the memory, and which offsets are node blocks.
+pub(crate) trait Inspect<M: PMem> {
+    /// The pool's memory.
+    fn mem(&self) -> &M;
+    /// The size of the node block that starts at `off`, if one does.
+    fn node_block(&self, off: u64) -> Option<u64>;
+}
+
+impl<M: PMem> Inspect<M> for crate::pool::Pool<M> {
+    fn mem(&self) -> &M {
+        crate::pool::Pool::mem(self)
+    }
+
+    fn node_block(&self, off: u64) -> Option<u64> {
+        crate::pool::Pool::node_block(self, crate::pool::POff::new(off))
+    }
+}
+
+/// What a checked walk found wrong: what, and the offset of the word that says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fault {
+    pub(crate) what: String,
+    pub(crate) at: u64,
+}
+
+/// A [`Fault`] at `at`.
+pub(crate) fn fault(at: u64, what: String) -> Fault {
+    Fault { what, at }
+}
+
+/// The node that the link word at `link` holds (`w`, its mark cleared), checked: a node block
+/// of at least `bytes` bytes.
+pub(crate) fn checked_node<M: PMem>(cx: &impl Inspect<M>, link: u64, w: u64, bytes: u64) -> Result<u64, Fault> {
+    let node = w & !MARK;
+    match cx.node_block(node) {
+        Some(size) if size >= bytes => Ok(node),
+        _ => Err(fault(link, format!("a link to {node:#x}, which is no node block of {bytes} bytes or more"))),
+    }
 }
 
 /// What one pass of a scan saw at a node: equal passes see equal values (see `scan`).
@@ -162,33 +206,41 @@ pub(crate) fn walk<M: PMem>(
     }
 }
 
-/// Checks a chain at rest (see [`LinkedSet::check_links`]): from the link word at `link`, keys in
-/// increasing order (so no cycle), each accepted by `belongs` (a hash map's bucket), no node
-/// marked. Returns the nodes in chain order.
+/// Walks a chain at rest, checked (see [`LinkedSet::walk_checked`]): from the link word at
+/// `link`, nodes of at least `bytes` bytes, keys in increasing order (so no cycle), each accepted
+/// by `belongs` (a hash map's bucket), no node marked if `strict` (a marked `next` is otherwise
+/// followed: its node is being removed). Calls `visit` with each node and key; returns the nodes
+/// in chain order.
 pub(crate) fn check_chain<M: PMem>(
-    mem: &M,
+    cx: &impl Inspect<M>,
     link: u64,
-    wide: bool,
+    (wide, bytes, strict): (bool, u64, bool),
     belongs: impl Fn(u128) -> bool,
-) -> Result<Vec<u64>, String> {
+    visit: &mut dyn FnMut(u64, u128),
+) -> Result<Vec<u64>, Fault> {
+    let mem = cx.mem();
     let mut nodes = Vec::new();
     let mut last: Option<u128> = None;
+    let mut at = link;
     // Relaxed (every load): the structure is at rest.
     let mut w = mem.load(link, Ordering::Relaxed);
-    while w != 0 {
-        if w & MARK != 0 {
-            return Err(format!("a marked link to {:#x} after key {last:?}", w & !MARK));
+    while w & !MARK != 0 {
+        if strict && w & MARK != 0 {
+            return Err(fault(at, format!("a marked link to {:#x}", w & !MARK)));
         }
-        let key = load_key(mem, w, wide);
+        let node = checked_node(cx, at, w, bytes)?;
+        let key = load_key(mem, node, wide);
         if last.is_some_and(|k| k >= key) {
-            return Err(format!("node {w:#x} of key {key:#x} follows key {:#x}", last.unwrap_or(0)));
+            return Err(fault(node, format!("key {key:#x} after key {:#x}", last.unwrap_or(0))));
         }
         if !belongs(key) {
-            return Err(format!("node {w:#x} of key {key:#x} is on the wrong chain"));
+            return Err(fault(node, format!("key {key:#x} on the wrong chain")));
         }
-        nodes.push(w);
+        visit(node, key);
+        nodes.push(node);
         last = Some(key);
-        w = mem.load(w + LINKS, Ordering::Relaxed);
+        at = node + LINKS;
+        w = mem.load(at, Ordering::Relaxed);
     }
     Ok(nodes)
 }

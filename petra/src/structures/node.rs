@@ -126,27 +126,38 @@ pub(crate) struct Record {
     pub(crate) state: Option<u64>,
 }
 
-/// The record of the block at `node` if it holds a valid one of `epoch`: its norm word names the
-/// epoch and a structure `wide_of` knows (`Some(wide)`), and its check word holds. Recovery alone
-/// reads records this way.
-pub(crate) fn read_record<M: PMem>(
-    mem: &M,
-    node: u64,
-    epoch: u64,
-    wide_of: impl Fn(u8) -> Option<bool>,
-) -> Option<Record> {
+/// What a node block holds, as far as records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// No record of `epoch`: none was written there in it (its norm word is 0, or names another
+    /// epoch).
+    Nothing,
+    /// A valid record.
+    Record(Record),
+    /// A norm word of the epoch whose record does not hold: its structure is not one
+    /// (`key: None`), or its check word fails (the key as it reads). Only a crash in the middle
+    /// of a checkpoint round's write of the record makes one, and then a descriptor above the
+    /// checkpoint txid writes the key; anything else is damage.
+    Broken { slot: u8, key: Option<u128> },
+}
+
+/// The record of the block at `node` in `epoch`, with `wide_of` saying for a structure slot
+/// whether it has two-word keys (`None`: no such structure). Recovery alone reads records this
+/// way.
+pub(crate) fn read_record<M: PMem>(mem: &M, node: u64, epoch: u64, wide_of: impl Fn(u8) -> Option<bool>) -> Read {
     // Relaxed (here and below): recovery runs alone.
     let norm = mem.load(node + NORM, Ordering::Relaxed);
     if norm == 0 || norm >> 32 != epoch & 0xFFFF_FFFF {
-        return None;
+        return Read::Nothing;
     }
     let slot = (norm >> 8) as u8;
-    let key = load_key(mem, node, wide_of(slot)?);
+    let Some(wide) = wide_of(slot) else { return Read::Broken { slot, key: None } };
+    let key = load_key(mem, node, wide);
     let value = mem.load(node + VALUE, Ordering::Relaxed);
     if mem.load(node + CHECK, Ordering::Relaxed) != norm_check(key, value, norm) {
-        return None;
+        return Read::Broken { slot, key: Some(key) };
     }
-    Some(Record { slot, key, state: (norm & 1 != 0).then_some(value) })
+    Read::Record(Record { slot, key, state: (norm & 1 != 0).then_some(value) })
 }
 
 /// Writes the common header of a fresh node of recovery's: `key` present with `value`, a FINAL

@@ -23,11 +23,12 @@ use super::info::Info;
 use super::list::List;
 use super::mdlist::MdList;
 use super::skiplist::SkipList;
-use super::{Ctx, LinkedSet, Seen};
-use crate::error::EngineError;
+use super::{Ctx, Fault, Inspect, LinkedSet, Seen};
+use crate::error::{Damage, EngineError};
 use crate::key::KeyWidth;
 use crate::mem::PMem;
-use crate::pool::header::ROOT_ENTRIES;
+use crate::meta::Meta;
+use crate::pool::header::{ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF};
 use crate::pool::{Pool, RootEntry};
 use crate::tx::{StructId, StructureKind, Values};
 
@@ -146,22 +147,35 @@ impl Structure {
         RootEntry { kind, flags: bytes | wide, params: [params[0], params[1], 0, 0, 0, 0] }
     }
 
-    /// The structure a root table entry names, if its kind and flags are known.
-    pub(crate) fn from_root_entry(entry: &RootEntry) -> Option<Structure> {
+    /// The structure a root table entry names, checked against `pool`: a known kind with known
+    /// flags, and a head sentinel (a node block of its size) or a bucket array (a region that
+    /// holds its buckets) where the entry says. Why not otherwise.
+    pub(crate) fn from_root_entry<M: PMem + 'static>(pool: &Pool<M>, entry: &RootEntry) -> Result<Structure, String> {
         let [a, b, ..] = entry.params;
         if entry.flags & !(FLAG_BYTES | FLAG_WIDE_KEYS) != 0 {
-            return None;
+            return Err(format!("unknown flags {:#x}", entry.flags));
+        }
+        if entry.params[2..] != [0; 4] {
+            return Err("parameters that no structure has".into());
         }
         let wide = entry.flags & FLAG_WIDE_KEYS != 0;
         let set = match entry.kind {
-            KIND_LIST => Set::List(List { head: a, wide }),
-            KIND_HASH_MAP => Set::HashMap(HashMap { buckets: a, n: b, wide }),
-            KIND_SKIPLIST => Set::SkipList(SkipList { head: a, wide }),
-            KIND_MDLIST if !wide => Set::MdList(MdList { head: a }),
-            _ => return None,
+            KIND_LIST if b == 0 => Set::List(List { head: a, wide }),
+            KIND_HASH_MAP => Set::HashMap(HashMap::open(pool, a, b, wide)?),
+            KIND_SKIPLIST if b == 0 => Set::SkipList(SkipList { head: a, wide }),
+            KIND_MDLIST if b == 0 && !wide => Set::MdList(MdList { head: a }),
+            kind => return Err(format!("unknown kind {kind} (flags {:#x}, parameters {a:#x}, {b:#x})", entry.flags)),
         };
         let values = if entry.flags & FLAG_BYTES != 0 { Values::Bytes } else { Values::Words };
-        Some(Structure { set, values })
+        let structure = Structure { set, values };
+        if let Some(head) = structure.head_block() {
+            let need = structure.root::<M>().1;
+            match pool.node_block(crate::pool::POff::new(head)) {
+                Some(size) if size >= need => {}
+                _ => return Err(format!("its head at {head:#x} is not a node block of {need} bytes")),
+            }
+        }
+        Ok(structure)
     }
 
     /// Bytes of a node for `key`.
@@ -205,9 +219,14 @@ impl Structure {
         on_set!(&self.set, set => set.build(mem, nodes))
     }
 
-    /// Checks the links of the structure at rest (see [`LinkedSet::check_links`]).
-    pub(crate) fn check_links<M: PMem + 'static>(&self, mem: &M) -> Result<u64, String> {
-        on_set!(&self.set, set => set.check_links(mem))
+    /// Walks the structure at rest, checked (see [`LinkedSet::walk_checked`]).
+    pub(crate) fn walk_checked<M: PMem + 'static>(
+        &self,
+        cx: &impl Inspect<M>,
+        strict: bool,
+        visit: &mut dyn FnMut(u64, u128),
+    ) -> Result<u64, Fault> {
+        on_set!(&self.set, set => set.walk_checked(cx, strict, visit))
     }
 
     /// The head sentinel, or the hash map's bucket region, and its bytes.
@@ -229,21 +248,23 @@ impl Structure {
 
 /// The engine's structures by root slot: each set once, when it is created (or recovered), then
 /// only read, so that looking one up is a plain load, not a shared lock's read-modify-write.
+/// Structures take slots in order: slots `0..n` hold them, `n` as the meta region says.
 #[derive(Debug)]
 pub(crate) struct Registry {
     slots: Vec<OnceLock<Structure>>,
-    /// Serialises the creation of structures.
-    creating: Mutex<()>,
+    /// Serialises the creation of structures, and counts them.
+    creating: Mutex<usize>,
 }
 
 impl Registry {
-    /// A registry of `structures`, by slot.
-    pub(crate) fn new(structures: impl IntoIterator<Item = (u8, Structure)>) -> Registry {
+    /// A registry of `structures`, the slots `0..n` in order.
+    pub(crate) fn new(structures: Vec<Structure>) -> Registry {
         let slots: Vec<OnceLock<Structure>> = (0..ROOT_ENTRIES).map(|_| OnceLock::new()).collect();
-        for (slot, s) in structures {
-            let _ = slots[slot as usize].set(s);
+        let n = structures.len();
+        for (slot, s) in structures.into_iter().enumerate() {
+            let _ = slots[slot].set(s);
         }
-        Registry { slots, creating: Mutex::new(()) }
+        Registry { slots, creating: Mutex::new(n) }
     }
 
     /// Structure `s`.
@@ -257,25 +278,50 @@ impl Registry {
         (0..self.slots.len()).filter(|&i| self.slots[i].get().is_some()).map(|i| StructId(i as u8)).collect()
     }
 
-    /// Creates a new, empty structure in `pool`, names it in the first free root slot, and
-    /// returns its id.
-    pub(crate) fn create<M: PMem>(
+    /// Creates a new, empty structure in `pool`, names it in the next root slot, counts it in
+    /// the meta region (after its entry is durable: an entry past the count is one whose
+    /// creation never returned, and the next creation writes over it), and returns its id.
+    pub(crate) fn create<M: PMem + 'static>(
         &self,
         pool: &Pool<M>,
+        meta: Meta,
         kind: StructureKind,
         keys: KeyWidth,
         values: Values,
     ) -> Result<StructId, EngineError> {
-        let _creating = self.creating.lock();
+        let mut n = self.creating.lock();
+        if *n == ROOT_ENTRIES {
+            return Err(EngineError::TooManyStructures);
+        }
         let structure = Structure::create(pool, kind, keys, values)?;
-        let slot = pool.add_root(structure.root_entry()).ok_or(EngineError::TooManyStructures)?;
+        pool.set_root(*n, structure.root_entry())?;
+        meta.set_structures(pool.mem(), *n as u64 + 1);
+        let slot = *n;
         self.slots[slot].set(structure).map_err(|_| EngineError::Corrupt(format!("root slot {slot} taken twice")))?;
+        *n += 1;
         Ok(StructId(slot as u8))
     }
 }
 
-/// The structures a pool's root table names, read without writing anything: by slot, `None` for
-/// an entry this build does not know.
-pub(crate) fn in_pool<M: PMem>(pool: &Pool<M>) -> Vec<(u8, Option<Structure>)> {
-    pool.roots().into_iter().map(|(slot, entry)| (slot as u8, Structure::from_root_entry(&entry))).collect()
+/// The `n` structures of `pool`'s root table, each checked (see
+/// [`Structure::from_root_entry`]): [`Damage`] names the first entry that is not whole or not
+/// right. Reads only.
+pub(crate) fn read<M: PMem + 'static>(pool: &Pool<M>, n: u64) -> Result<Vec<Structure>, Damage> {
+    let at = |slot: u64| ROOT_TABLE_OFF + slot * ROOT_ENTRY_SIZE;
+    if n > ROOT_ENTRIES as u64 {
+        return Err(Damage {
+            what: format!("the engine counts {n} structures, the root table holds {ROOT_ENTRIES}"),
+            at: 0,
+        });
+    }
+    (0..n)
+        .map(|slot| {
+            let entry = pool.root(slot as usize).ok_or_else(|| Damage {
+                what: format!("the root entry of structure {slot} fails its checksum"),
+                at: at(slot),
+            })?;
+            Structure::from_root_entry(pool, &entry)
+                .map_err(|why| Damage { what: format!("the root entry of structure {slot}: {why}"), at: at(slot) })
+        })
+        .collect()
 }

@@ -25,7 +25,7 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{KEY_HI, LINKS, create_head, load_key};
-use super::{Ctx, LinkedSet, MARK, Seen, check_chain, mix_key, walk};
+use super::{Ctx, Fault, Inspect, LinkedSet, MARK, Seen, check_chain, checked_node, fault, mix_key, walk};
 use crate::error::AllocError;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -290,39 +290,54 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         (self.head, node_bytes_of(MAX_HEIGHT, self.wide))
     }
 
-    /// Level 0 a chain; every other level in key order, unmarked, holding only nodes of level 0
-    /// tall enough for it; every tower whole (linked at each level below its height, the height
-    /// its key's) and its link count its height (no inserter still building it).
-    fn check_links(&self, mem: &M) -> Result<u64, String> {
-        let base = check_chain(mem, self.head + self.next(0), self.wide, |_| true)?;
-        let mut linked: std::collections::HashMap<u64, usize> = base.iter().map(|&n| (n, 1)).collect();
+    /// Level 0 a chain (what a search reads for a key's node); if `strict`, also every other
+    /// level in key order, unmarked, holding only nodes of level 0 tall enough for it, every
+    /// tower whole (linked at each level below its height, the height its key's) and its link
+    /// count its height (no inserter still building it).
+    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+        let mem = cx.mem();
+        let shape = (self.wide, node_bytes_of(1, self.wide), strict);
+        let base = check_chain(cx, self.head + self.next(0), shape, |_| true, visit)?;
+        if !strict {
+            return Ok(base.len() as u64);
+        }
+        // Relaxed (every load): the structure is at rest.
+        let mut linked: std::collections::HashMap<u64, (usize, usize)> = std::collections::HashMap::new();
+        for &node in &base {
+            let height = height_of(load_key(mem, node, self.wide));
+            checked_node(cx, node, node, node_bytes_of(height, self.wide))?;
+            linked.insert(node, (height, 1));
+        }
         for l in 1..MAX_HEIGHT {
             let mut last: Option<u128> = None;
-            // Relaxed (every load): the structure is at rest.
-            let mut w = mem.load(self.head + self.next(l), Ordering::Relaxed);
+            let mut at = self.head + self.next(l);
+            let mut w = mem.load(at, Ordering::Relaxed);
             while w != 0 {
                 if w & MARK != 0 {
-                    return Err(format!("level {l}: a marked link to {:#x}", w & !MARK));
+                    return Err(fault(at, format!("level {l}: a marked link to {:#x}", w & !MARK)));
                 }
+                let Some((height, levels)) = linked.get_mut(&w) else {
+                    return Err(fault(at, format!("level {l}: a link to {w:#x}, which is not at level 0")));
+                };
                 let key = load_key(mem, w, self.wide);
+                if *height <= l {
+                    return Err(fault(at, format!("level {l}: node {w:#x} of key {key:#x} is not that tall")));
+                }
                 if last.is_some_and(|k| k >= key) {
-                    return Err(format!("level {l}: node {w:#x} of key {key:#x} out of order"));
+                    return Err(fault(at, format!("level {l}: key {key:#x} out of order")));
                 }
-                match linked.get_mut(&w) {
-                    Some(n) if height_of(key) > l => *n += 1,
-                    Some(_) => return Err(format!("level {l}: node {w:#x} of key {key:#x} is not that tall")),
-                    None => return Err(format!("level {l}: node {w:#x} of key {key:#x} is not at level 0")),
-                }
+                *levels += 1;
                 last = Some(key);
-                w = mem.load(w + self.next(l), Ordering::Relaxed);
+                at = w + self.next(l);
+                w = mem.load(at, Ordering::Relaxed);
             }
         }
-        for (&node, &levels) in &linked {
-            let height = height_of(load_key(mem, node, self.wide));
+        for (&node, &(height, levels)) in &linked {
             let meta = mem.load(node + self.meta(), Ordering::Relaxed);
             if levels != height || meta != height as u64 | (height as u64) << 8 {
-                return Err(format!(
-                    "node {node:#x}: linked at {levels} of {height} levels, meta word {meta:#x} (height | links << 8)"
+                return Err(fault(
+                    node + self.meta(),
+                    format!("linked at {levels} of {height} levels, meta word {meta:#x} (height | links << 8)"),
                 ));
             }
         }
