@@ -6,6 +6,8 @@
 //!   with what it takes to replay each failure.
 //! - [`kill`]: re-executes the test binary as a child, kills it with SIGKILL at a random moment,
 //!   and lets the parent reopen the pool file and check it against what the child acknowledged.
+//! - [`child`]: runs part of a test in a re-executed child with a timeout, so that a panic, a
+//!   signal or a hang there is reported by the test rather than ending it.
 //! - [`battery`]: the structures every engine test runs on (one of each kind, and two of
 //!   two-word keys), and the helpers that speak to them in one-word keys and word values.
 //! - [`model`]: the sequential model every transactional structure is checked against.
@@ -15,6 +17,7 @@
 //! crate's own tests).
 
 pub mod battery;
+pub mod child;
 pub mod crash;
 pub mod kill;
 pub mod model;
