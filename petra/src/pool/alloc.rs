@@ -582,6 +582,49 @@ impl<M: PMem> Pool<M> {
         }
     }
 
+    /// Makes sure the file holds `n` free chunks, growing it by exactly the shortfall (its blocks
+    /// reserved, see [`PMem::grow`]): so that work that must not fail half done (recovery's
+    /// rewrite) finds its room in the file. On failure nothing has changed.
+    pub fn reserve_chunks(&self, n: u64) -> Result<(), AllocError> {
+        let layout = self.header.layout;
+        let mut chunks = self.alloc.chunks.lock();
+        let in_file_free = chunks.free.range(..chunks.in_file).count() as u64;
+        let want = n.saturating_sub(in_file_free);
+        if want == 0 {
+            return Ok(());
+        }
+        if want > layout.chunk_capacity - chunks.in_file {
+            return Err(AllocError::PoolFull { requested: want * layout.chunk_size, max: layout.max_len() });
+        }
+        match self.mem.grow(layout.chunk_off(chunks.in_file + want)) {
+            Ok(()) => {}
+            Err(GrowError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+                return Err(AllocError::NoSpace { requested: want * layout.chunk_size });
+            }
+            Err(e) => return Err(AllocError::Grow(e.to_string())),
+        }
+        for i in chunks.in_file..chunks.in_file + want {
+            chunks.free.insert(i, Dirty::Zero);
+        }
+        let from = layout.chunk_off(chunks.in_file);
+        chunks.in_file += want;
+        drop(chunks);
+        self.mem.populate(from, layout.chunk_off(layout.chunks_in(self.mem.len())));
+        Ok(())
+    }
+
+    /// Chunks that `blocks` node blocks of each size (bytes, count) take, whole slabs.
+    pub fn chunks_for_nodes(&self, blocks: impl IntoIterator<Item = (u64, u64)>) -> u64 {
+        let mut per_class = [0u64; CLASSES];
+        for (bytes, count) in blocks {
+            if let Some(class) = class_for(bytes) {
+                per_class[class] += count;
+            }
+        }
+        let chunk = self.header.layout.chunk_size;
+        per_class.iter().enumerate().map(|(class, &count)| count.div_ceil(chunk / CLASS_SIZES[class] as u64)).sum()
+    }
+
     /// Whether a new use of chunks must leave as many free as node slabs are in use (else it is
     /// refused with [`AllocError::PoolFull`]): on, except while recovery writes the nodes anew
     /// (it uses that room, and frees the old nodes after).

@@ -167,6 +167,17 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     check_values(&pool, &structures, &found.present)?;
     let accepted = check(&Contents { present: &found.present }).map_err(Refusal::Check)?;
 
+    // Whether the free chunks may not hold the rewrite (see below). Otherwise the file space the
+    // rewrite needs is reserved first: on a full file system the open is refused
+    // (`AllocError::NoSpace`) with the file as it was.
+    let counts = pool.chunk_counts();
+    let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
+    let tight = !clean && room < counts.node;
+    if !clean && !tight {
+        let nodes = found.present.iter().map(|&(slot, key, _)| (structures[slot as usize].node_bytes::<M>(key), 1));
+        let need = pool.chunks_for_nodes(nodes);
+        pool.reserve_chunks(need).map_err(EngineError::from)?;
+    }
     // Accepted: from here on, recovery writes.
     pool.mark_in_use().map_err(EngineError::from)?;
     report.present_keys = found.present.len() as u64;
@@ -192,9 +203,7 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     // nothing in them is read by this recovery or a later attempt (the same descriptors and
     // baseline give the same present keys), so a crash after this loses nothing. With room
     // enough, the rewrite takes fresh chunks.
-    let counts = pool.chunk_counts();
-    let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
-    if room < counts.node {
+    if tight {
         let read = found.records.iter().copied().chain(values(&structures, &found.present)).chain(heads(&structures));
         rebuild_allocator(&mut pool, read.collect())?;
     }
