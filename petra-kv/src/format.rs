@@ -31,7 +31,7 @@ const MAGIC_KEY: u64 = 0;
 const VERSION_KEY: u64 = 1;
 
 /// Descriptor rings of the stores: small, since a ring that fills up is followed by another.
-fn engine_config() -> EngineConfig {
+pub(crate) fn engine_config() -> EngineConfig {
     EngineConfig::rings(4 << 20)
 }
 

@@ -60,12 +60,15 @@ pub mod error;
 mod format;
 mod layout;
 pub mod metric;
+mod salvage;
 pub mod store;
 
 pub use error::{KvError, Result};
 pub use metric::{
     Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowStats,
 };
+pub use petra::SalvageReport;
+pub use salvage::salvage;
 pub use store::{Batch, Config, CreateMode, MAX_KEY_LEN, MAX_VALUE_LEN, Order, Session, Store};
 
 // The README's examples, compiled and run by `cargo test --doc`.

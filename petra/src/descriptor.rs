@@ -399,31 +399,51 @@ pub(crate) fn write_new<M: PMem>(
     }
 }
 
-/// If the descriptor at `off` is a valid persisted descriptor of ring epoch `epoch` (tag, epoch
-/// and checksum agree, a txid above `checkpoint` was assigned, it writes): its txid and the bytes
-/// it occupies in the ring. Its ops are read with [`Desc::op`]. A descriptor at or below the
-/// checkpoint txid is in the node records already (and its slot may have been written again).
-pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32, checkpoint: u64) -> Option<(u64, u64)> {
+/// What recovery finds at a 64-byte-aligned position of a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No persisted descriptor above the checkpoint txid: none at all, one that never finished
+    /// persisting (or aborted, or only read), or one the records already hold.
+    Nothing,
+    /// A valid persisted descriptor (tag, epoch and check word agree, a txid above the
+    /// checkpoint txid, it writes): its txid and the bytes it occupies.
+    Persisted { txid: u64, bytes: u64 },
+    /// A descriptor that says it is persisted (committed, and marked so after its fence) but
+    /// whose check word fails: only damage makes one.
+    Damaged { bytes: u64 },
+}
+
+/// What is at `off`, a position of a ring ending at `end`, for recovery in epoch `epoch` above
+/// `checkpoint` (see [`Found`]). A descriptor at or below the checkpoint txid is in the node
+/// records already (and its slot may have been written again), so it is passed over unchecked.
+pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32, checkpoint: u64) -> Found {
     let d = Desc::new(mem, off);
     let header = d.header();
     if header >> 48 != DESC_TAG || (header >> 16) as u32 != epoch {
-        return None;
+        return Found::Nothing;
     }
     let n = d.nops();
     let bytes = desc_bytes(n, d.wide());
     if n == 0 || n > MAX_OPS || off + bytes > end {
-        return None;
+        return Found::Nothing;
     }
     let txid = d.txid();
-    if txid <= checkpoint || mem.load(off + CHECK, Ordering::Relaxed) != d.checksum(txid) || d.read_only() {
-        return None;
+    if txid <= checkpoint && txid != 0 {
+        return Found::Nothing;
     }
     // A check word that holds vouches for the ops; their kinds are checked all the same, so that
     // nothing read from the file can make a reader panic.
-    if (0..n).any(|i| OpKind::try_from_code(d.op(i).kind).is_none()) {
-        return None;
+    let whole = txid != 0
+        && mem.load(off + CHECK, Ordering::Relaxed) == d.checksum(txid)
+        && (0..n).all(|i| OpKind::try_from_code(d.op(i).kind).is_some());
+    let persisted = d.state() == State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
+    match (whole, d.read_only()) {
+        (true, false) => Found::Persisted { txid, bytes },
+        (true, true) => Found::Nothing,
+        // Persisted is stored after the fence that made the check word durable, in its line.
+        (false, read_only) if persisted && !read_only => Found::Damaged { bytes },
+        (false, _) => Found::Nothing,
     }
-    Some((txid, bytes))
 }
 
 #[cfg(test)]

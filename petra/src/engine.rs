@@ -21,7 +21,7 @@ use crate::protocol::Core;
 use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refusal};
 use crate::ring::Rings;
 use crate::structures::registry::{self, Registry, Structure};
-use crate::tx::{Shape, StructId, StructureKind, Values};
+use crate::tx::{MAX_OPS, Op, OpKind, Shape, StructId, StructureKind, Transaction, Values};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -42,6 +42,16 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig { ring_bytes: 64 << 20, checkpoint_fill: 25 }
     }
+}
+
+/// What [`Engine::salvage`] kept, and what it passed over.
+#[derive(Debug, Clone, Default)]
+pub struct SalvageReport {
+    /// Keys copied, over all structures.
+    pub kept: u64,
+    /// Every piece of damage passed over, with where it was: each cost the key or keys it held
+    /// (a record, a value, a descriptor's writes).
+    pub dropped: Vec<Damage>,
 }
 
 /// Why [`Engine::open_checked`] refused a pool (leaving it as it was).
@@ -141,6 +151,47 @@ impl<M: PMem + 'static> Engine<M> {
             checkpointer: Checkpointer::new(config.checkpoint_fill),
         };
         Engine { shared: Arc::new(shared) }
+    }
+
+    /// Copies what is intact of the engine in `damaged` into a new engine in `into` (a new pool,
+    /// without an engine): the same structures in the same order, with every key whose state
+    /// could be read whole, as recovery reads it but passing over damage (each item reported)
+    /// instead of refusing the pool. `damaged` is only read: opened with
+    /// [`Mapping { private: true, .. }`](crate::pool::Mapping::private), its file is never
+    /// written. Its engine's meta region and root table must be readable.
+    pub fn salvage<N: PMem + 'static>(
+        damaged: &Pool<M>,
+        into: Pool<N>,
+        config: EngineConfig,
+    ) -> Result<(Engine<N>, SalvageReport), EngineError> {
+        let found = recovery::salvage(damaged)?;
+        let engine = Engine::create(into, config)?;
+        for s in &found.structures {
+            let (kind, keys, values) = s.shape();
+            engine.create_structure(kind, keys, values)?;
+        }
+        let mut h = engine.handle()?;
+        let (mut tx, mut buf) = (Transaction::new(), Vec::new());
+        for entries in found.present.chunks(MAX_OPS) {
+            tx.clear();
+            for &(slot, key, value) in entries {
+                let s = &found.structures[slot as usize];
+                let op = Op { kind: OpKind::Put, structure: StructId(slot), key, width: s.keys(), value };
+                if s.values == Values::Bytes {
+                    // Checked when the salvage read it, and `damaged` is not written meanwhile.
+                    damaged.read_blob_into(crate::pool::POff::new(value), &mut buf)?;
+                    tx.op_bytes(op, &buf);
+                } else {
+                    tx.op(op);
+                }
+            }
+            if !h.execute(&tx)?.is_committed() {
+                return Err(EngineError::Corrupt("puts into a new engine aborted".into()));
+            }
+        }
+        drop(h);
+        let report = SalvageReport { kept: found.present.len() as u64, dropped: found.dropped };
+        Ok((engine, report))
     }
 
     /// The settings it runs with.

@@ -103,7 +103,7 @@ mod sync;
 mod tx;
 
 pub use checkpoint::{CheckpointReport, CheckpointStats};
-pub use engine::{Engine, EngineConfig, Refused};
+pub use engine::{Engine, EngineConfig, Refused, SalvageReport};
 pub use error::{Damage, EngineError, Error, Result};
 pub use handle::{Blobs, Handle};
 pub use key::{Key, KeyWidth, ShortKey};

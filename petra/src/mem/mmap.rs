@@ -78,11 +78,14 @@ pub struct MmapOptions {
     /// Use this flush instruction instead of the best detected one (benchmarks compare them).
     /// Must be one of [`FlushKind::available`].
     pub flush: Option<FlushKind>,
+    /// Map the file privately ([`Durability::Private`]): changes stay in this process's copy of
+    /// the pages and never reach the file, which may be opened read-only.
+    pub private: bool,
 }
 
 impl Default for MmapOptions {
     fn default() -> Self {
-        MmapOptions { max_len: 64 << 30, volatile: false, require_dax: false, flush: None }
+        MmapOptions { max_len: 64 << 30, volatile: false, require_dax: false, flush: None, private: false }
     }
 }
 
@@ -117,6 +120,8 @@ pub struct MmapMem {
     file: File,
     /// Serialises growth: extend the file, then map the new part.
     grow_lock: Mutex<()>,
+    /// Mapped privately: the file is never written, growth maps anonymous memory.
+    private: bool,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomic operations and flush
@@ -167,9 +172,11 @@ impl MmapMem {
             in_memory: false,
             file,
             grow_lock: Mutex::new(()),
+            private: false,
         };
         // From here on, dropping `mem` releases the reservation.
-        let dax = mem.probe_sync();
+        mem.private = options.private;
+        let dax = !options.private && mem.probe_sync();
         if options.require_dax && !dax {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -180,12 +187,13 @@ impl MmapMem {
         mem.map_range(0, len, dax && !options.volatile)?;
         mem.len.store(len, Ordering::Relaxed);
         mem.in_memory = dax || on_tmpfs(&mem.file);
-        mem.durability = match (options.volatile, dax) {
-            (true, _) => Durability::Volatile,
-            (false, true) => Durability::Dax,
-            (false, false) => Durability::PageCache,
+        mem.durability = match (options.private, options.volatile, dax) {
+            (true, _, _) => Durability::Private,
+            (false, true, _) => Durability::Volatile,
+            (false, false, true) => Durability::Dax,
+            (false, false, false) => Durability::PageCache,
         };
-        mem.flush = match (options.volatile, options.flush) {
+        mem.flush = match (options.volatile || options.private, options.flush) {
             (true, _) => FlushKind::None,
             (false, Some(kind)) => {
                 if kind != FlushKind::None && !FlushKind::available().contains(&kind) {
@@ -238,11 +246,17 @@ impl MmapMem {
         let length = (to - from) as usize;
         let offset = libc::off_t::try_from(from).map_err(|_| io::Error::other("offset too large"))?;
         #[cfg(target_os = "linux")]
-        let flags = if sync { libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC } else { libc::MAP_SHARED };
+        let flags = if self.private {
+            libc::MAP_PRIVATE
+        } else if sync {
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC
+        } else {
+            libc::MAP_SHARED
+        };
         #[cfg(not(target_os = "linux"))]
         let flags = {
             let _ = sync;
-            libc::MAP_SHARED
+            if self.private { libc::MAP_PRIVATE } else { libc::MAP_SHARED }
         };
         // SAFETY: the target range lies inside our own reservation (`to <= max_len`) and is still
         // PROT_NONE; MAP_FIXED replaces it, which can invalidate no reference because no
@@ -273,6 +287,29 @@ impl MmapMem {
             };
             assert!(restored != libc::MAP_FAILED, "cannot restore the pool's address reservation: {err}");
             return Err(err);
+        }
+        Ok(())
+    }
+
+    /// Maps fresh zeroed private memory at bytes `[from, to)` of the reservation: the growth of a
+    /// private mapping, which never extends its file.
+    fn map_anonymous(&self, from: u64, to: u64) -> io::Result<()> {
+        debug_assert!(self.private && from < to && to <= self.max_len);
+        // SAFETY: the target range lies inside our own reservation and is still PROT_NONE;
+        // MAP_FIXED replaces it, which invalidates no reference: `len` is published only after
+        // this returns. A failure leaves the reservation in place.
+        let addr = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(from as usize).cast(),
+                (to - from) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
         }
         Ok(())
     }
@@ -403,6 +440,11 @@ impl PMem for MmapMem {
         let page = page_size();
         if !new_len.is_multiple_of(page) || !new_len.is_multiple_of(CACHE_LINE) {
             return Err(GrowError::Unaligned { requested: new_len, granule: page });
+        }
+        if self.private {
+            self.map_anonymous(old_len, new_len)?;
+            self.len.store(new_len, Ordering::Release);
+            return Ok(());
         }
         reserve_space(&self.file, old_len, new_len)?;
         if let Err(e) = self.map_range(old_len, new_len, self.durability == Durability::Dax) {

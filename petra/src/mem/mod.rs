@@ -55,6 +55,9 @@ pub enum Durability {
     Volatile,
     /// The crash simulator or the model checker: durability as the simulator defines it.
     Simulated,
+    /// A private copy of a pool file (opened to read it without writing a byte, or to salvage
+    /// it): changes stay in the process and never reach the file.
+    Private,
 }
 
 impl Durability {
@@ -65,6 +68,7 @@ impl Durability {
             Durability::PageCache => "page-cache",
             Durability::Volatile => "volatile",
             Durability::Simulated => "simulated",
+            Durability::Private => "private",
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct Mapping {
     pub require_dax: bool,
     /// Force a flush instruction (benchmarks); by default the best one the CPU has.
     pub flush: Option<FlushKind>,
+    /// Open the file read-only and map it privately ([`Durability::Private`]): the pool works
+    /// as usual, recovery included, on this process's copy, and the file is never written a
+    /// byte. Other readers may open it so too; a writer holding it refuses them (and they it).
+    pub private: bool,
 }
 
 /// How to create a pool.
@@ -132,14 +136,15 @@ impl Pool<MmapMem> {
     /// Opens the pool file at `path`, exclusively. Nothing is written unless every check passes.
     pub fn open(path: impl AsRef<Path>, mapping: &Mapping) -> Result<Pool<MmapMem>, OpenError> {
         let path = path.as_ref();
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
+        let file = OpenOptions::new().read(true).write(!mapping.private).open(path).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 OpenError::NotFound { path: path.to_owned() }
             } else {
                 io_err(path)(e)
             }
         })?;
-        file.try_lock().map_err(|e| match e {
+        let locked = if mapping.private { file.try_lock_shared() } else { file.try_lock() };
+        locked.map_err(|e| match e {
             std::fs::TryLockError::WouldBlock => OpenError::Locked { path: path.to_owned() },
             std::fs::TryLockError::Error(e) => io_err(path)(e),
         })?;
@@ -165,7 +170,13 @@ impl Pool<MmapMem> {
 }
 
 fn mmap_options(mapping: &Mapping, max_len: u64) -> MmapOptions {
-    MmapOptions { max_len, volatile: mapping.volatile, require_dax: mapping.require_dax, flush: mapping.flush }
+    MmapOptions {
+        max_len,
+        volatile: mapping.volatile,
+        require_dax: mapping.require_dax,
+        flush: mapping.flush,
+        private: mapping.private,
+    }
 }
 
 fn initial_len(layout: &Layout, initial_size: u64) -> u64 {

@@ -17,7 +17,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::descriptor::{Desc, blob_matches, persisted_at};
+use crate::descriptor::{Desc, Found, blob_matches, persisted_at};
 use crate::error::Damage;
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -50,8 +50,15 @@ struct Writer {
 }
 
 /// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint`, whose ops must
-/// name one of the pool's `structures`.
-pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64, structures: usize) -> Result<KdMap, Damage> {
+/// name one of the pool's `structures` (one that does not is listed in `damage` and passed
+/// over).
+pub(super) fn read<M: PMem>(
+    pool: &Pool<M>,
+    epoch: u64,
+    checkpoint: u64,
+    structures: usize,
+    damage: &mut Vec<Damage>,
+) -> KdMap {
     let mem = pool.mem();
     // The valid descriptors above the checkpoint txid: (offset, txid); and the txid of the last
     // valid descriptor written to each ring, the largest (a ring is written in order, in laps,
@@ -65,16 +72,24 @@ pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64, structu
         let mut pos = ring + 64;
         let mut tail = None;
         while pos + 64 <= end {
-            let Some((txid, bytes)) = persisted_at(mem, pos, end, epoch as u32, checkpoint) else {
-                pos += 64;
-                continue;
+            let (txid, bytes) = match persisted_at(mem, pos, end, epoch as u32, checkpoint) {
+                Found::Persisted { txid, bytes } => (txid, bytes),
+                Found::Damaged { bytes } => {
+                    damage.push(Damage { what: "a persisted descriptor that fails its check".into(), at: pos });
+                    pos += bytes;
+                    continue;
+                }
+                Found::Nothing => {
+                    pos += 64;
+                    continue;
+                }
             };
             let d = Desc::new(mem, pos);
             if let Some(op) = (0..d.nops()).map(|i| d.op(i)).find(|op| op.structure as usize >= structures) {
-                return Err(Damage {
-                    what: format!("a descriptor names structure {}, which the pool does not have", op.structure),
-                    at: pos,
-                });
+                let what = format!("a descriptor names structure {}, which the pool does not have", op.structure);
+                damage.push(Damage { what, at: pos });
+                pos += bytes;
+                continue;
             }
             max_txid = max_txid.max(txid);
             ops += d.nops();
@@ -115,5 +130,5 @@ pub(super) fn read<M: PMem>(pool: &Pool<M>, epoch: u64, checkpoint: u64, structu
         last = last_writers(&torn);
     }
     let states = last.into_iter().map(|(k, w)| (k, w.present.then_some(w.value))).collect();
-    Ok(KdMap { states, descriptors: valid.len() as u64, max_txid })
+    KdMap { states, descriptors: valid.len() as u64, max_txid }
 }

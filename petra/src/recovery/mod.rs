@@ -160,11 +160,15 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     let clean = pool.was_clean() && state.clean == state.epoch;
     let mut report = RecoveryReport { clean, epoch: state.epoch, ..RecoveryReport::default() };
     let whole = clean || pool.same_boot();
-    let found = read(&pool, &structures, &state, (clean, whole), &mut report)?;
+    let mut damage = Vec::new();
+    let mut found = read(&pool, &structures, &state, (clean, whole), &mut report, &mut damage);
+    check_values(&pool, &structures, &mut found.present, &mut damage);
+    if let Some(d) = damage.into_iter().next() {
+        return Err(d.into());
+    }
     if whole {
         verify::structures_agree(&pool, &structures, state.epoch, &found.present, clean)?;
     }
-    check_values(&pool, &structures, &found.present)?;
     let accepted = check(&Contents { present: &found.present }).map_err(Refusal::Check)?;
 
     // Whether the free chunks may not hold the rewrite (see below). Otherwise the file space the
@@ -218,21 +222,22 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
 }
 
 /// Steps 2 and 3: the state of every key, from KDMap (unless `clean`: no descriptor is left)
-/// and the records, with the damage the records show (`whole`: the pool's memory is as its last
-/// run left it, so a record's key reads as written).
+/// and the records, with the damage they show listed in `damage` and passed over (`whole`: the
+/// pool's memory is as its last run left it, so a record's key reads as written).
 fn read<M: PMem>(
     pool: &Pool<M>,
     structures: &[Structure],
     state: &MetaState,
     (clean, whole): (bool, bool),
     report: &mut RecoveryReport,
-) -> Result<Found, Damage> {
+    damage: &mut Vec<Damage>,
+) -> Found {
     // Every txid handed out before the crash is below the reservation; persisted ones too.
     // Writers at or below the checkpoint txid are in the node records.
     let mut max_txid = state.checkpoint.max(state.txid_reserved.saturating_sub(1));
     let mut states: FxHashMap<(u8, u128), Option<u64>> = FxHashMap::default();
     if !clean {
-        let kdmap = kdmap::read(pool, state.epoch, state.checkpoint, structures.len())?;
+        let kdmap = kdmap::read(pool, state.epoch, state.checkpoint, structures.len(), damage);
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;
@@ -241,50 +246,35 @@ fn read<M: PMem>(
     let in_kdmap = |key: &(u8, u128), states: &FxHashMap<(u8, u128), Option<u64>>| !clean && states.contains_key(key);
     let mut records = Vec::new();
     let mut seen: FxHashSet<(u8, u128)> = FxHashSet::default();
-    let mut damage = None;
-    baseline::scan(pool, structures, state.epoch, |node, read| {
-        if damage.is_some() {
-            return;
+    baseline::scan(pool, structures, state.epoch, |node, read| match read {
+        Read::Record(r) => {
+            report.baseline_keys += 1;
+            let key = (r.slot, r.key);
+            if !seen.insert(key) && !in_kdmap(&key, &states) {
+                let what = format!("a second record of key {:#x} of structure {}", r.key, r.slot);
+                damage.push(Damage { what, at: node });
+                return;
+            }
+            records.push(POff::new(node));
+            states.entry(key).or_insert(r.state);
         }
-        match read {
-            Read::Record(r) => {
-                report.baseline_keys += 1;
-                let key = (r.slot, r.key);
-                if !seen.insert(key) && !in_kdmap(&key, &states) {
-                    damage = Some(Damage {
-                        what: format!("a second record of key {:#x} of structure {}", r.key, r.slot),
-                        at: node,
-                    });
-                    return;
-                }
-                records.push(POff::new(node));
-                states.entry(key).or_insert(r.state);
-            }
-            Read::Broken { slot, key: None } => {
-                damage = Some(Damage {
-                    what: format!("a record of structure {slot}, which the pool does not have"),
-                    at: node,
-                });
-            }
-            Read::Broken { slot, key: Some(key) } => {
-                if whole && !in_kdmap(&(slot, key), &states) {
-                    damage = Some(Damage {
-                        what: format!("a record of key {key:#x} of structure {slot} that fails its check"),
-                        at: node,
-                    });
-                }
-            }
-            Read::Nothing => {}
+        Read::Broken { slot, key: None } => {
+            damage
+                .push(Damage { what: format!("a record of structure {slot}, which the pool does not have"), at: node });
         }
+        Read::Broken { slot, key: Some(key) } => {
+            if whole && !in_kdmap(&(slot, key), &states) {
+                let what = format!("a record of key {key:#x} of structure {slot} that fails its check");
+                damage.push(Damage { what, at: node });
+            }
+        }
+        Read::Nothing => {}
     });
-    if let Some(d) = damage {
-        return Err(d);
-    }
     // The present keys, by structure and in key order.
     let mut present: Vec<(u8, u128, u64)> =
         states.into_iter().filter_map(|((slot, key), v)| v.map(|v| (slot, key, v))).collect();
     present.sort_unstable();
-    Ok(Found { present, records, max_txid })
+    Found { present, records, max_txid }
 }
 
 /// The byte values of `present` keys (of structures of byte values).
@@ -292,16 +282,51 @@ fn values<'a>(structures: &'a [Structure], present: &'a [(u8, u128, u64)]) -> im
     present.iter().filter(|p| structures[p.0 as usize].values == Values::Bytes).map(|p| POff::new(p.2))
 }
 
-/// Every byte value of a present key must be a blob in use that passes its check.
-fn check_values<M: PMem>(pool: &Pool<M>, structures: &[Structure], present: &[(u8, u128, u64)]) -> Result<(), Damage> {
+/// Every byte value of a present key must be a blob in use that passes its check: the keys whose
+/// value does not are listed in `damage` and taken out of `present`.
+fn check_values<M: PMem>(
+    pool: &Pool<M>,
+    structures: &[Structure],
+    present: &mut Vec<(u8, u128, u64)>,
+    damage: &mut Vec<Damage>,
+) {
     let mut buf = Vec::new();
-    for &(slot, key, value) in present.iter().filter(|p| structures[p.0 as usize].values == Values::Bytes) {
-        pool.check_blob(POff::new(value), &mut buf).map_err(|d| Damage {
-            what: format!("the value of key {key:#x} of structure {slot}: {}", d.what),
-            at: d.at,
-        })?;
-    }
-    Ok(())
+    present.retain(|&(slot, key, value)| {
+        if structures[slot as usize].values != Values::Bytes {
+            return true;
+        }
+        let checked = pool.check_blob(POff::new(value), &mut buf);
+        if let Err(d) = &checked {
+            damage
+                .push(Damage { what: format!("the value of key {key:#x} of structure {slot}: {}", d.what), at: d.at });
+        }
+        checked.is_ok()
+    });
+}
+
+/// What a salvage found in a damaged pool: its structures, every key it could read whole, and
+/// everything it had to pass over.
+#[derive(Debug)]
+pub(crate) struct Salvaged {
+    pub(crate) structures: Vec<Structure>,
+    /// (slot, key, value word), sorted.
+    pub(crate) present: Vec<(u8, u128, u64)>,
+    pub(crate) dropped: Vec<Damage>,
+}
+
+/// Reads what is intact of the engine in `pool` as recovery would, but passing over damage
+/// instead of refusing it (each item listed), and writing nothing. The engine's meta region and
+/// root table must be readable: without them there is nothing to read by.
+pub(crate) fn salvage<M: PMem + 'static>(pool: &Pool<M>) -> Result<Salvaged, EngineError> {
+    let (_, state) = Meta::find(pool)?;
+    let structures = registry::read(pool, state.structures)?;
+    let clean = pool.was_clean() && state.clean == state.epoch;
+    let whole = clean || pool.same_boot();
+    let mut dropped = Vec::new();
+    let mut report = RecoveryReport::default();
+    let mut found = read(pool, &structures, &state, (clean, whole), &mut report, &mut dropped);
+    check_values(pool, &structures, &mut found.present, &mut dropped);
+    Ok(Salvaged { structures, present: found.present, dropped })
 }
 
 /// Rebuilds the allocator with `live` the only blocks in use ([`Pool::rebuild`]).

@@ -14,7 +14,7 @@
 //! loss they are not (lines never flushed are lost), and only the checks of records, descriptors
 //! and values stand.
 
-use crate::descriptor::{CHECK, CUT, DESC_TAG, Desc, NO_NODE, TxStatus, UNSET, desc_bytes};
+use crate::descriptor::{CHECK, CUT, DESC_TAG, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
 use crate::error::Damage;
 use crate::mem::{CACHE_LINE, PMem};
 use crate::pool::Pool;
@@ -144,8 +144,13 @@ impl<M: PMem> Reader<'_, M> {
             let (d, j) = (cur.desc(), cur.opid());
             let desc = self.descriptor(d, j).map_err(|what| damage(what, at))?;
             let op = desc.op(j);
-            let writer = match desc.state().status {
+            let state = desc.state();
+            let writer = match state.status {
                 TxStatus::Committed if self.durable(&desc, d) => desc.last_write_of_key(j, op),
+                // Persisted is stored after the fence that made the check word durable.
+                TxStatus::Committed if state.pstatus == PersistStatus::Persisted && !desc.read_only() => {
+                    return Err(damage(format!("the persisted descriptor at {d:#x} fails its check"), at));
+                }
                 _ => None,
             };
             if let Some(w) = writer
