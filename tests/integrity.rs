@@ -1,0 +1,226 @@
+//! Each check of what is read back from a pool file, on its own: root entries and their
+//! parameters, sizes and offsets, the header's state line, values, private mappings. Every
+//! refusal leaves the file byte for byte as it was. (The corruption battery, in
+//! `petra-kv/tests/corruption.rs`, damages whole stores at random.)
+
+use std::path::{Path, PathBuf};
+
+use petra::error::{AllocError, Damage, EngineError};
+use petra::mem::{Durability, PMem};
+use petra::pool::header::{ROOT_ENTRY_SIZE, ROOT_TABLE_OFF, SHUTDOWN_OFF};
+use petra::pool::{Mapping, POff, Pool, PoolConfig, RootEntry};
+use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+use petra_recovery::scratch_dir;
+
+fn config() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, mapping: Mapping::default() }
+}
+
+fn rings() -> EngineConfig {
+    EngineConfig::rings(64 << 10)
+}
+
+/// A closed engine pool at `dir/name` with a list, a hash map of 64 buckets and a skiplist of
+/// byte values, a few keys in each.
+fn made(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let engine = Engine::create(Pool::create(&path, &config()).unwrap(), rings()).unwrap();
+    let list = engine.create_list().unwrap();
+    let map = engine.create_hash_map(64).unwrap();
+    let bytes = engine.create_structure(StructureKind::SkipList, KeyWidth::U64, Values::Bytes).unwrap();
+    let mut h = engine.handle().unwrap();
+    for k in 0..20u64 {
+        let mut tx = Transaction::new();
+        tx.put(list, k, k).put(map, k, k + 1).put_bytes(bytes, k, &[k as u8; 40]);
+        assert!(h.execute(&tx).unwrap().is_committed());
+    }
+    drop(h);
+    engine.close().unwrap();
+    path
+}
+
+/// Opens the engine at `path`, expecting a refusal that leaves the file as it was.
+fn refused(path: &Path) -> EngineError {
+    let before = std::fs::read(path).unwrap();
+    let err = match Pool::open(path, &Mapping::default()) {
+        Ok(pool) => Engine::open(pool, rings()).expect_err("a damaged pool must be refused"),
+        Err(e) => panic!("the pool itself was refused: {e}"),
+    };
+    assert_eq!(std::fs::read(path).unwrap(), before, "a refused file must be left untouched ({err})");
+    err
+}
+
+/// Writes `entry` into root slot `slot` of the file at `path`, its checksum whole.
+fn write_root(path: &Path, slot: u64, entry: &RootEntry) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = (ROOT_TABLE_OFF + slot * ROOT_ENTRY_SIZE) as usize;
+    bytes[at..at + 64].copy_from_slice(&entry.encode());
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn root(path: &Path, slot: usize) -> RootEntry {
+    Pool::open(path, &Mapping { private: true, ..Mapping::default() }).unwrap().root(slot).unwrap()
+}
+
+#[test]
+fn root_entries_that_do_not_fit_the_pool_are_refused_untouched() {
+    let dir = scratch_dir();
+    let good = made(dir.path(), "good.pool");
+    let (list, map, bytes) = (root(&good, 0), root(&good, 1), root(&good, 2));
+    let cases: Vec<(&str, u64, RootEntry)> = vec![
+        ("a hash map of 2^61 buckets", 1, RootEntry { params: [map.params[0], 1 << 61, 0, 0, 0, 0], ..map }),
+        ("more buckets than its array holds", 1, RootEntry { params: [map.params[0], 64 << 20, 0, 0, 0, 0], ..map }),
+        ("no buckets", 1, RootEntry { params: [map.params[0], 0, 0, 0, 0, 0], ..map }),
+        ("a bucket array where none is", 1, RootEntry { params: [list.params[0], 64, 0, 0, 0, 0], ..map }),
+        ("a head beyond the pool", 0, RootEntry { params: [u64::MAX - 63, 0, 0, 0, 0, 0], ..list }),
+        ("a head not at a block's start", 0, RootEntry { params: [list.params[0] + 8, 0, 0, 0, 0, 0], ..list }),
+        ("a head in a block too small", 2, RootEntry { params: [list.params[0], 0, 0, 0, 0, 0], ..bytes }),
+        ("an unknown kind", 0, RootEntry { kind: 99, ..list }),
+        ("unknown flags", 0, RootEntry { flags: 1 << 9, ..list }),
+        ("parameters no structure has", 0, RootEntry { params: [list.params[0], 0, 7, 0, 0, 0], ..list }),
+    ];
+    for (what, slot, entry) in cases {
+        let path = dir.path().join("bad.pool");
+        std::fs::copy(&good, &path).unwrap();
+        write_root(&path, slot, &entry);
+        match refused(&path) {
+            EngineError::Damaged(Damage { at, .. }) => {
+                assert_eq!(at, ROOT_TABLE_OFF + slot * ROOT_ENTRY_SIZE, "{what}")
+            }
+            other => panic!("{what}: {other}"),
+        }
+    }
+    // A root entry that fails its checksum is damage too: it belonged to a structure.
+    let path = dir.path().join("torn.pool");
+    std::fs::copy(&good, &path).unwrap();
+    let mut b = std::fs::read(&path).unwrap();
+    b[(ROOT_TABLE_OFF + ROOT_ENTRY_SIZE + 9) as usize] ^= 1;
+    std::fs::write(&path, b).unwrap();
+    assert!(matches!(refused(&path), EngineError::Damaged(_)));
+}
+
+#[test]
+fn sizes_are_checked_before_they_are_used() {
+    let dir = scratch_dir();
+    // A hash map too large for the pool is refused at creation, and the pool stays usable.
+    let path = dir.path().join("p.pool");
+    let engine = Engine::create(Pool::create(&path, &config()).unwrap(), rings()).unwrap();
+    for buckets in [1 << 61, u64::MAX, 64 << 20] {
+        match engine.create_hash_map(buckets) {
+            Err(EngineError::Alloc(AllocError::TooLarge { .. } | AllocError::PoolFull { .. })) => {}
+            other => panic!("{buckets} buckets: {other:?}"),
+        }
+    }
+    let list = engine.create_list().unwrap();
+    engine.handle().unwrap().execute(Transaction::new().put(list, 1u64, 2)).unwrap();
+    engine.close().unwrap();
+    let (engine, _) = Engine::open(Pool::open(&path, &Mapping::default()).unwrap(), rings()).unwrap();
+    assert_eq!(engine.entries::<u64>(list).unwrap(), [(1, 2)]);
+    engine.close().unwrap();
+    // Rings a descriptor does not fit, or that no run of chunks holds, are refused.
+    for ring_bytes in [u64::MAX, u64::MAX - 4096, 0xFF_FFFF * (64 << 10) + 1] {
+        let pool = Pool::open(&path, &Mapping::default()).unwrap();
+        match Engine::open(pool, EngineConfig::rings(ring_bytes)) {
+            Err(EngineError::InvalidConfig(_)) => {}
+            other => panic!("rings of {ring_bytes} bytes: {:?}", other.map(|_| ())),
+        }
+        let pool = Pool::create(dir.path().join(format!("r{ring_bytes}.pool")), &config()).unwrap();
+        assert!(matches!(Engine::create(pool, EngineConfig::rings(ring_bytes)), Err(EngineError::InvalidConfig(_))));
+    }
+}
+
+#[test]
+fn values_are_checked_where_they_are_and_when_they_are_read() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &config()).unwrap();
+    let mut local = pool.local();
+    let blob = local.alloc_blob(b"a value").unwrap();
+    let node = local.alloc(48).unwrap();
+    drop(local);
+    let mut buf = Vec::new();
+    pool.check_blob(blob, &mut buf).unwrap();
+    assert_eq!(buf, b"a value");
+    // Offsets that name no value: misaligned, beyond the pool, a node block, a block's middle.
+    for (what, off) in [
+        ("misaligned", blob.get() + 3),
+        ("beyond the pool", pool.len() + 64),
+        ("past the end", u64::MAX - 7),
+        ("a node block", node.get()),
+        ("inside a block", blob.get() + 16),
+    ] {
+        assert!(pool.check_blob(POff::new(off), &mut buf).is_err(), "{what}");
+        if what != "a node block" && what != "inside a block" {
+            assert!(pool.read_blob_into(POff::new(off), &mut buf).is_err(), "{what}");
+        }
+    }
+    assert_eq!(pool.node_block(POff::new(node.get() + 16)), None, "a node block's middle");
+    assert_eq!(pool.node_block(blob), None, "a blob is no node block");
+    // A flipped byte of a value is found by every read.
+    pool.mem().write_bytes(blob.get() + 8 + 2, b"X");
+    let damage = pool.read_blob_into(blob, &mut buf).unwrap_err();
+    assert_eq!(damage.at, blob.get());
+    assert!(buf.is_empty(), "nothing of a damaged value is returned");
+    assert!(pool.check_blob(blob, &mut buf).is_err());
+    pool.close().unwrap();
+}
+
+#[test]
+fn a_damaged_state_line_says_neither_clean_nor_this_boot() {
+    let dir = scratch_dir();
+    let path = made(dir.path(), "p.pool");
+    let pool = Pool::open(&path, &Mapping::default()).unwrap();
+    assert!(pool.was_clean() && pool.same_boot());
+    drop(pool);
+    for at in [SHUTDOWN_OFF, SHUTDOWN_OFF + 8, SHUTDOWN_OFF + 24] {
+        let copy = dir.path().join("copy.pool");
+        std::fs::copy(&path, &copy).unwrap();
+        let mut b = std::fs::read(&copy).unwrap();
+        b[at as usize] ^= 0x10;
+        std::fs::write(&copy, b).unwrap();
+        let pool = Pool::open(&copy, &Mapping::default()).unwrap();
+        assert!(!pool.was_clean() && !pool.same_boot(), "byte {at:#x} flipped");
+        // Recovery then runs (it is right for any pool) and every key is there.
+        let (engine, report) = Engine::open(pool, rings()).unwrap();
+        assert!(!report.clean);
+        assert_eq!(engine.entries::<u64>(petra::StructId(0)).unwrap().len(), 20);
+    }
+}
+
+#[test]
+fn a_private_mapping_recovers_in_memory_and_never_writes_the_file() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    // A pool left unclosed: its open recovers, which writes.
+    let engine = Engine::create(Pool::create(&path, &config()).unwrap(), rings()).unwrap();
+    let list = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    for k in 0..50u64 {
+        h.execute(Transaction::new().put(list, k, k * 3)).unwrap();
+    }
+    drop(h);
+    drop(engine.into_pool().unwrap());
+    let before = std::fs::read(&path).unwrap();
+    let private = Mapping { private: true, ..Mapping::default() };
+    let pool = Pool::open(&path, &private).unwrap();
+    assert_eq!(pool.durability(), Durability::Private);
+    // Two readers at once; a writer is kept out meanwhile.
+    let other = Pool::open(&path, &private).unwrap();
+    assert!(Pool::open(&path, &Mapping::default()).is_err());
+    let (engine, report) = Engine::open(pool, rings()).unwrap();
+    assert!(!report.clean && report.present_keys == 50);
+    let mut h = engine.handle().unwrap();
+    assert_eq!(h.get(list, 7u64).unwrap(), Some(21));
+    // Writes, growth and a clean close all stay in the process.
+    for k in 50..5000u64 {
+        h.execute(Transaction::new().put(list, k, k)).unwrap();
+    }
+    drop(h);
+    engine.close().unwrap();
+    drop(other);
+    assert_eq!(std::fs::read(&path).unwrap(), before, "a private mapping wrote to its file");
+    let pool = Pool::open(&path, &Mapping::default()).unwrap();
+    assert!(!pool.was_clean(), "the close of the private copy did not reach the file");
+    let (engine, _) = Engine::open(pool, rings()).unwrap();
+    assert_eq!(engine.entries::<u64>(list).unwrap().len(), 50);
+}
