@@ -224,3 +224,34 @@ fn a_private_mapping_recovers_in_memory_and_never_writes_the_file() {
     let (engine, _) = Engine::open(pool, rings()).unwrap();
     assert_eq!(engine.entries::<u64>(list).unwrap().len(), 50);
 }
+
+#[test]
+fn a_persisted_descriptor_that_fails_its_check_is_damage() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    // Rounds off: every descriptor stays above the checkpoint txid, read by recovery.
+    let engine = Engine::create(Pool::create(&path, &config()).unwrap(), rings().checkpoint_fill(0)).unwrap();
+    let list = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    for k in 0..10u64 {
+        h.execute(Transaction::new().put(list, k, k)).unwrap();
+    }
+    drop(h);
+    let pool = engine.into_pool().unwrap();
+    // The ring's first descriptor (after its reserved line): the first put. Tag 0x5458 on top.
+    let (ring, _) = pool.regions(2)[0];
+    let first = ring.get() + 64;
+    assert_eq!(pool.mem().load(first, std::sync::atomic::Ordering::Relaxed) >> 48, 0x5458);
+    drop(pool);
+    for (what, at) in [("its op's key", first + 40), ("its txid", first + 16)] {
+        let copy = dir.path().join("copy.pool");
+        std::fs::copy(&path, &copy).unwrap();
+        let mut b = std::fs::read(&copy).unwrap();
+        b[at as usize] ^= 0x04;
+        std::fs::write(&copy, b).unwrap();
+        match refused(&copy) {
+            EngineError::Damaged(d) => assert_eq!(d.at, first, "{what}: {d}"),
+            other => panic!("{what}: {other}"),
+        }
+    }
+}
