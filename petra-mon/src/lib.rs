@@ -8,7 +8,9 @@
 //! restart, so a daemon killed at any moment starts again where its last acknowledged sample left
 //! off.
 
+pub mod families;
 pub mod listing;
+pub mod proc;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
