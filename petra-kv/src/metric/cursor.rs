@@ -67,7 +67,8 @@ impl<M: PMem + 'static> MetricStore<M> {
         let mut buf = Vec::new();
         loop {
             let key = CURSOR_TAG | slot as u64;
-            let found = h.get_with(CATALOG, key, |state, blobs| state.map(|w| blobs.read_into(w, &mut buf)).is_some())?;
+            let found =
+                h.get_with(CATALOG, key, |state, blobs| state.map(|w| blobs.read_into(w, &mut buf)).is_some())?;
             if !found {
                 return Ok((key, None));
             }
