@@ -166,19 +166,24 @@ fn name_part(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
 }
 
-/// `MemTotal` as `mem_total`, `Active(anon)` as `active_anon`, `HugePages_Total` as
-/// `huge_pages_total`.
+/// A meminfo field in snake case, in words promtool's lint takes: `MemTotal` as `mem_total`,
+/// `Active(anon)` (given as `Active_anon`) as `active_anon`, `DirectMap2M` as `direct_map2m`;
+/// `Sec` (secondary) spelled out, and `HugePages_Total`, a count and no counter, as
+/// `huge_pages_pool`.
 fn snake_case(s: &str) -> String {
+    if s == "HugePages_Total" {
+        return "huge_pages_pool".into();
+    }
     let mut out = String::with_capacity(s.len() + 4);
     let mut prev: Option<char> = None;
     for c in s.chars() {
-        if c.is_ascii_uppercase() && prev.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit()) {
+        if c.is_ascii_uppercase() && prev.is_some_and(|p| p.is_ascii_lowercase()) {
             out.push('_');
         }
         out.push(c.to_ascii_lowercase());
         prev = Some(c);
     }
-    out
+    out.split('_').map(|w| if w == "sec" { "secondary" } else { w }).collect::<Vec<_>>().join("_")
 }
 
 /// The series of metric `metric` of a set of sampler `sampler`, if it is a measurement.
@@ -334,7 +339,11 @@ mod tests {
         assert_eq!(name("meminfo", "HugePages_Total"), ("node_memory_HugePages_Total".into(), vec![], Scale::Mul(1.0)));
         let snake = describe("meminfo", "Active(anon)", Names::SnakeCase).unwrap();
         assert_eq!(snake.family.name("node"), "node_memory_active_anon_bytes");
-        assert_eq!(describe("meminfo", "MemTotal", Names::SnakeCase).unwrap().family.stem, "memory_mem_total");
+        let stem = |m: &str| describe("meminfo", m, Names::SnakeCase).unwrap().family.stem;
+        assert_eq!(stem("MemTotal"), "memory_mem_total");
+        assert_eq!(stem("DirectMap2M"), "memory_direct_map2m");
+        assert_eq!(stem("SecPageTables"), "memory_secondary_page_tables");
+        assert_eq!(stem("HugePages_Total"), "memory_huge_pages_pool");
         assert_eq!(name("vmstat", "pgfault").0, "node_vmstat_pgfault");
         assert_eq!(name("vmstat", "nr_sec_page_table_pages").0, "node_vmstat_nr_secondary_page_table_pages");
         assert_eq!(name("loadavg", "load15").0, "node_load15");
