@@ -343,3 +343,16 @@ mod tests {
         assert!(toml::from_str::<FileConfig>("intervall_ms = 3").is_err());
     }
 }
+
+#[cfg(test)]
+mod dist {
+    use super::*;
+
+    #[test]
+    fn the_example_configuration_file_is_valid() {
+        let file: FileConfig = toml::from_str(include_str!("../dist/petra-mon.toml")).unwrap();
+        let s = Settings::resolve(&Flags::default(), &file).unwrap();
+        assert_eq!(s.listen.as_deref(), Some("0.0.0.0:9464"));
+        assert_eq!((s.retention, s.max_size), (Some(DEFAULT_RETENTION), DEFAULT_MAX_SIZE));
+    }
+}
