@@ -1,4 +1,4 @@
-//! Measurements of petra-mon (docs/benchmarks.md gives the commands and the results):
+//! Measurements of petra-mon (docs/petra-mon.md gives the commands and the results):
 //!
 //! - `scrape --producers P --samplers LIST`: the time to make the /metrics page of a store of
 //!   P producers' sets of this machine's /proc, in both formats;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# petra-mon's costs beside node_exporter's, on this machine's /proc (docs/benchmarks.md):
+# petra-mon's costs beside node_exporter's, on this machine's /proc (docs/petra-mon.md):
 #   cpu      the daemon's CPU time per sample set (SECONDS of sampling every 100 ms, no scrapes)
 #   scrape   the time and CPU per scrape of petra-mon's page and of node_exporter's (N scrapes each)
 #   push     remote write catching up: MINUTES of 100 ms samples pushed to a local Prometheus
