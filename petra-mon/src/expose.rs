@@ -101,6 +101,8 @@ pub struct SetStats {
     pub last_duration_ns: u64,
     /// The schema version in use.
     pub version: u32,
+    /// Why the set was skipped last, while it is (logged once, not every round).
+    pub failing: Option<String>,
 }
 
 /// What the remote-write sender counts.

@@ -269,8 +269,8 @@ pub fn sample_once<M: PMem + 'static>(
         let mut values = Vec::with_capacity(c.schema.metrics.len());
         values.push(Value::U(producer.component_id));
         values.push(Value::U(producer.job_id));
-        let in_order = c.schema.metrics[2..].iter().zip(&reading).all(|(m, r)| m.name == r.0)
-            && reading.len() + 2 == values.capacity();
+        let in_order = reading.len() + 2 == c.schema.metrics.len()
+            && c.schema.metrics[2..].iter().zip(&reading).all(|(m, r)| m.name == r.0);
         if in_order {
             values.extend(reading.into_iter().map(|r| r.2));
         } else {

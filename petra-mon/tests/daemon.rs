@@ -226,6 +226,16 @@ fn a_missing_or_unparseable_file_is_logged_and_skipped_and_the_daemon_goes_on() 
     fake_proc(p);
     assert!(mon(p, &["--count", "1", "--interval-ms", "5"]).status().unwrap().success());
     assert_eq!(json(&ls(p, &["--json"])).as_array().unwrap().len(), 5);
+    // A file that goes away while the daemon runs, and comes back: one warning, then a note.
+    let d = Daemon::start(mon(p, &["--interval-ms", "10"]));
+    d.wait_for_log("sampling set=node7/diskstats", Duration::from_secs(10));
+    std::fs::remove_file(p.join("diskstats")).unwrap();
+    d.wait_for_log("set=node7/diskstats why=", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    fake_proc(p);
+    d.wait_for_log("sampled again set=node7/diskstats", Duration::from_secs(10));
+    assert_eq!(d.log_lines("set=node7/diskstats why=").len(), 1, "warned once: {:#?}", d.log_lines("diskstats"));
+    assert!(d.stop().success());
 }
 
 #[test]
@@ -450,4 +460,22 @@ fn killed_and_restarted_the_sampler_loses_and_repeats_nothing() {
     eprintln!("{} rounds, {} kills, {} acks", report.rounds, report.kills, report.acks);
     report.assert_ok(5);
     assert_eq!(acked.len(), SAMPLERS.len());
+}
+
+#[test]
+fn retention_removes_samples_older_than_it() {
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    assert!(mon(p, &["--count", "5", "--interval-ms", "5", "--samplers", "loadavg"]).status().unwrap().success());
+    let count = || {
+        json(&ls(p, &["--json", "--set", "node7/loadavg", "--history", "100"]))[0]["history"].as_array().unwrap().len()
+    };
+    assert_eq!(count(), 5, "the default retention (7 days) keeps them");
+    std::thread::sleep(Duration::from_millis(300));
+    let out = mon(p, &["--count", "1", "--interval-ms", "5", "--samplers", "loadavg", "--retention", "200ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(count(), 1, "only the sample of the last 200 ms stays");
 }

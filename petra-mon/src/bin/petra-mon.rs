@@ -387,6 +387,9 @@ fn on_event(shared: &Shared<'_>, sampler: &petra_mon::Sampler, event: Event, ver
             if st.stored == 0 {
                 tracing::info!(%set, version, "sampling");
             }
+            if st.failing.take().is_some() {
+                tracing::info!(%set, "sampled again");
+            }
             st.stored += 1;
             st.last_duration_ns = duration_ns;
             st.version = version;
@@ -401,8 +404,10 @@ fn on_event(shared: &Shared<'_>, sampler: &petra_mon::Sampler, event: Event, ver
                 "the file reports other metrics: a new schema version, history kept");
         }
         Event::Skipped { set, why } => {
-            if st.skipped == 0 || sampler.failing.as_deref() != Some(why.as_str()) || st.stored > 0 {
+            // Once per cause: a file missing for an hour is one warning, not 3 600.
+            if st.failing.as_deref() != Some(why.as_str()) {
                 tracing::warn!(%set, %why, "skipped: nothing stored for this set this round");
+                st.failing = Some(why);
             }
             st.skipped += 1;
         }
@@ -528,6 +533,15 @@ impl Retention {
                 // Unsent samples stay, unless the store is full.
                 before = before.min(sent.get(&id).map_or(0, |t| t.saturating_add(1)));
             }
+            // Nothing to cut by age unless the oldest sample is older (trimming lists the set's
+            // history: not every minute for nothing).
+            let mut old = false;
+            if before > 0 {
+                session.scan(id, 0, before - 1, |_| {
+                    old = true;
+                    std::ops::ControlFlow::Break(())
+                })?;
+            }
             let mut keep = settings.keep;
             if full {
                 let mut n = 0usize;
@@ -537,7 +551,10 @@ impl Retention {
                 })?;
                 keep = Some(keep.unwrap_or(usize::MAX).min(n - n / 10));
             }
-            let cut = session.trim(id, before, keep)?;
+            if !old && keep.is_none() {
+                continue;
+            }
+            let cut = session.trim(id, if old { before } else { 0 }, keep)?;
             if cut > 0 {
                 tracing::debug!(set = %info.instance, samples = cut, "retention removed samples");
             }
