@@ -28,7 +28,7 @@ use crate::proc::SAMPLERS;
 use crate::remote_write;
 use crate::sampling::Producer;
 
-/// The default address: every interface, port 9464.
+/// The default address: every IPv4 interface, port 9464.
 pub const DEFAULT_LISTEN: &str = ":9464";
 /// The default retention: samples older than this are removed.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -110,8 +110,8 @@ pub struct Settings {
     pub log_level: tracing::Level,
 }
 
-/// `:9464` and `9464` as every interface's port 9464, `off` (or `none`, or nothing) as no
-/// address; anything else as given.
+/// `:9464` and `9464` as every IPv4 interface's port 9464 (`[::]:9464` for IPv6 too), `off`
+/// (or `none`, or nothing) as no address; anything else as given.
 pub fn listen_address(s: &str) -> Result<Option<String>, MonError> {
     let s = s.trim();
     if s.is_empty() || s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {

@@ -32,8 +32,8 @@ struct Args {
     /// The metric store's pool file, created if missing [default: petra-mon.pool].
     #[arg(long, value_name = "FILE")]
     store: Option<PathBuf>,
-    /// Serve /metrics and /ls at ADDR: HOST:PORT, :PORT (every interface) or off
-    /// [default: :9464].
+    /// Serve /metrics and /ls at ADDR: HOST:PORT, :PORT (every IPv4 interface; [::]:PORT for
+    /// IPv6 too) or off [default: :9464].
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// Sampling interval in milliseconds [default: 1000].
