@@ -82,8 +82,9 @@ fn petra_ls_says_its_own_name_and_asks_the_local_daemon_without_a_store() {
     }
     let help = Command::new(env!("CARGO_BIN_EXE_petra-ls")).arg("-h").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.starts_with("Lists the metric sets of a PETRA metric store, as ldms_ls lists"), "{help}");
     assert!(
-        help.contains("Usage: petra-ls") && help.contains("--from") && !help.contains("petra-mon [OPTIONS]"),
+        help.contains("Usage: petra-ls") && help.contains("--from") && !help.contains("petra-mon, a sampler"),
         "{help}"
     );
     let mon_v = Command::new(env!("CARGO_BIN_EXE_petra-mon")).arg("-V").output().unwrap();

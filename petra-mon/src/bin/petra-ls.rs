@@ -11,13 +11,14 @@ use petra_mon::snapshot;
 /// The address of the local petra-mon, asked when no store file is given.
 const LOCAL: &str = "127.0.0.1:9464";
 
-/// Lists the metric sets of a PETRA metric store, as ldms_ls does LDMS's: every set with its
-/// schema, producer, component, job and latest sample; with --set, one set's latest values,
+/// Lists the metric sets of a PETRA metric store, as ldms_ls lists LDMS's.
+///
+/// Every set with its schema, producer, component, job and latest sample; with --set, one set's latest values,
 /// its last samples (--history) and window statistics (--window). Reads the store's file
 /// without writing to it; a store that a running petra-mon holds is read through that daemon
 /// (--from the address it listens on). With neither, asks the local petra-mon (127.0.0.1:9464).
 #[derive(Debug, clap::Parser)]
-#[command(name = "petra-ls", version, about)]
+#[command(name = "petra-ls", version)]
 struct Args {
     /// The metric store's pool file (read only).
     #[arg(conflicts_with = "from")]

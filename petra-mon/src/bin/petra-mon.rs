@@ -17,6 +17,8 @@ use petra_mon::families::Names;
 use petra_mon::listing::{Query, listing};
 use petra_mon::{Event, MonError, remote_write, sets};
 
+/// Samples /proc into a PETRA metric store, serves it to Prometheus and pushes it by remote write.
+///
 /// Samples /proc (meminfo, vmstat, loadavg, stat, diskstats) into a PETRA metric store, durably:
 /// after a crash or SIGKILL it starts again where its last stored sample left off. Serves the
 /// latest values at /metrics (Prometheus's text format, or OpenMetrics when asked) and listings
@@ -24,7 +26,7 @@ use petra_mon::{Event, MonError, remote_write, sets};
 /// SIGTERM or SIGINT stop it cleanly; SIGHUP reopens the log file and reloads the configuration
 /// file. Every flag can also be set in the configuration file (flags win).
 #[derive(Debug, Parser)]
-#[command(name = "petra-mon", version, about, args_override_self = true)]
+#[command(name = "petra-mon", version, args_override_self = true)]
 struct Args {
     /// The configuration file (TOML; keys as the long flags, with underscores).
     #[arg(long, value_name = "FILE")]
