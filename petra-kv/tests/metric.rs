@@ -351,3 +351,23 @@ fn a_checkpoint_asked_for_folds_the_samples_and_a_crash_after_it_loses_none() {
     assert_eq!(s.range(set, 0, u64::MAX).unwrap().len(), 50);
     assert_eq!(s.latest(set).unwrap().unwrap(), sample(50, 50 * SEC, 50));
 }
+
+#[test]
+fn cursors_keep_their_values_across_a_crash_and_a_reopening() {
+    let (mem, store) = sim_store();
+    assert_eq!(store.cursor("remote_write a").unwrap(), None);
+    store.set_cursor("remote_write a", b"first").unwrap();
+    store.set_cursor("remote_write b", b"").unwrap();
+    store.set_cursor("remote_write a", b"second").unwrap();
+    let too_long = vec![0u8; 64 << 10];
+    assert!(matches!(store.set_cursor("c", &too_long), Err(KvError::ValueTooLong { .. })));
+    // A crash that loses every unflushed store: each cursor is there, as last set.
+    let image = mem.persisted_bytes();
+    drop(store);
+    let store = MetricStore::open_in(Pool::open_in(SimMem::from_bytes(&image, 64 << 20)).unwrap()).unwrap();
+    assert_eq!(store.cursor("remote_write a").unwrap().as_deref(), Some(&b"second"[..]));
+    assert_eq!(store.cursor("remote_write b").unwrap().as_deref(), Some(&b""[..]));
+    assert_eq!(store.cursor("c").unwrap(), None);
+    // Cursors are no sets or schemas.
+    assert!(store.sets().is_empty());
+}

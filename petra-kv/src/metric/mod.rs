@@ -21,12 +21,18 @@
 //! newer generation whose timestamp is not after the latest one's is refused
 //! ([`KvError::BadSample`](crate::KvError::BadSample)): the history is ordered by time.
 //!
+//! # Cursors
+//! A reader of the store can keep its position in it, durably, as a named cursor
+//! ([`MetricStore::cursor`], [`MetricStore::set_cursor`]): a remote-write sender resumes from it
+//! after a crash.
+//!
 //! # Concurrency
 //! Readers take no lock. Writers of one set serialise on the set's lock (ingest compares with the
 //! latest sample before it writes); writers of different sets run in parallel. The catalog is
 //! read at open and kept in memory; adding schemas and sets takes a lock.
 
 mod codec;
+mod cursor;
 mod query;
 mod retention;
 mod schema;

@@ -20,7 +20,7 @@ use crate::format::{self, Format};
 const FORMAT: Format = Format { name: "petra-kv metric store", magic: u64::from_be_bytes(*b"PETRAMS1"), version: 1 };
 /// The structures after the meta list (see the [module docs](super)): the catalog, each set's
 /// latest timestamp, the history.
-const CATALOG: StructId = StructId(1);
+pub(super) const CATALOG: StructId = StructId(1);
 const LATEST: StructId = StructId(2);
 pub(super) const HISTORY: StructId = StructId(3);
 
@@ -71,7 +71,7 @@ pub struct MetricStore<M: PMem + 'static = MmapMem> {
     engine: Engine<M>,
     catalog: RwLock<Catalog>,
     /// Serialises catalog writes (ids are handed out under it).
-    catalog_write: Mutex<()>,
+    pub(super) catalog_write: Mutex<()>,
 }
 
 impl MetricStore<MmapMem> {

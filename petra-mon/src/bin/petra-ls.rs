@@ -1,39 +1,45 @@
 //! `petra-ls`: lists the sets of a metric store with their metadata and latest values, prints a
-//! set's history and window statistics, as a table or JSON; from the store's file, or from the
-//! `petra-mon` that holds it. See `petra-ls --help`.
+//! set's last samples and window statistics, as tables or JSON; from the store's file (opened
+//! for reading only), or from the `petra-mon` that holds it. See `petra-ls --help`.
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use petra_kv::{Config, CreateMode, MetricStore};
+use petra_mon::MonError;
 use petra_mon::listing::{Query, SetListing, listing, table};
+use petra_mon::snapshot;
 
-/// Lists the metric sets of a PETRA metric store (in the spirit of ldms_ls): every set with its
-/// schema, producer, component, job and latest sample; with --set, one set's latest values, its
-/// history (--history) or window statistics (--window). A store that a running petra-mon holds
-/// is read through that daemon (--from the address it listens on).
+/// The address of the local petra-mon, asked when no store file is given.
+const LOCAL: &str = "127.0.0.1:9464";
+
+/// Lists the metric sets of a PETRA metric store, as ldms_ls lists LDMS's.
+///
+/// Every set with its schema, producer, component, job and latest sample; with --set, one set's latest values,
+/// its last samples (--history) and window statistics (--window). Reads the store's file
+/// without writing to it; a store that a running petra-mon holds is read through that daemon
+/// (--from the address it listens on). With neither, asks the local petra-mon (127.0.0.1:9464).
 #[derive(Debug, clap::Parser)]
-#[command(version, about)]
+#[command(name = "petra-ls", version)]
 struct Args {
-    /// The metric store's pool file.
-    #[arg(required_unless_present = "from", conflicts_with = "from")]
-    store: Option<PathBuf>,
-    /// Ask the petra-mon listening at ADDR (host:port, as given to its --listen) instead of
-    /// opening the file: for a store the daemon holds.
+    /// The metric store's pool file (read only).
+    #[arg(conflicts_with = "from")]
+    store: Option<std::path::PathBuf>,
+    /// Ask the petra-mon listening at ADDR (HOST:PORT or :PORT, as given to its --listen)
+    /// [default when no store is given: 127.0.0.1:9464].
     #[arg(long, value_name = "ADDR")]
     from: Option<String>,
     /// Only this set (`<producer>/<sampler>`).
     #[arg(long)]
     set: Option<String>,
-    /// Print the set's samples from the last SECONDS (with --set).
-    #[arg(long, value_name = "SECONDS")]
-    history: Option<u64>,
+    /// Print the set's last N samples (with --set).
+    #[arg(long, value_name = "N")]
+    history: Option<usize>,
     /// Print minimum, maximum, mean and rate per data metric over the last SECONDS (with --set).
     #[arg(long, value_name = "SECONDS")]
     window: Option<u64>,
     /// Print the metric values of the latest sample (with --set, or for every set).
     #[arg(long, short)]
     verbose: bool,
-    /// JSON instead of a table.
+    /// JSON instead of tables.
     #[arg(long)]
     json: bool,
 }
@@ -55,7 +61,11 @@ fn run(args: Args) -> Result<(), BoxError> {
     let sets = match (&args.from, &args.store) {
         (Some(addr), _) => fetch(addr, &query)?,
         (None, Some(path)) => read(path, &query)?,
-        (None, None) => unreachable!("clap requires the store or --from"),
+        (None, None) => fetch(LOCAL, &query).map_err(|e| {
+            format!(
+                "no store file given, and the local petra-mon did not answer ({e}): give a store file or --from ADDR"
+            )
+        })?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&sets)?);
@@ -65,21 +75,20 @@ fn run(args: Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The listing, from the store's file.
-fn read(path: &PathBuf, query: &Query) -> Result<Vec<SetListing>, BoxError> {
-    let store = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(path) }).map_err(|e| {
-        let held = matches!(&e, petra_kv::KvError::Open(petra::error::OpenError::Locked { .. }));
-        let hint = if held { " (a running petra-mon holds it: ask it with --from ADDR)" } else { "" };
-        format!("{e}{hint}")
+/// The listing, from the store's file, which is opened for reading only.
+fn read(path: &Path, query: &Query) -> Result<Vec<SetListing>, BoxError> {
+    let store = snapshot::open_metric_store(path).map_err(|e| match e {
+        MonError::Held(_) => format!("{e}"),
+        e => format!("{}: {e}", path.display()),
     })?;
     let sets = listing(&store, &mut store.session()?, query)?;
-    store.close()?;
     Ok(sets)
 }
 
 /// The listing, from the petra-mon at `addr` (its /ls endpoint).
 fn fetch(addr: &str, query: &Query) -> Result<Vec<SetListing>, BoxError> {
-    let base = if addr.contains("://") { addr.to_owned() } else { format!("http://{addr}") };
+    let addr = if let Some(port) = addr.strip_prefix(':') { format!("127.0.0.1:{port}") } else { addr.to_owned() };
+    let base = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
     let url = format!("{}/ls?{}", base.trim_end_matches('/'), query.to_url_query());
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

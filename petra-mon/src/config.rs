@@ -1,0 +1,364 @@
+//! The daemon's settings: each from its flag if given, else from the configuration file (TOML,
+//! `--config`), else its default. SIGHUP reads the file again; flags still win.
+//!
+//! ```toml
+//! # /etc/petra-mon.toml
+//! store = "/var/lib/petra-mon/petra-mon.pool"
+//! listen = ":9464"
+//! interval_ms = 1000
+//! samplers = ["meminfo", "vmstat", "loadavg", "stat", "diskstats"]
+//! component_id = 12
+//! job_id = 0
+//! retention = "7d"
+//! max_size = "4GiB"
+//! remote_write_url = "http://prometheus:9090/api/v1/write"
+//! remote_write_labels = { job = "petra-mon" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::MonError;
+use crate::expose::Naming;
+use crate::families::Names;
+use crate::proc::SAMPLERS;
+use crate::remote_write;
+use crate::sampling::Producer;
+
+/// The default address: every IPv4 interface, port 9464.
+pub const DEFAULT_LISTEN: &str = ":9464";
+/// The default retention: samples older than this are removed.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The default maximum size of a new store's file.
+pub const DEFAULT_MAX_SIZE: u64 = 4 << 30;
+
+/// Settings as the configuration file gives them (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// The store's file.
+    pub store: Option<PathBuf>,
+    /// Where to serve `/metrics` and `/ls` (`:9464`, `127.0.0.1:9464`, `off`).
+    pub listen: Option<String>,
+    /// Milliseconds between rounds.
+    pub interval_ms: Option<u64>,
+    /// Samplers.
+    pub samplers: Option<Vec<String>>,
+    /// Producer name.
+    pub producer: Option<String>,
+    /// Component id.
+    pub component_id: Option<u64>,
+    /// Job id.
+    pub job_id: Option<u64>,
+    /// Samples older than this go (`7d`, `12h`; `off`).
+    pub retention: Option<String>,
+    /// Keep at most this many samples per set.
+    pub keep: Option<usize>,
+    /// The maximum size of a new store's file (`4GiB`).
+    pub max_size: Option<String>,
+    /// The prefix of the families of `/proc`.
+    pub prefix: Option<String>,
+    /// How meminfo's fields are spelled.
+    pub names: Option<Names>,
+    /// A Prometheus remote-write receiver.
+    pub remote_write_url: Option<String>,
+    /// Labels added to every series pushed.
+    pub remote_write_labels: Option<BTreeMap<String, String>>,
+    /// The log file (default: standard error).
+    pub log_file: Option<PathBuf>,
+    /// The log level: error, warn, info, debug or trace.
+    pub log_level: Option<String>,
+}
+
+impl FileConfig {
+    /// Reads the file at `path`.
+    pub fn read(path: &Path) -> Result<FileConfig, MonError> {
+        let text = std::fs::read_to_string(path).map_err(|source| MonError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text).map_err(|e| MonError::Config(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Every setting, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The store's file.
+    pub store: PathBuf,
+    /// Where to serve, if anywhere (an address `TcpListener` binds).
+    pub listen: Option<String>,
+    /// Time between rounds.
+    pub interval: Duration,
+    /// Samplers.
+    pub samplers: Vec<String>,
+    /// Who samples.
+    pub producer: Producer,
+    /// Samples older than this go.
+    pub retention: Option<Duration>,
+    /// At most this many samples per set.
+    pub keep: Option<usize>,
+    /// The maximum size of a new store's file.
+    pub max_size: u64,
+    /// How families are named.
+    pub naming: Naming,
+    /// The remote-write sender's, if there is a receiver.
+    pub remote_write: Option<remote_write::Settings>,
+    /// The log file (`None`: standard error).
+    pub log_file: Option<PathBuf>,
+    /// The log level.
+    pub log_level: tracing::Level,
+}
+
+/// `:9464` and `9464` as every IPv4 interface's port 9464 (`[::]:9464` for IPv6 too), `off`
+/// (or `none`, or nothing) as no address; anything else as given.
+pub fn listen_address(s: &str) -> Result<Option<String>, MonError> {
+    let s = s.trim();
+    if s.is_empty() || s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let port = s.strip_prefix(':').unwrap_or(s);
+    if port.bytes().all(|b| b.is_ascii_digit()) {
+        let port: u16 = port.parse().map_err(|_| MonError::Config(format!("--listen {s}: no such port")))?;
+        return Ok(Some(format!("0.0.0.0:{port}")));
+    }
+    if !s.contains(':') {
+        return Err(MonError::Config(format!("--listen {s}: give HOST:PORT, :PORT or PORT")));
+    }
+    Ok(Some(s.to_owned()))
+}
+
+/// A size: bytes, or with a unit (`K`, `KiB`, `M`, `MiB`, `G`, `GiB`, `T`, `TiB`: powers of
+/// 1024 all).
+pub fn size(s: &str) -> Result<u64, MonError> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(MonError::Config(format!("size {s:?}: use bytes or K, M, G, T (powers of 1024)"))),
+    };
+    let n: u64 = n.parse().map_err(|_| MonError::Config(format!("size {s:?} is not a number")))?;
+    n.checked_mul(1 << shift).ok_or_else(|| MonError::Config(format!("size {s:?} is too large")))
+}
+
+/// A retention: a duration (`7d`, `36h`, `90min`), or `off`.
+pub fn retention(s: &str) -> Result<Option<Duration>, MonError> {
+    if s.eq_ignore_ascii_case("off") || s.trim() == "0" {
+        return Ok(None);
+    }
+    humantime::parse_duration(s).map(Some).map_err(|e| MonError::Config(format!("retention {s:?}: {e}")))
+}
+
+/// `KEY=VALUE` as a label.
+pub fn label(s: &str) -> Result<(String, String), MonError> {
+    let (k, v) = s.split_once('=').ok_or_else(|| MonError::Config(format!("label {s:?}: give NAME=VALUE")))?;
+    let valid = !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && !k.starts_with("__")
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(MonError::Config(format!("label name {k:?} is not a Prometheus label name")));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or("localhost".into(), |h| h.trim().to_owned())
+}
+
+/// What the flags give (each `None` if not given).
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// See [`FileConfig`]'s fields, of the same names.
+    pub store: Option<PathBuf>,
+    #[allow(missing_docs)]
+    pub listen: Option<String>,
+    #[allow(missing_docs)]
+    pub interval_ms: Option<u64>,
+    #[allow(missing_docs)]
+    pub samplers: Option<Vec<String>>,
+    #[allow(missing_docs)]
+    pub producer: Option<String>,
+    #[allow(missing_docs)]
+    pub component_id: Option<u64>,
+    #[allow(missing_docs)]
+    pub job_id: Option<u64>,
+    #[allow(missing_docs)]
+    pub retention: Option<String>,
+    #[allow(missing_docs)]
+    pub keep: Option<usize>,
+    #[allow(missing_docs)]
+    pub max_size: Option<String>,
+    #[allow(missing_docs)]
+    pub prefix: Option<String>,
+    #[allow(missing_docs)]
+    pub names: Option<Names>,
+    #[allow(missing_docs)]
+    pub remote_write_url: Option<String>,
+    /// `KEY=VALUE` each.
+    pub remote_write_labels: Vec<String>,
+    #[allow(missing_docs)]
+    pub log_file: Option<PathBuf>,
+    #[allow(missing_docs)]
+    pub log_level: Option<String>,
+}
+
+impl Settings {
+    /// The settings the flags and the file give, checked.
+    pub fn resolve(flags: &Flags, file: &FileConfig) -> Result<Settings, MonError> {
+        let f = file.clone();
+        let interval_ms = flags.interval_ms.or(f.interval_ms).unwrap_or(1000);
+        if interval_ms == 0 {
+            return Err(MonError::Config("the interval must be at least 1 ms".into()));
+        }
+        let samplers = flags.samplers.clone().or(f.samplers).unwrap_or_else(|| SAMPLERS.map(String::from).to_vec());
+        crate::sampling::check_samplers(&samplers)?;
+        let listen = match flags.listen.as_deref().or(f.listen.as_deref()) {
+            Some(s) => listen_address(s)?,
+            None => listen_address(DEFAULT_LISTEN)?,
+        };
+        let retention = match flags.retention.as_deref().or(f.retention.as_deref()) {
+            Some(s) => retention(s)?,
+            None => Some(DEFAULT_RETENTION),
+        };
+        let max_size = match flags.max_size.as_deref().or(f.max_size.as_deref()) {
+            Some(s) => size(s)?,
+            None => DEFAULT_MAX_SIZE,
+        };
+        if max_size < 32 << 20 {
+            return Err(MonError::Config(format!("the maximum size {max_size} is under 32 MiB")));
+        }
+        let prefix = flags.prefix.clone().or(f.prefix).unwrap_or_else(|| "node".into());
+        let prefix_ok = prefix.is_empty()
+            || (!prefix.starts_with(|c: char| c.is_ascii_digit())
+                && prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        if !prefix_ok {
+            return Err(MonError::Config(format!("prefix {prefix:?} is not the start of a metric name")));
+        }
+        let producer_name = flags.producer.clone().or(f.producer).unwrap_or_else(hostname);
+        let producer = Producer {
+            component_id: flags.component_id.or(f.component_id).unwrap_or(0),
+            job_id: flags.job_id.or(f.job_id).unwrap_or(0),
+            interval_ns: interval_ms * 1_000_000,
+            name: producer_name.clone(),
+        };
+        let remote_write = match flags.remote_write_url.clone().or(f.remote_write_url) {
+            Some(url) => {
+                // The HTTP client is built without TLS (as petra-ls's is): a receiver behind https
+                // is reached through a local TLS proxy.
+                if !url.starts_with("http://") {
+                    return Err(MonError::Config(format!(
+                        "remote write URL {url:?}: give an http:// URL (this build has no TLS; for https, a local TLS proxy)"
+                    )));
+                }
+                let mut rw = remote_write::Settings::new(&url);
+                rw.labels.insert("instance".into(), producer_name);
+                rw.labels.insert("job".into(), "petra-mon".into());
+                for (k, v) in f.remote_write_labels.unwrap_or_default() {
+                    let (k, v) = label(&format!("{k}={v}"))?;
+                    rw.labels.insert(k, v);
+                }
+                for l in &flags.remote_write_labels {
+                    let (k, v) = label(l)?;
+                    rw.labels.insert(k, v);
+                }
+                rw.interval =
+                    Duration::from_millis(interval_ms).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                Some(rw)
+            }
+            None => None,
+        };
+        let log_level = match flags.log_level.as_deref().or(f.log_level.as_deref()) {
+            Some(l) => l
+                .parse()
+                .map_err(|_| MonError::Config(format!("log level {l:?}: use error, warn, info, debug or trace")))?,
+            None => tracing::Level::INFO,
+        };
+        Ok(Settings {
+            store: flags.store.clone().or(f.store).unwrap_or_else(|| "petra-mon.pool".into()),
+            listen,
+            interval: Duration::from_millis(interval_ms),
+            samplers,
+            producer,
+            retention,
+            keep: flags.keep.or(f.keep),
+            max_size,
+            naming: Naming { prefix, names: flags.names.or(f.names).unwrap_or_default() },
+            remote_write,
+            log_file: flags.log_file.clone().or(f.log_file),
+            log_level,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_what_prometheus_users_write() {
+        assert_eq!(listen_address(":9465").unwrap().as_deref(), Some("0.0.0.0:9465"));
+        assert_eq!(listen_address("9465").unwrap().as_deref(), Some("0.0.0.0:9465"));
+        assert_eq!(listen_address("127.0.0.1:9465").unwrap().as_deref(), Some("127.0.0.1:9465"));
+        assert_eq!(listen_address("[::1]:9465").unwrap().as_deref(), Some("[::1]:9465"));
+        assert_eq!(listen_address("off").unwrap(), None);
+        assert!(listen_address(":99999").is_err());
+        assert!(listen_address("localhost").is_err());
+    }
+
+    #[test]
+    fn sizes_and_retentions_read_as_written() {
+        assert_eq!(size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(size("512M").unwrap(), 512 << 20);
+        assert_eq!(size("1048576").unwrap(), 1 << 20);
+        assert!(size("4 parsecs").is_err());
+        assert_eq!(retention("7d").unwrap(), Some(Duration::from_secs(7 * 86400)));
+        assert_eq!(retention("off").unwrap(), None);
+        assert!(label("__name__=x").is_err() && label("job=a=b").unwrap() == ("job".into(), "a=b".into()));
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let file: FileConfig = toml::from_str(
+            "interval_ms = 250\njob_id = 7\nlisten = \":9500\"\nretention = \"2h\"\nremote_write_url = \"http://r:9090/api/v1/write\"\nremote_write_labels = { job = \"fleet\" }\n",
+        )
+        .unwrap();
+        let flags = Flags { job_id: Some(9), producer: Some("n1".into()), ..Flags::default() };
+        let s = Settings::resolve(&flags, &file).unwrap();
+        assert_eq!(
+            (s.interval, s.producer.job_id, s.listen.as_deref()),
+            (Duration::from_millis(250), 9, Some("0.0.0.0:9500"))
+        );
+        assert_eq!(s.retention, Some(Duration::from_secs(7200)));
+        let rw = s.remote_write.unwrap();
+        assert_eq!(rw.labels.get("job").map(String::as_str), Some("fleet"));
+        assert_eq!(rw.labels.get("instance").map(String::as_str), Some("n1"));
+        let d = Settings::resolve(&Flags::default(), &FileConfig::default()).unwrap();
+        assert_eq!(
+            (d.retention, d.max_size, d.listen.as_deref()),
+            (Some(DEFAULT_RETENTION), DEFAULT_MAX_SIZE, Some("0.0.0.0:9464"))
+        );
+        assert!(toml::from_str::<FileConfig>("intervall_ms = 3").is_err());
+        let https = Flags { remote_write_url: Some("https://r/api/v1/write".into()), ..Flags::default() };
+        assert!(Settings::resolve(&https, &FileConfig::default()).unwrap_err().to_string().contains("no TLS"));
+    }
+}
+
+#[cfg(test)]
+mod dist {
+    use super::*;
+
+    #[test]
+    fn the_example_configuration_file_is_valid() {
+        let file: FileConfig = toml::from_str(include_str!("../dist/petra-mon.toml")).unwrap();
+        let s = Settings::resolve(&Flags::default(), &file).unwrap();
+        assert_eq!(s.listen.as_deref(), Some("0.0.0.0:9464"));
+        assert_eq!((s.retention, s.max_size), (Some(DEFAULT_RETENTION), DEFAULT_MAX_SIZE));
+    }
+}
