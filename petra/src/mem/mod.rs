@@ -143,53 +143,14 @@ pub trait PMem: Send + Sync {
     /// Copies `buf.len()` bytes from `off` into `buf`. Not atomic as a whole: the caller must know
     /// that no other thread writes the range meanwhile (a blob before it is published, a header).
     fn read_bytes(&self, off: u64, buf: &mut [u8]) {
-        if off.is_multiple_of(WORD) {
-            // Whole words straight into place (the common case: a blob after its length word).
-            let mut chunks = buf.chunks_exact_mut(WORD as usize);
-            let mut at = off;
-            for chunk in &mut chunks {
-                chunk.copy_from_slice(&self.load(at, Ordering::Relaxed).to_le_bytes());
-                at += WORD;
-            }
-            let tail = chunks.into_remainder();
-            if !tail.is_empty() {
-                let n = tail.len();
-                tail.copy_from_slice(&self.load(at, Ordering::Relaxed).to_le_bytes()[..n]);
-            }
-            return;
-        }
-        let mut pos = 0usize;
-        while pos < buf.len() {
-            let at = off + pos as u64;
-            let word_off = at & !(WORD - 1);
-            let skip = (at - word_off) as usize;
-            let word = self.load(word_off, Ordering::Relaxed).to_le_bytes();
-            let take = (WORD as usize - skip).min(buf.len() - pos);
-            buf[pos..pos + take].copy_from_slice(&word[skip..skip + take]);
-            pos += take;
-        }
+        read_bytes_by_words(self, off, buf)
     }
 
     /// Copies `data` to `off`. Not atomic as a whole, and not durable until flushed and fenced;
     /// the caller must own the range (no concurrent writer). Partial words at either end keep
     /// their other bytes.
     fn write_bytes(&self, off: u64, data: &[u8]) {
-        let mut pos = 0usize;
-        while pos < data.len() {
-            let at = off + pos as u64;
-            let word_off = at & !(WORD - 1);
-            let skip = (at - word_off) as usize;
-            let take = (WORD as usize - skip).min(data.len() - pos);
-            let word = if take == WORD as usize {
-                u64::from_le_bytes(data[pos..pos + 8].try_into().expect("8 bytes"))
-            } else {
-                let mut bytes = self.load(word_off, Ordering::Relaxed).to_le_bytes();
-                bytes[skip..skip + take].copy_from_slice(&data[pos..pos + take]);
-                u64::from_le_bytes(bytes)
-            };
-            self.store(word_off, word, Ordering::Relaxed);
-            pos += take;
-        }
+        write_bytes_by_words(self, off, data)
     }
 
     /// Extends the accessible memory to `new_len` bytes (a multiple of the implementation's
@@ -247,6 +208,57 @@ pub enum GrowError {
     /// The file could not be extended or mapped.
     #[error("cannot grow the pool file: {0}")]
     Io(#[from] io::Error),
+}
+
+/// [`PMem::read_bytes`] a word at a time through [`PMem::load`]: the default, and the way for
+/// unaligned ranges.
+pub(crate) fn read_bytes_by_words<M: PMem + ?Sized>(mem: &M, off: u64, buf: &mut [u8]) {
+    if off.is_multiple_of(WORD) {
+        // Whole words straight into place (the common case: a blob after its length word).
+        let mut chunks = buf.chunks_exact_mut(WORD as usize);
+        let mut at = off;
+        for chunk in &mut chunks {
+            chunk.copy_from_slice(&mem.load(at, Ordering::Relaxed).to_le_bytes());
+            at += WORD;
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            let n = tail.len();
+            tail.copy_from_slice(&mem.load(at, Ordering::Relaxed).to_le_bytes()[..n]);
+        }
+        return;
+    }
+    let mut pos = 0usize;
+    while pos < buf.len() {
+        let at = off + pos as u64;
+        let word_off = at & !(WORD - 1);
+        let skip = (at - word_off) as usize;
+        let word = mem.load(word_off, Ordering::Relaxed).to_le_bytes();
+        let take = (WORD as usize - skip).min(buf.len() - pos);
+        buf[pos..pos + take].copy_from_slice(&word[skip..skip + take]);
+        pos += take;
+    }
+}
+
+/// [`PMem::write_bytes`] a word at a time through [`PMem::load`] and [`PMem::store`]: the
+/// default, and the way for unaligned ranges.
+pub(crate) fn write_bytes_by_words<M: PMem + ?Sized>(mem: &M, off: u64, data: &[u8]) {
+    let mut pos = 0usize;
+    while pos < data.len() {
+        let at = off + pos as u64;
+        let word_off = at & !(WORD - 1);
+        let skip = (at - word_off) as usize;
+        let take = (WORD as usize - skip).min(data.len() - pos);
+        let word = if take == WORD as usize {
+            u64::from_le_bytes(data[pos..pos + 8].try_into().expect("8 bytes"))
+        } else {
+            let mut bytes = mem.load(word_off, Ordering::Relaxed).to_le_bytes();
+            bytes[skip..skip + take].copy_from_slice(&data[pos..pos + take]);
+            u64::from_le_bytes(bytes)
+        };
+        mem.store(word_off, word, Ordering::Relaxed);
+        pos += take;
+    }
 }
 
 /// Panics unless `off` names a whole aligned word inside `len` bytes.
