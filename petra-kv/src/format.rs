@@ -112,12 +112,21 @@ pub(crate) fn create<M: PMem + 'static>(
     Ok((engine, ids))
 }
 
+/// Why `open`'s `accept` refuses the shapes of a pool's structures.
+#[derive(Debug)]
+pub(crate) enum Rejected {
+    /// Not structures of this format: the pool holds something else, and this says why.
+    NotOurs(&'static str),
+    /// This format's, but not what the caller asked for (another order, say).
+    Other(KvError),
+}
+
 /// Opens and recovers the engine of a pool of `format`, if `accept` takes the shapes of its
-/// structures after the meta list (it says why not otherwise).
+/// structures after the meta list (it says why not otherwise, and the pool is left as it was).
 pub(crate) fn open<M: PMem + 'static, T>(
     pool: Pool<M>,
     format: &Format,
-    accept: impl FnOnce(&[Shape]) -> Result<T, &'static str>,
+    accept: impl FnOnce(&[Shape]) -> Result<T, Rejected>,
 ) -> Result<(Engine<M>, T)> {
     let path = pool.path().map_or_else(|| PathBuf::from("<memory>"), Path::to_owned);
     let refuse = |why: String| KvError::NotAStore { path: path.clone(), what: format.name, why };
@@ -128,7 +137,10 @@ pub(crate) fn open<M: PMem + 'static, T>(
         Err(e) => return Err(e.into()),
     };
     let accepted = match shapes.as_slice() {
-        [meta, rest @ ..] if *meta == META_SHAPE => accept(rest).map_err(|why| refuse(why.into()))?,
+        [meta, rest @ ..] if *meta == META_SHAPE => accept(rest).map_err(|r| match r {
+            Rejected::NotOurs(why) => refuse(why.into()),
+            Rejected::Other(e) => e,
+        })?,
         _ => return Err(refuse("its structures are not one's".into())),
     };
     let opened = Engine::open_checked(pool, engine_config(), |contents| {

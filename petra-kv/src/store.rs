@@ -39,11 +39,11 @@ impl Store<MmapMem> {
     /// Opens or creates the store `config` names. Opening recovers the store after a crash:
     /// every acknowledged write is there, and nothing of any other.
     pub fn open(config: &Config) -> Result<Store> {
-        let store = format::open_file(config, Store::open_in, |pool| Store::create_in(pool, config.order))?;
-        if store.order.name() != config.order.name() {
-            return Err(KvError::WrongOrder { found: store.order.name(), asked: config.order.name() });
-        }
-        Ok(store)
+        format::open_file(
+            config,
+            |pool| Store::open_as(pool, Some(config.order)),
+            |pool| Store::create_in(pool, config.order),
+        )
     }
 
     /// Closes the file cleanly: what was written since the open is folded into the nodes, the file
@@ -76,10 +76,24 @@ impl<M: PMem + 'static> Store<M> {
     /// Opens the store in `pool`, recovering it. A pool whose structures are not a store's is
     /// refused before recovery, untouched.
     pub fn open_in(pool: Pool<M>) -> Result<Store<M>> {
-        let (engine, order) = format::open(pool, &FORMAT, |shapes| match *shapes {
-            [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Ok(Order::Sorted),
-            [(StructureKind::HashMap { buckets }, KeyWidth::U128, Values::Bytes)] => Ok(Order::Unsorted { buckets }),
-            _ => Err("its structures are not a store's"),
+        Store::open_as(pool, None)
+    }
+
+    /// As [`open_in`](Store::open_in), refusing (before recovery, the pool untouched) a store of
+    /// another order than `asked`, if given.
+    fn open_as(pool: Pool<M>, asked: Option<Order>) -> Result<Store<M>> {
+        let (engine, order) = format::open(pool, &FORMAT, |shapes| {
+            let found = match *shapes {
+                [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Order::Sorted,
+                [(StructureKind::HashMap { buckets }, KeyWidth::U128, Values::Bytes)] => Order::Unsorted { buckets },
+                _ => return Err(format::Rejected::NotOurs("its structures are not a store's")),
+            };
+            match asked {
+                Some(asked) if asked.name() != found.name() => {
+                    Err(format::Rejected::Other(KvError::WrongOrder { found: found.name(), asked: asked.name() }))
+                }
+                _ => Ok(found),
+            }
         })?;
         Ok(Store::assemble(engine, StructId(1), order))
     }

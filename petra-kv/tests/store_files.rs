@@ -34,10 +34,13 @@ fn create_modes_orders_and_reopening() {
         Store::open(&config(&path, CreateMode::Create, unsorted)),
         Err(KvError::Create(petra::error::CreateError::Exists { .. }))
     ));
+    // Another order is refused before recovery: the file is as it was, still closed cleanly.
+    let before = std::fs::read(&path).unwrap();
     match Store::open(&config(&path, CreateMode::OpenOrCreate, Order::Sorted)) {
         Err(KvError::WrongOrder { found: "unsorted", asked: "sorted" }) => {}
         other => panic!("{other:?}"),
     }
+    assert!(std::fs::read(&path).unwrap() == before, "a store of another order was refused after writing to it");
     let store = Store::open(&config(&path, CreateMode::OpenOrCreate, unsorted)).unwrap();
     assert_eq!(store.order(), unsorted);
     let mut s = store.session().unwrap();

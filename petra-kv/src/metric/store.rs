@@ -120,7 +120,7 @@ impl<M: PMem + 'static> MetricStore<M> {
                 (StructureKind::HashMap { .. }, KeyWidth::U64, Values::Words),
                 (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
             ] => Ok(()),
-            _ => Err("its structures are not a metric store's"),
+            _ => Err(format::Rejected::NotOurs("its structures are not a metric store's")),
         })?;
         let store = MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) };
         store.load_catalog()?;
