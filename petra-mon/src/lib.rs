@@ -12,7 +12,7 @@
 //! | [`expose`] | the `/metrics` page, OpenMetrics or the classic text, and the daemon's own metrics |
 //! | [`remote_write`] | the remote-write protocol and the sender that resumes from a durable cursor |
 //! | [`listing`] | what `petra-ls` shows, from a store or from the daemon's `/ls` |
-//! | [`snapshot`] | a store file opened for reading only: its pages copied as read, the file never written |
+//! | [`snapshot`] | a store file opened for reading only: mapped privately, the file never written |
 //! | [`config`] | the daemon's settings: flags, the configuration file, defaults |
 //!
 //! # Consistency and durability
