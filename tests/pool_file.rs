@@ -96,12 +96,13 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     assert!(matches!(refused(&bad), OpenError::BadMagic { found } if &found == b"SQLite f"));
 
     // Files of the previous formats (check words mixed differently; version 2 without the checks
-    // of chunk table entries, blob values and engine words) are refused.
-    for old in [1u32, 2] {
+    // of chunk table entries, blob values and engine words; version 3 with value checks not tied
+    // to their place) are refused.
+    for old in [1u32, 2, 3] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&old.to_le_bytes());
         std::fs::write(&bad, &b).unwrap();
-        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 3 } if found == old));
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 4 } if found == old));
     }
 
     let mut b = good.clone();
@@ -412,7 +413,7 @@ fn a_cache_filled_before_a_rebuild_hands_out_nothing_twice() {
 }
 
 #[test]
-#[should_panic(expected = "not the start of a whole block")]
+#[should_panic(expected = "not the start of a whole Node block")]
 fn freeing_the_fragment_at_a_chunks_end_is_refused() {
     let pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
     let mut cache = petra::pool::AllocCache::new();

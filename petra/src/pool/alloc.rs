@@ -46,9 +46,18 @@ pub const CLASS_SIZES: [u32; 28] = [
 /// Bits of a blob's header word that hold its length; the check is in the high 32.
 const BLOB_LEN: u64 = u32::MAX as u64;
 
-/// The check a blob's header word keeps of a value of [`value_hash`] `hash`.
-fn blob_check(hash: u64) -> u64 {
-    hash >> 32
+/// The check a blob's header word keeps of a value of [`value_hash`] `hash` stored at `off` in
+/// the pool of [`blob_salt`] `salt`: tied to the bytes, to their place and to the pool, so that a
+/// value moved or swapped within the file, or copied from another pool, fails it.
+fn blob_check(hash: u64, off: u64, salt: u64) -> u64 {
+    // An odd multiplier spreads the offset (a multiple of 8) over the high half kept.
+    (hash ^ (off ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 32
+}
+
+/// The salt of the pool `uuid`'s blob checks.
+pub(super) fn blob_salt(uuid: &[u8; 16]) -> u64 {
+    let id = u128::from_le_bytes(*uuid);
+    crate::hash::check_words([id as u64, (id >> 64) as u64])
 }
 
 /// Offsets per magazine: the unit of exchange between a thread and the global depot.
@@ -377,10 +386,18 @@ impl<M: PMem> Pool<M> {
     /// The size of the node block that starts at `off`, if one does: `off` is the start of a block
     /// of a node slab chunk, as the chunk table says.
     pub fn node_block(&self, off: POff) -> Option<u64> {
-        match self.use_of(off.get())? {
-            (i, ChunkUse::Slab { family: Family::Node, class }) => {
+        self.slab_block(off.get(), Family::Node).map(|(_, size)| size)
+    }
+
+    /// The class and size of the block of `family` that starts at `off`, if one does: `off` is the
+    /// start of a whole block of a slab chunk of that family, as the chunk table says (the bytes
+    /// a chunk has beyond its last whole block are no block).
+    fn slab_block(&self, off: u64, family: Family) -> Option<(u8, u64)> {
+        match self.use_of(off)? {
+            (i, ChunkUse::Slab { family: f, class }) if f == family => {
                 let size = CLASS_SIZES[class as usize] as u64;
-                (off.get() - self.header.layout.chunk_off(i)).is_multiple_of(size).then_some(size)
+                let rel = off - self.header.layout.chunk_off(i);
+                (rel.is_multiple_of(size) && rel / size < self.header.layout.chunk_size / size).then_some((class, size))
             }
             _ => None,
         }
@@ -430,9 +447,17 @@ impl<M: PMem> Pool<M> {
         if len > self.mem.len() - at - WORD {
             return damage(format!("a value of {len} bytes reaching past the pool's end"));
         }
+        // A value longer than the largest block is a run of its own: a damaged length is caught
+        // here, before it is copied, and a value of a block costs no table lookup.
+        if WORD + len > *CLASS_SIZES.last().expect("classes") as u64 {
+            let room = self.blob_run(off).map_or(0, |(_, chunks)| chunks * self.header.layout.chunk_size);
+            if WORD + len > room {
+                return damage(format!("a value of {len} bytes in {room} bytes of blob chunks"));
+            }
+        }
         buf.resize(len as usize, 0);
         self.mem.read_bytes(at + WORD, buf);
-        if header >> 32 != blob_check(value_hash(buf)) {
+        if header >> 32 != blob_check(value_hash(buf), at, self.salt) {
             buf.clear();
             return damage(format!("a value of {len} bytes that fails its check"));
         }
@@ -444,24 +469,25 @@ impl<M: PMem> Pool<M> {
     /// [`read_blob_into`](Pool::read_blob_into)).
     pub fn check_blob(&self, off: POff, buf: &mut Vec<u8>) -> Result<(), Damage> {
         let at = off.get();
-        let room = match self.use_of(at) {
-            Some((i, ChunkUse::RunHead { kind: RunKind::Blob, chunks })) if self.header.layout.chunk_off(i) == at => {
-                chunks as u64 * self.header.layout.chunk_size
+        let room = match (self.blob_run(off), self.slab_block(at, Family::Blob)) {
+            (Some((_, chunks)), _) => chunks * self.header.layout.chunk_size,
+            (None, Some((_, size))) => size,
+            (None, None) => {
+                let what = match self.use_of(at) {
+                    Some((_, ChunkUse::Slab { family: Family::Blob, class })) => {
+                        format!("a value offset that starts no block of {} bytes", CLASS_SIZES[class as usize])
+                    }
+                    other => format!("a value offset in a chunk used as {other:?}"),
+                };
+                return Err(Damage { what, at });
             }
-            Some((i, ChunkUse::Slab { family: Family::Blob, class })) => {
-                let size = CLASS_SIZES[class as usize] as u64;
-                if !(at - self.header.layout.chunk_off(i)).is_multiple_of(size) {
-                    return Err(Damage { what: format!("a value offset inside a block of {size} bytes"), at });
-                }
-                size
-            }
-            other => return Err(Damage { what: format!("a value offset in a chunk used as {other:?}"), at }),
         };
-        self.read_blob_into(off, buf)?;
-        if WORD + buf.len() as u64 > room {
-            return Err(Damage { what: format!("a value of {} bytes in a block of {room}", buf.len()), at });
+        // The length before the bytes: a damaged one is refused without copying it.
+        let len = self.blob_len(off);
+        if WORD + len > room {
+            return Err(Damage { what: format!("a value of {len} bytes in a block of {room}"), at });
         }
-        Ok(())
+        self.read_blob_into(off, buf)
     }
 
     /// The largest blob, in bytes.
@@ -770,18 +796,10 @@ impl<M: PMem> Pool<M> {
 
     /// The depot index of the block at `off`, checked against the chunk table.
     fn block_index(&self, off: POff, family: Family) -> usize {
-        let (class, rel) = match self.use_of(off.get()) {
-            Some((i, ChunkUse::Slab { family: f, class })) if f == family => {
-                (class as usize, off.get() - self.header.layout.chunk_off(i))
-            }
-            other => panic!("free({off}): not a {family:?} block but {other:?}"),
-        };
-        let size = CLASS_SIZES[class] as u64;
-        assert!(
-            rel.is_multiple_of(size) && rel / size < self.header.layout.chunk_size / size,
-            "free({off}): not the start of a whole block"
-        );
-        depot_index(family, class)
+        match self.slab_block(off.get(), family) {
+            Some((class, _)) => depot_index(family, class as usize),
+            None => panic!("free({off}): not the start of a whole {family:?} block, in {:?}", self.use_of(off.get())),
+        }
     }
 
     /// Writes `data` as a new blob (its header word: length and check; then its bytes) and
@@ -817,7 +835,8 @@ impl<M: PMem> Pool<M> {
         };
         self.mem.write_bytes(off.get() + WORD, data);
         // Release: a reader that sees the header (Acquire in `blob_len`) sees the bytes.
-        self.mem.store(off.get(), data.len() as u64 | blob_check(hash) << 32, std::sync::atomic::Ordering::Release);
+        let check = blob_check(hash, off.get(), self.salt);
+        self.mem.store(off.get(), data.len() as u64 | check << 32, std::sync::atomic::Ordering::Release);
         Ok(off)
     }
 

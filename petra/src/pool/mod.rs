@@ -101,6 +101,8 @@ pub struct Pool<M: PMem = MmapMem> {
     /// before any other change.
     in_use: parking_lot::Mutex<bool>,
     path: Option<PathBuf>,
+    /// The salt of blob checks, of the uuid.
+    salt: u64,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
@@ -304,6 +306,7 @@ impl<M: PMem> Pool<M> {
         // A line torn by a crash, or damaged, says nothing: in use, boot unknown.
         let valid = mem.load(STATE_CHECK_OFF, Ordering::Relaxed) == state_check(shutdown, boot, &header.uuid);
         let alloc = Allocator::attach(&mem, &header, fresh);
+        let salt = alloc::blob_salt(&header.uuid);
         Pool {
             mem,
             header,
@@ -312,6 +315,7 @@ impl<M: PMem> Pool<M> {
             last_boot: valid.then_some(boot),
             in_use: parking_lot::Mutex::new(fresh),
             path: None,
+            salt,
         }
     }
 
@@ -371,8 +375,8 @@ impl<M: PMem> Pool<M> {
     /// [`Counting`](crate::mem::Counting) around the mapping), keeping the allocator's state: the
     /// pool is not attached again.
     pub fn map_mem<N: PMem>(self, f: impl FnOnce(M) -> N) -> Pool<N> {
-        let Pool { mem, header, alloc, was_clean, last_boot, in_use, path } = self;
-        Pool { mem: f(mem), header, alloc, was_clean, last_boot, in_use, path }
+        let Pool { mem, header, alloc, was_clean, last_boot, in_use, path, salt } = self;
+        Pool { mem: f(mem), header, alloc, was_clean, last_boot, in_use, path, salt }
     }
 
     /// The durability in force.
