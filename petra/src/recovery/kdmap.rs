@@ -51,12 +51,16 @@ struct Writer {
 
 /// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint`, whose ops must
 /// name one of the pool's `structures` (one that does not is listed in `damage` and passed
-/// over).
+/// over). If the pool is `whole` (closed cleanly, or last used in this boot: every store the
+/// process made is in it), a descriptor marked persisted that fails its check, or a ring's last
+/// descriptor whose byte value fails its hash, is damage too; otherwise the protocol can leave
+/// either (a later lap's words over a recycled slot, a value whose lines did not all reach the
+/// media), and they are passed over.
 pub(super) fn read<M: PMem>(
     pool: &Pool<M>,
-    epoch: u64,
-    checkpoint: u64,
+    (epoch, checkpoint): (u64, u64),
     structures: usize,
+    whole: bool,
     damage: &mut Vec<Damage>,
 ) -> KdMap {
     let mem = pool.mem();
@@ -74,12 +78,12 @@ pub(super) fn read<M: PMem>(
         while pos + 64 <= end {
             let (txid, bytes) = match persisted_at(mem, pos, end, epoch as u32, checkpoint) {
                 Found::Persisted { txid, bytes } => (txid, bytes),
-                Found::Damaged { bytes } => {
+                Found::Damaged { bytes } if whole => {
                     damage.push(Damage { what: "a persisted descriptor that fails its check".into(), at: pos });
                     pos += bytes;
                     continue;
                 }
-                Found::Nothing => {
+                Found::Damaged { .. } | Found::Nothing => {
                     pos += 64;
                     continue;
                 }
@@ -121,11 +125,17 @@ pub(super) fn read<M: PMem>(
         last
     };
     let mut last = last_writers(&FxHashSet::default());
-    let torn: FxHashSet<u64> = last
-        .values()
-        .filter(|w| w.blob && ring_tails.contains(&w.txid) && !blob_matches(pool, w.value, w.hash))
-        .map(|w| w.txid)
-        .collect();
+    let mut torn: FxHashSet<u64> = FxHashSet::default();
+    for (&(slot, key), w) in &last {
+        if w.blob && ring_tails.contains(&w.txid) && !blob_matches(pool, w.value, w.hash) {
+            if whole {
+                let what = format!("the value of key {key:#x} of structure {slot}, written by txid {}", w.txid);
+                damage.push(Damage { what: format!("{what}, fails its hash"), at: w.value });
+            } else {
+                torn.insert(w.txid);
+            }
+        }
+    }
     if !torn.is_empty() {
         last = last_writers(&torn);
     }

@@ -116,9 +116,18 @@ struct Found {
 
 /// What a pool holds, as recovery found it before writing anything: for a caller's check of
 /// the contents (see [`Engine::open_checked`](crate::Engine::open_checked)).
-#[derive(Debug)]
 pub struct Contents<'a> {
     present: &'a [(u8, u128, u64)],
+    read: &'a ReadValue<'a>,
+}
+
+/// Reads a byte value by its word, checked.
+type ReadValue<'a> = dyn Fn(u64, &mut Vec<u8>) -> Result<(), Damage> + 'a;
+
+impl std::fmt::Debug for Contents<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Contents").field("present", &self.present.len()).finish_non_exhaustive()
+    }
 }
 
 impl Contents<'_> {
@@ -126,6 +135,19 @@ impl Contents<'_> {
     pub fn get<K: Key>(&self, s: StructId, key: K) -> Option<u64> {
         let at = (s.0, key.to_bits());
         self.present.binary_search_by(|p| (p.0, p.1).cmp(&at)).ok().map(|i| self.present[i].2)
+    }
+
+    /// The keys present in structure `s` and their value words, in key order.
+    pub fn entries<K: Key>(&self, s: StructId) -> impl Iterator<Item = (K, u64)> + '_ {
+        let from = self.present.partition_point(|p| p.0 < s.0);
+        let to = self.present.partition_point(|p| p.0 <= s.0);
+        self.present[from..to].iter().map(|&(_, key, value)| (K::from_bits(key), value))
+    }
+
+    /// Copies the byte value named by `word` (a value word of a structure of byte values) into
+    /// `buf`, checked as every read is ([`Blobs::read_into`](crate::Blobs::read_into)).
+    pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) -> Result<(), Damage> {
+        (self.read)(word, buf)
     }
 }
 
@@ -169,7 +191,8 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     if whole {
         verify::structures_agree(&pool, &structures, state.epoch, &found.present, clean)?;
     }
-    let accepted = check(&Contents { present: &found.present }).map_err(Refusal::Check)?;
+    let read = |word, buf: &mut Vec<u8>| pool.read_blob_into(POff::new(word), buf);
+    let accepted = check(&Contents { present: &found.present, read: &read }).map_err(Refusal::Check)?;
 
     // Whether the free chunks may not hold the rewrite (see below). Otherwise the file space the
     // rewrite needs is reserved first: on a full file system the open is refused
@@ -237,7 +260,7 @@ fn read<M: PMem>(
     let mut max_txid = state.checkpoint.max(state.txid_reserved.saturating_sub(1));
     let mut states: FxHashMap<(u8, u128), Option<u64>> = FxHashMap::default();
     if !clean {
-        let kdmap = kdmap::read(pool, state.epoch, state.checkpoint, structures.len(), damage);
+        let kdmap = kdmap::read(pool, (state.epoch, state.checkpoint), structures.len(), whole, damage);
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;

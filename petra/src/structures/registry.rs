@@ -304,17 +304,17 @@ impl Registry {
 }
 
 /// The `n` structures of `pool`'s root table, each checked (see
-/// [`Structure::from_root_entry`]): [`Damage`] names the first entry that is not whole or not
-/// right. Reads only.
+/// [`Structure::from_root_entry`]), no two with one head or bucket array: [`Damage`] names the
+/// first entry that is not whole or not right. Reads only.
 pub(crate) fn read<M: PMem + 'static>(pool: &Pool<M>, n: u64) -> Result<Vec<Structure>, Damage> {
     let at = |slot: u64| ROOT_TABLE_OFF + slot * ROOT_ENTRY_SIZE;
     if n > ROOT_ENTRIES as u64 {
         return Err(Damage {
             what: format!("the engine counts {n} structures, the root table holds {ROOT_ENTRIES}"),
-            at: 0,
+            at: ROOT_TABLE_OFF,
         });
     }
-    (0..n)
+    let structures = (0..n)
         .map(|slot| {
             let entry = pool.root(slot as usize).ok_or_else(|| Damage {
                 what: format!("the root entry of structure {slot} fails its checksum"),
@@ -323,5 +323,21 @@ pub(crate) fn read<M: PMem + 'static>(pool: &Pool<M>, n: u64) -> Result<Vec<Stru
             Structure::from_root_entry(pool, &entry)
                 .map_err(|why| Damage { what: format!("the root entry of structure {slot}: {why}"), at: at(slot) })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    // Each structure owns its head node or its bucket array: two entries naming one (an entry
+    // copied over another) would build two structures on one.
+    let mut homes: rustc_hash::FxHashMap<u64, u64> = rustc_hash::FxHashMap::default();
+    for (slot, s) in (0..).zip(&structures) {
+        let home = match &s.set {
+            Set::HashMap(m) => m.buckets,
+            _ => s.head_block().expect("a linked structure has a head"),
+        };
+        if let Some(first) = homes.insert(home, slot) {
+            return Err(Damage {
+                what: format!("the root entries of structures {first} and {slot} name one head at {home:#x}"),
+                at: at(slot),
+            });
+        }
+    }
+    Ok(structures)
 }
