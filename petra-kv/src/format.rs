@@ -8,7 +8,8 @@ use petra::error::Damage;
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
-    Blobs, Engine, EngineConfig, EngineError, Handle, KeyWidth, Shape, StructId, StructureKind, Transaction, Values,
+    Blobs, Contents, Engine, EngineConfig, EngineError, Handle, KeyWidth, Shape, StructId, StructureKind, Transaction,
+    Values,
 };
 
 use crate::config::{Config, CreateMode};
@@ -122,12 +123,14 @@ pub(crate) enum Rejected {
 }
 
 /// Opens and recovers the engine of a pool of `format`, if `accept` takes the shapes of its
-/// structures after the meta list (it says why not otherwise, and the pool is left as it was).
-pub(crate) fn open<M: PMem + 'static, T>(
+/// structures after the meta list and then `inspect` what recovery found (each says why not
+/// otherwise, and the pool is left as it was).
+pub(crate) fn open<M: PMem + 'static, T, U>(
     pool: Pool<M>,
     format: &Format,
     accept: impl FnOnce(&[Shape]) -> Result<T, Rejected>,
-) -> Result<(Engine<M>, T)> {
+    inspect: impl FnOnce(&Contents<'_>) -> Result<U>,
+) -> Result<(Engine<M>, T, U)> {
     let path = pool.path().map_or_else(|| PathBuf::from("<memory>"), Path::to_owned);
     let refuse = |why: String| KvError::NotAStore { path: path.clone(), what: format.name, why };
     // Nothing is written until every check has passed: a refused pool is left as it was.
@@ -145,18 +148,18 @@ pub(crate) fn open<M: PMem + 'static, T>(
     };
     let opened = Engine::open_checked(pool, engine_config(), |contents| {
         if contents.get(META, MAGIC_KEY) != Some(format.magic) {
-            return Err("no magic (its creation may not have finished)".to_string());
+            return Err(refuse("no magic (its creation may not have finished)".to_string()));
         }
         match contents.get(META, VERSION_KEY) {
-            Some(v) if v == format.version => Ok(()),
-            version => Err(format!("format version {version:?}, this build reads {}", format.version)),
+            Some(v) if v == format.version => inspect(contents),
+            version => Err(refuse(format!("format version {version:?}, this build reads {}", format.version))),
         }
     });
-    let engine = match opened {
-        Ok((engine, _report, ())) => engine,
-        Err(petra::Refused::Check(why)) => return Err(refuse(why)),
+    let (engine, inspected) = match opened {
+        Ok((engine, _report, inspected)) => (engine, inspected),
+        Err(petra::Refused::Check(e)) => return Err(e),
         Err(petra::Refused::Engine(EngineError::NoEngine)) => return Err(refuse("the pool holds no engine".into())),
         Err(petra::Refused::Engine(e)) => return Err(e.into()),
     };
-    Ok((engine, accepted))
+    Ok((engine, accepted, inspected))
 }

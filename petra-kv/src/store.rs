@@ -82,19 +82,26 @@ impl<M: PMem + 'static> Store<M> {
     /// As [`open_in`](Store::open_in), refusing (before recovery, the pool untouched) a store of
     /// another order than `asked`, if given.
     fn open_as(pool: Pool<M>, asked: Option<Order>) -> Result<Store<M>> {
-        let (engine, order) = format::open(pool, &FORMAT, |shapes| {
-            let found = match *shapes {
-                [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Order::Sorted,
-                [(StructureKind::HashMap { buckets }, KeyWidth::U128, Values::Bytes)] => Order::Unsorted { buckets },
-                _ => return Err(format::Rejected::NotOurs("its structures are not a store's")),
-            };
-            match asked {
-                Some(asked) if asked.name() != found.name() => {
-                    Err(format::Rejected::Other(KvError::WrongOrder { found: found.name(), asked: asked.name() }))
+        let (engine, order, ()) = format::open(
+            pool,
+            &FORMAT,
+            |shapes| {
+                let found = match *shapes {
+                    [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Order::Sorted,
+                    [(StructureKind::HashMap { buckets }, KeyWidth::U128, Values::Bytes)] => {
+                        Order::Unsorted { buckets }
+                    }
+                    _ => return Err(format::Rejected::NotOurs("its structures are not a store's")),
+                };
+                match asked {
+                    Some(asked) if asked.name() != found.name() => {
+                        Err(format::Rejected::Other(KvError::WrongOrder { found: found.name(), asked: asked.name() }))
+                    }
+                    _ => Ok(found),
                 }
-                _ => Ok(found),
-            }
-        })?;
+            },
+            |_| Ok(()),
+        )?;
         Ok(Store::assemble(engine, StructId(1), order))
     }
 

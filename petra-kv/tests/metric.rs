@@ -371,3 +371,38 @@ fn cursors_keep_their_values_across_a_crash_and_a_reopening() {
     // Cursors are no sets or schemas.
     assert!(store.sets().is_empty());
 }
+
+/// A catalog that does not hold together (here, a set record that does not parse, written as a
+/// well-formed value so that every check of the pool passes) refuses the store before recovery
+/// writes anything: closed cleanly or not, the file is byte for byte as it was.
+#[test]
+fn a_catalog_that_does_not_hold_together_is_refused_with_the_file_untouched() {
+    let dir = petra_recovery::scratch_dir();
+    for closed in [true, false] {
+        let path = dir.path().join(format!("bad-catalog-{closed}.pool"));
+        let config = Config { create: CreateMode::Create, ..Config::new(&path) };
+        let store = MetricStore::open(&config).unwrap();
+        store.add_schema(&schema()).unwrap();
+        let set = store.add_set(&set_info("node1/meminfo", 1, 0)).unwrap();
+        store.session().unwrap().store_sample(set, &sample(1, SEC, 5)).unwrap();
+        store.close().unwrap();
+        // Set 1's record, through the engine under the store: not JSON.
+        let pool = Pool::open(&path, &petra::pool::Mapping::default()).unwrap();
+        let (engine, _) = petra::Engine::open(pool, petra::EngineConfig::rings(1 << 20)).unwrap();
+        let mut tx = petra::Transaction::new();
+        tx.put_bytes(petra::StructId(1), 2u64 << 56 | 1, b"not a set record");
+        assert!(engine.handle().unwrap().execute(&tx).unwrap().is_committed());
+        if closed {
+            engine.close().unwrap();
+        } else {
+            drop(engine);
+        }
+        let before = std::fs::read(&path).unwrap();
+        let opened = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(&path) });
+        match opened {
+            Err(KvError::Engine(petra::EngineError::Corrupt(what))) => assert!(what.contains("set record"), "{what}"),
+            other => panic!("closed {closed}: {other:?}"),
+        }
+        assert!(std::fs::read(&path).unwrap() == before, "closed {closed}: the refused store's file was written");
+    }
+}

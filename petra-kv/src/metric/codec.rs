@@ -25,6 +25,8 @@ const SCHEMA_TAG: u64 = 1 << 56;
 const SET_TAG: u64 = 2 << 56;
 /// Words of a sample before its values.
 const HEADER_WORDS: usize = 5;
+/// Bytes of a sample blob's header: a blob is never shorter.
+pub(super) const HEADER_BYTES: usize = HEADER_WORDS * 8;
 const FLAG_CONSISTENT: u64 = 1;
 const FLAG_PREVIOUS: u64 = 2;
 

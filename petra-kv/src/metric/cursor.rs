@@ -67,9 +67,9 @@ impl<M: PMem + 'static> MetricStore<M> {
         let mut buf = Vec::new();
         loop {
             let key = CURSOR_TAG | slot as u64;
-            let found =
-                h.get_with(CATALOG, key, |state, blobs| state.map(|w| blobs.read_into(w, &mut buf)).is_some())?;
-            if !found {
+            let read =
+                h.get_with(CATALOG, key, |state, blobs| state.map(|w| blobs.read_into(w, &mut buf)).transpose())?;
+            if read.map_err(|d| crate::format::of_entry(CATALOG, key as u128, d))?.is_none() {
                 return Ok((key, None));
             }
             match split(&buf) {

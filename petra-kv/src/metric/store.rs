@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use petra::mem::{MmapMem, PMem};
 use petra::pool::Pool;
-use petra::{CheckpointReport, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
+use petra::{CheckpointReport, Contents, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
 
 use super::codec;
 use super::schema::{Sample, Schema, SetId, SetInfo};
@@ -112,66 +112,23 @@ impl<M: PMem + 'static> MetricStore<M> {
         Ok(MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) })
     }
 
-    /// Opens the metric store in `pool`, recovering it, and reads its catalog.
+    /// Opens the metric store in `pool`, recovering it, and reads its catalog. A catalog that
+    /// does not hold together is refused before recovery writes anything.
     pub fn open_in(pool: Pool<M>) -> Result<MetricStore<M>> {
-        let (engine, ()) = format::open(pool, &FORMAT, |shapes| match shapes {
-            [
-                (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),
-                (StructureKind::HashMap { .. }, KeyWidth::U64, Values::Words),
-                (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
-            ] => Ok(()),
-            _ => Err(format::Rejected::NotOurs("its structures are not a metric store's")),
-        })?;
-        let store = MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) };
-        store.load_catalog()?;
-        Ok(store)
-    }
-
-    /// Reads the catalog's records into memory, with each set's latest sample's timestamp and
-    /// generation.
-    fn load_catalog(&self) -> Result<()> {
-        let mut h = self.engine.handle()?;
-        let records: Vec<(u64, Vec<u8>)> = h.range_with(CATALOG, .., |entries: Vec<(u64, u64)>, blobs| {
-            entries
-                .into_iter()
-                .map(|(k, w)| Ok((k, blobs.to_vec(w).map_err(|d| format::of_entry(CATALOG, k as u128, d))?)))
-                .collect::<Result<_, petra::error::Damage>>()
-        })??;
-        let corrupt = |what: String| KvError::Engine(petra::EngineError::Corrupt(what));
-        let mut catalog = Catalog::default();
-        for (key, bytes) in &records {
-            if codec::is_schema_key(*key) {
-                let schema = codec::read_schema(bytes).map_err(|e| corrupt(format!("schema record: {e}")))?;
-                catalog.schemas.insert(schema.name.clone(), Arc::new(schema));
-            }
-        }
-        let latest: BTreeMap<u64, u64> = h.range(LATEST, ..)?.into_iter().collect();
-        let mut buf = Vec::new();
-        for (key, bytes) in &records {
-            let Some(id) = codec::set_of_key(*key) else { continue };
-            let info = codec::read_set(bytes).map_err(|e| corrupt(format!("set record: {e}")))?;
-            let schema = catalog
-                .schemas
-                .get(&info.schema)
-                .cloned()
-                .ok_or_else(|| corrupt(format!("set {} names no schema", info.instance)))?;
-            let latest = match latest.get(&(id.0 as u64)) {
-                Some(&ts) => {
-                    if !read_sample(&mut h, id, ts, &mut buf)? {
-                        return Err(corrupt(format!("set {}'s latest sample is missing", info.instance)));
-                    }
-                    Some((ts, codec::generation(&buf)))
-                }
-                None => None,
-            };
-            if catalog.sets.len() != id.0 as usize {
-                return Err(corrupt(format!("set ids are not dense at {}", id.0)));
-            }
-            catalog.by_name.insert(info.instance.clone(), id);
-            catalog.sets.push(Arc::new(SetEntry::new(id, info, schema, Arc::new(Mutex::new(latest)))));
-        }
-        *self.catalog.write() = catalog;
-        Ok(())
+        let (engine, (), catalog) = format::open(
+            pool,
+            &FORMAT,
+            |shapes| match shapes {
+                [
+                    (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),
+                    (StructureKind::HashMap { .. }, KeyWidth::U64, Values::Words),
+                    (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
+                ] => Ok(()),
+                _ => Err(format::Rejected::NotOurs("its structures are not a metric store's")),
+            },
+            read_catalog,
+        )?;
+        Ok(MetricStore { engine, catalog: RwLock::new(catalog), catalog_write: Mutex::new(()) })
     }
 
     /// A session for the calling thread (keep one per thread).
@@ -275,6 +232,56 @@ impl<M: PMem + 'static> MetricStore<M> {
     pub fn into_engine(self) -> Engine<M> {
         self.engine
     }
+}
+
+/// The catalog's records, with each set's latest sample's timestamp and generation, from what
+/// recovery found: a record that does not read or parse, a set naming no schema, a missing latest
+/// sample or set ids with a gap refuse the store.
+fn read_catalog(contents: &Contents<'_>) -> Result<Catalog> {
+    let corrupt = |what: String| KvError::Engine(petra::EngineError::Corrupt(what));
+    let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (key, word) in contents.entries::<u64>(CATALOG) {
+        let mut bytes = Vec::new();
+        contents.read_into(word, &mut bytes).map_err(|d| format::of_entry(CATALOG, key as u128, d))?;
+        records.push((key, bytes));
+    }
+    let mut catalog = Catalog::default();
+    for (key, bytes) in &records {
+        if codec::is_schema_key(*key) {
+            let schema = codec::read_schema(bytes).map_err(|e| corrupt(format!("schema record {key:#x}: {e}")))?;
+            catalog.schemas.insert(schema.name.clone(), Arc::new(schema));
+        }
+    }
+    let mut buf = Vec::new();
+    for (key, bytes) in &records {
+        let Some(id) = codec::set_of_key(*key) else { continue };
+        let info = codec::read_set(bytes).map_err(|e| corrupt(format!("set record {key:#x}: {e}")))?;
+        let schema = catalog
+            .schemas
+            .get(&info.schema)
+            .cloned()
+            .ok_or_else(|| corrupt(format!("set {} names no schema", info.instance)))?;
+        let latest = match contents.get(LATEST, id.0 as u64) {
+            Some(ts) => {
+                let key = codec::history_key(id, ts);
+                let word = contents
+                    .get(HISTORY, key)
+                    .ok_or_else(|| corrupt(format!("set {}'s latest sample is missing", info.instance)))?;
+                contents.read_into(word, &mut buf).map_err(|d| format::of_entry(HISTORY, key, d))?;
+                if buf.len() < codec::HEADER_BYTES {
+                    return Err(corrupt(format!("set {}'s latest sample is {} bytes", info.instance, buf.len())));
+                }
+                Some((ts, codec::generation(&buf)))
+            }
+            None => None,
+        };
+        if catalog.sets.len() != id.0 as usize {
+            return Err(corrupt(format!("set ids are not dense at {}", id.0)));
+        }
+        catalog.by_name.insert(info.instance.clone(), id);
+        catalog.sets.push(Arc::new(SetEntry::new(id, info, schema, Arc::new(Mutex::new(latest)))));
+    }
+    Ok(catalog)
 }
 
 /// Reads the blob of set `set`'s sample at `ts`.
