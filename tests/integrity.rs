@@ -78,6 +78,7 @@ fn root_entries_that_do_not_fit_the_pool_are_refused_untouched() {
         ("an unknown kind", 0, RootEntry { kind: 99, ..list }),
         ("unknown flags", 0, RootEntry { flags: 1 << 9, ..list }),
         ("parameters no structure has", 0, RootEntry { params: [list.params[0], 0, 7, 0, 0, 0], ..list }),
+        ("the list's entry copied over another's", 2, list),
     ];
     for (what, slot, entry) in cases {
         let path = dir.path().join("bad.pool");
@@ -163,6 +164,67 @@ fn values_are_checked_where_they_are_and_when_they_are_read() {
     assert!(buf.is_empty(), "nothing of a damaged value is returned");
     assert!(pool.check_blob(blob, &mut buf).is_err());
     pool.close().unwrap();
+}
+
+/// A value's check is tied to its place and to its pool: values swapped within a file, or copied
+/// from another pool to the same offset, fail it; a damaged length is refused before anything is
+/// copied; the bytes a slab chunk has beyond its last whole block are no block.
+#[test]
+fn values_moved_swapped_or_copied_fail_their_check_and_a_chunk_tail_is_no_block() {
+    let dir = scratch_dir();
+    let pool = Pool::create(dir.path().join("a.pool"), &config()).unwrap();
+    let other = Pool::create(dir.path().join("b.pool"), &config()).unwrap();
+    let mut local = pool.local();
+    // 40-byte values: blocks of 48 bytes, which do not divide a chunk of 64 KiB.
+    let (x, y) = (local.alloc_blob(&[1u8; 40]).unwrap(), local.alloc_blob(&[2u8; 40]).unwrap());
+    let node = local.alloc(48).unwrap();
+    drop(local);
+    let z = other.local().alloc_blob(&[1u8; 40]).unwrap();
+    assert_eq!(z, x, "the same allocation in two new pools lands at the same offset");
+    let mut buf = Vec::new();
+    let bytes = |p: &Pool, off: POff| {
+        let mut b = vec![0u8; 48];
+        p.mem().read_bytes(off.get(), &mut b);
+        b
+    };
+    // Swapped within the pool: each value, header word included, where the other was.
+    let (bx, by) = (bytes(&pool, x), bytes(&pool, y));
+    pool.mem().write_bytes(x.get(), &by);
+    pool.mem().write_bytes(y.get(), &bx);
+    for off in [x, y] {
+        assert!(pool.read_blob_into(off, &mut buf).is_err(), "a value swapped to {off} passed its check");
+        assert!(pool.check_blob(off, &mut buf).is_err());
+    }
+    pool.mem().write_bytes(x.get(), &bx);
+    pool.mem().write_bytes(y.get(), &by);
+    pool.check_blob(x, &mut buf).unwrap();
+    // Copied from another pool, to the same offset: the same bytes, another pool.
+    assert_eq!(bytes(&other, z)[8..], bytes(&pool, x)[8..]);
+    pool.mem().write_bytes(x.get(), &bytes(&other, z));
+    assert!(pool.read_blob_into(x, &mut buf).is_err(), "a value copied from another pool passed its check");
+    pool.mem().write_bytes(x.get(), &bx);
+    // A length damaged to more than a block or a run holds: refused, nothing copied.
+    for len in [41u64, 1 << 20, u32::MAX as u64] {
+        let header = pool.mem().load(y.get(), std::sync::atomic::Ordering::Relaxed);
+        pool.mem().store(y.get(), header & !(u32::MAX as u64) | len, std::sync::atomic::Ordering::Relaxed);
+        let mut fresh = Vec::new();
+        assert!(pool.check_blob(y, &mut fresh).is_err(), "length {len}");
+        assert_eq!(fresh.capacity(), 0, "check_blob copied a value of length {len} before refusing it");
+        if len > 16 << 10 {
+            assert!(pool.read_blob_into(y, &mut fresh).is_err(), "length {len}");
+            assert_eq!(fresh.capacity(), 0, "read_blob_into copied a value of length {len} before refusing it");
+        }
+        pool.mem().store(y.get(), header, std::sync::atomic::Ordering::Relaxed);
+    }
+    // The 16 bytes after a chunk's last 48-byte block: neither a node nor a value block.
+    let layout = pool.header().layout;
+    for off in [node, x] {
+        let chunk = (off.get() - layout.data_off) / layout.chunk_size;
+        let tail = layout.data_off + chunk * layout.chunk_size + layout.chunk_size / 48 * 48;
+        assert_eq!(pool.node_block(POff::new(tail)), None, "a chunk's tail after {off}");
+        assert!(pool.check_blob(POff::new(tail), &mut buf).is_err(), "a chunk's tail after {off}");
+    }
+    assert_eq!(pool.node_block(node), Some(48));
 }
 
 #[test]
@@ -253,5 +315,33 @@ fn a_persisted_descriptor_that_fails_its_check_is_damage() {
             EngineError::Damaged(d) => assert_eq!(d.at, first, "{what}: {d}"),
             other => panic!("{what}: {other}"),
         }
+    }
+}
+
+/// A record copied whole into a free block of its slab passes its own check; two records of one
+/// key are damage all the same, found before anything is written.
+#[test]
+fn a_second_record_of_a_key_is_damage() {
+    let dir = scratch_dir();
+    let path = made(dir.path(), "p.pool");
+    let layout = Pool::open(&path, &Mapping::default()).unwrap().header().layout;
+    let mut b = std::fs::read(&path).unwrap();
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    // The list's node of key 7 (structure 0, a present record), and a free block of its chunk.
+    let blocks_of = |chunk: u64| {
+        let start = layout.data_off + chunk * layout.chunk_size;
+        (0..layout.chunk_size / 48).map(move |j| (start + j * 48) as usize)
+    };
+    let chunks = (b.len() as u64 - layout.data_off) / layout.chunk_size;
+    let (chunk, node) = (0..chunks)
+        .flat_map(|c| blocks_of(c).map(move |at| (c, at)))
+        .find(|&(_, at)| word(&b, at) == 7 && word(&b, at + 24) & 0xFF01 == 1 && word(&b, at + 16) == 7)
+        .expect("the list's record of key 7");
+    let free = blocks_of(chunk).find(|&at| b[at..at + 48].iter().all(|&x| x == 0)).expect("a free block");
+    b.copy_within(node..node + 48, free);
+    std::fs::write(&path, b).unwrap();
+    match refused(&path) {
+        EngineError::Damaged(d) => assert!(d.what.contains("a second record of key 0x7"), "{d}"),
+        other => panic!("{other}"),
     }
 }

@@ -272,23 +272,31 @@ impl MmapMem {
             )
         };
         if addr == libc::MAP_FAILED {
-            let err = io::Error::last_os_error();
-            // SAFETY: as above: the range is ours and unreferenced; this puts the reservation back
-            // where the failed call may have removed it.
-            let restored = unsafe {
-                libc::mmap(
-                    self.base.as_ptr().add(from as usize).cast(),
-                    length,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
-            assert!(restored != libc::MAP_FAILED, "cannot restore the pool's address reservation: {err}");
-            return Err(err);
+            return Err(self.restore_reservation(from, length as u64));
         }
         Ok(())
+    }
+
+    /// Puts the reservation back over bytes `[from, from + length)`, which a failed `MAP_FIXED`
+    /// request may have unmapped before failing, and returns that request's error. Panics if it
+    /// cannot: a hole in the reservation could be given to another mapping, which a later growth
+    /// would map over.
+    fn restore_reservation(&self, from: u64, length: u64) -> io::Error {
+        let err = io::Error::last_os_error();
+        // SAFETY: the range lies inside our own reservation, beyond `len`, so nothing references
+        // it; MAP_FIXED over it with a fresh PROT_NONE anonymous mapping aliases nothing.
+        let restored = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(from as usize).cast(),
+                length as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert!(restored != libc::MAP_FAILED, "cannot restore the pool's address reservation: {err}");
+        err
     }
 
     /// Maps fresh zeroed private memory at bytes `[from, to)` of the reservation: the growth of a
@@ -297,7 +305,7 @@ impl MmapMem {
         debug_assert!(self.private && from < to && to <= self.max_len);
         // SAFETY: the target range lies inside our own reservation and is still PROT_NONE;
         // MAP_FIXED replaces it, which invalidates no reference: `len` is published only after
-        // this returns. A failure leaves the reservation in place.
+        // this returns. A failure may have unmapped the range: it is restored below.
         let addr = unsafe {
             libc::mmap(
                 self.base.as_ptr().add(from as usize).cast(),
@@ -309,7 +317,7 @@ impl MmapMem {
             )
         };
         if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            return Err(self.restore_reservation(from, to - from));
         }
         Ok(())
     }
