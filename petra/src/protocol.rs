@@ -44,7 +44,9 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use crate::descriptor::{CHECK, CUT, DESC_TAG, Desc, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET};
+use crate::descriptor::{
+    Abort, CHECK, CUT, DESC_TAG, Desc, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET,
+};
 use crate::mem::{PMem, WORD};
 use crate::meta::{Meta, TXID_BLOCK};
 use crate::pool::{AllocCache, POff, Pool};
@@ -351,11 +353,10 @@ impl<M: PMem + 'static> Executor<'_, M> {
     }
 
     /// Runs ops `from..` of `d` until it is no longer active, then finishes it (commit or abort):
-    /// LFTT's `ExecuteOps`. Returns the index of a strict op that failed, if this thread saw one
-    /// fail.
-    pub(crate) fn run(&mut self, d: u64, from: usize) -> Option<usize> {
+    /// LFTT's `ExecuteOps`. An abort records why in `d`'s state word, where its owner reads it
+    /// whoever decided it ([`Desc::abort_reason`]).
+    pub(crate) fn run(&mut self, d: u64, from: usize) {
         let n = Desc::new(self.mem(), d).nops();
-        let mut failed = None;
         for i in from..n {
             if Desc::new(self.mem(), d).state().status != TxStatus::Active {
                 break;
@@ -363,12 +364,11 @@ impl<M: PMem + 'static> Executor<'_, M> {
             match self.execute_op(d, i) {
                 Step::Done => {}
                 Step::Fail => {
-                    failed = Some(i);
-                    Desc::new(self.mem(), d).abort(None);
+                    Desc::new(self.mem(), d).abort(Abort::FailedOp(i));
                     break;
                 }
                 Step::NoMemory(bytes) => {
-                    Desc::new(self.mem(), d).abort(Some(bytes));
+                    Desc::new(self.mem(), d).abort(Abort::NoMemory(bytes));
                     break;
                 }
                 Step::Stop => break,
@@ -390,14 +390,13 @@ impl<M: PMem + 'static> Executor<'_, M> {
                 let _ = desc.cas_state(State::ACTIVE, done);
             }
         }
-        failed
     }
 
     /// Helps the active transaction `d2`, met at its op `opid`: executes its remaining ops. A
     /// transaction already on this thread's help stack means a helping cycle: it is aborted.
     fn help(&mut self, d2: u64, opid: usize) {
         if self.help_stack.contains(&d2) {
-            Desc::new(self.mem(), d2).abort(None);
+            Desc::new(self.mem(), d2).abort(Abort::Cycle);
             return;
         }
         self.help_stack.push(d2);
