@@ -545,3 +545,6 @@ fn retire_replaced<M: PMem + 'static>(core: &Core<M>, tx: &Transaction, results:
     });
     core.reclaim.retire_blobs(&core.pool, guard, replaced);
 }
+
+#[cfg(test)]
+mod tests;

@@ -362,7 +362,10 @@ impl<M: PMem + 'static> Executor<'_, M> {
                 break;
             }
             match self.execute_op(d, i) {
-                Step::Done => {}
+                Step::Done => {
+                    #[cfg(test)]
+                    hook::after_op(d, i);
+                }
                 Step::Fail => {
                     Desc::new(self.mem(), d).abort(Abort::FailedOp(i));
                     break;
@@ -623,4 +626,42 @@ pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64
     mem.store(at + 8, before.unwrap_or(0), Ordering::Relaxed);
     // Release: publish the value word with the flags.
     mem.store(at, node | 1 | (before.is_some() as u64) << 1, Ordering::Release);
+}
+
+/// A unit test's hook into [`Executor::run`], on the executing thread: called after each op that
+/// took effect with the descriptor and the op's position, it lets a test stop a transaction
+/// there (and, on the same thread, run another handle's transaction that helps it) or panic in
+/// the middle of one. The hook is taken out while it runs, so the ops it causes do not call it;
+/// a hook it sets meanwhile is called for them instead, and stays in its place if still set when
+/// it returns.
+#[cfg(test)]
+pub(crate) mod hook {
+    use std::cell::RefCell;
+
+    type AfterOp = Box<dyn FnMut(u64, usize)>;
+
+    thread_local! {
+        static AFTER_OP: RefCell<Option<AfterOp>> = const { RefCell::new(None) };
+    }
+
+    /// Calls `f` after each op this thread executes from now on, until [`clear`].
+    pub(crate) fn set_after_op(f: impl FnMut(u64, usize) + 'static) {
+        AFTER_OP.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// Removes this thread's hook.
+    pub(crate) fn clear() {
+        AFTER_OP.with(|h| h.borrow_mut().take());
+    }
+
+    pub(super) fn after_op(d: u64, i: usize) {
+        let Some(mut f) = AFTER_OP.with(|h| h.borrow_mut().take()) else { return };
+        f(d, i);
+        AFTER_OP.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.is_none() {
+                *h = Some(f);
+            }
+        });
+    }
 }
