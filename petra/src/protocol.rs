@@ -352,10 +352,34 @@ impl<M: PMem + 'static> Executor<'_, M> {
         self.cx.core.mem()
     }
 
+    /// Runs its owner's transaction `d` from its first op to its end (commit or abort), with `d`
+    /// on the help stack while it runs.
+    pub(crate) fn execute(&mut self, d: u64) {
+        self.framed(d, |x| x.run(d, 0));
+    }
+
+    /// Calls `f` with `d` pushed on the help stack, and pops it when `f` returns or unwinds. A
+    /// panic that a caller catches (`catch_unwind` around an execute) thus leaves no entry
+    /// behind, which would make this thread take a later transaction written at the same offset
+    /// for one it is helping, and abort it as a helping cycle.
+    fn framed(&mut self, d: u64, f: impl FnOnce(&mut Self)) {
+        /// Pops its descriptor off the help stack when dropped.
+        struct Frame<'e, 'a, M: PMem>(&'e mut Executor<'a, M>, u64);
+        impl<M: PMem> Drop for Frame<'_, '_, M> {
+            fn drop(&mut self) {
+                let top = self.0.help_stack.pop();
+                debug_assert_eq!(top, Some(self.1), "frames are popped innermost first");
+            }
+        }
+        self.help_stack.push(d);
+        let frame = Frame(self, d);
+        f(&mut *frame.0);
+    }
+
     /// Runs ops `from..` of `d` until it is no longer active, then finishes it (commit or abort):
     /// LFTT's `ExecuteOps`. An abort records why in `d`'s state word, where its owner reads it
     /// whoever decided it ([`Desc::abort_reason`]).
-    pub(crate) fn run(&mut self, d: u64, from: usize) {
+    fn run(&mut self, d: u64, from: usize) {
         let n = Desc::new(self.mem(), d).nops();
         for i in from..n {
             if Desc::new(self.mem(), d).state().status != TxStatus::Active {
@@ -402,9 +426,7 @@ impl<M: PMem + 'static> Executor<'_, M> {
             Desc::new(self.mem(), d2).abort(Abort::Cycle);
             return;
         }
-        self.help_stack.push(d2);
-        self.run(d2, opid + 1);
-        self.help_stack.pop();
+        self.framed(d2, |x| x.run(d2, opid + 1));
         let s = Desc::new(self.mem(), d2).state();
         if s.status == TxStatus::Committed && s.pstatus != PersistStatus::Persisted {
             self.cx.core.persist(d2);
