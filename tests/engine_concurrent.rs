@@ -108,7 +108,15 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                                 if n == 1 && ops[0].kind == OpKind::Find {
                                     reads.push(SingleRead { lo, hi, op: ops[0], result: None });
                                 }
-                                let _ = failed_op;
+                                // The op named failed, whichever thread ran it: a strict one (in
+                                // the order added, the transaction sorted or not).
+                                if let Some(i) = failed_op {
+                                    let kind = ops[i].kind;
+                                    assert!(
+                                        matches!(kind, OpKind::Insert | OpKind::Delete | OpKind::Find | OpKind::Update),
+                                        "{ops:?} (sorted: {sort}) failed at op {i}, a {kind:?}, which cannot fail"
+                                    );
+                                }
                                 aborted += 1;
                             }
                         }

@@ -37,8 +37,20 @@
 //! | Committed | Persisted  | durable (or read-only: nothing to persist) and visible    |
 //! | Aborted   | Persisted  | finished; never visible, nothing persisted                |
 //!
-//! Bit 4 of an aborted state word records that the pool was full, and bits 16.. the size of the
-//! allocation it refused (the owner reports an error rather than an abort).
+//! An aborted state word also says why, for the owner to report: the thread that decides the
+//! abort (the owner or a helper) says it in the same CAS, so it is the reason of the abort that
+//! happened, whoever ran the op.
+//!
+//! | bits          | the transaction was aborted because                                   |
+//! |---------------|-----------------------------------------------------------------------|
+//! | 4 and 5 clear | a helping cycle was broken (its ops say nothing: it may be run again) |
+//! | 5; 8..16      | the strict op at this position (in execution order) failed            |
+//! | 4; 16..64     | the pool was full: the size of the allocation refused (an error)      |
+//!
+//! The reason is volatile in effect: an aborted descriptor is never flushed, and what reaches the
+//! media by eviction is never read for it. Recovery reads only bits 0..4 of the state word (to
+//! tell Committed and Persisted from the rest, `persisted_at`), and the check word does not cover
+//! the state word, so the reason changes neither what recovery finds nor what it checks.
 
 use std::sync::atomic::Ordering;
 
@@ -108,6 +120,46 @@ pub(crate) enum PersistStatus {
     InProgress = 1,
     /// Persisted (or nothing to persist).
     Persisted = 2,
+}
+
+/// Bit of an aborted state word: the pool was full; bits 16.. hold the bytes refused.
+const ABORT_NO_MEMORY: u64 = 1 << 4;
+/// Bit of an aborted state word: a strict op failed; bits 8..16 hold its position.
+const ABORT_FAILED_OP: u64 = 1 << 5;
+
+/// Why a transaction was aborted, as its state word records it (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abort {
+    /// To break a helping cycle: nothing is known of its ops.
+    Cycle,
+    /// The strict op at this position (in execution order) failed.
+    FailedOp(usize),
+    /// The pool was full: an allocation of this many bytes was refused.
+    NoMemory(u64),
+}
+
+impl Abort {
+    /// The bits of an aborted state word above the status that say why.
+    fn encode(self) -> u64 {
+        match self {
+            Abort::Cycle => 0,
+            Abort::FailedOp(i) => {
+                debug_assert!(i < MAX_OPS);
+                ABORT_FAILED_OP | (i as u64 & 0xFF) << 8
+            }
+            Abort::NoMemory(bytes) => ABORT_NO_MEMORY | bytes.min(u64::MAX >> 16) << 16,
+        }
+    }
+
+    fn decode(w: u64) -> Abort {
+        if w & ABORT_NO_MEMORY != 0 {
+            Abort::NoMemory(w >> 16)
+        } else if w & ABORT_FAILED_OP != 0 {
+            Abort::FailedOp((w >> 8 & 0xFF) as usize)
+        } else {
+            Abort::Cycle
+        }
+    }
 }
 
 /// A state word.
@@ -234,11 +286,10 @@ impl<'m, M: PMem> Desc<'m, M> {
             .map_err(State::decode)
     }
 
-    /// Aborts the transaction if it is still active. `no_memory`, the size of an allocation the
-    /// full pool refused, is recorded for the owner to report.
-    pub(crate) fn abort(&self, no_memory: Option<u64>) {
-        let why = no_memory.map_or(0, |bytes| 1 << 4 | bytes.min(u64::MAX >> 16) << 16);
-        let to = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted }.encode() | why;
+    /// Aborts the transaction if it is still active, recording `why` for the owner to report.
+    /// The first abort decides, and only its reason is recorded.
+    pub(crate) fn abort(&self, why: Abort) {
+        let to = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted }.encode() | why.encode();
         // AcqRel: as for `cas_state`.
         let _ = self.mem.compare_exchange(
             self.off + STATE,
@@ -249,11 +300,11 @@ impl<'m, M: PMem> Desc<'m, M> {
         );
     }
 
-    /// If the transaction was aborted because the pool was full: the bytes it could not get.
-    pub(crate) fn aborted_for_memory(&self) -> Option<u64> {
+    /// Why the transaction was aborted; `None` if it was not (yet).
+    pub(crate) fn abort_reason(&self) -> Option<Abort> {
         // Acquire: as for `state`.
         let w = self.mem.load(self.off + STATE, Ordering::Acquire);
-        (w & 1 << 4 != 0).then_some(w >> 16)
+        (State::decode(w).status == TxStatus::Aborted).then(|| Abort::decode(w))
     }
 
     pub(crate) fn op(&self, i: usize) -> StoredOp {
@@ -498,6 +549,25 @@ mod tests {
                     .find(|x| x.structure == o.structure && x.key == o.key && !OpKind::from_code(x.kind).is_read());
                 assert_eq!(desc.last_write_of_key(i, *o), scan.copied(), "op {i}");
             }
+        }
+    }
+
+    #[test]
+    fn abort_reasons_round_trip_and_leave_the_status_as_recovery_reads_it() {
+        use crate::mem::SimMem;
+        let mem = SimMem::new(1 << 16, 1 << 16);
+        let aborted = State { status: TxStatus::Aborted, pstatus: PersistStatus::Persisted };
+        let reasons = [Abort::Cycle, Abort::FailedOp(0), Abort::FailedOp(MAX_OPS - 1), Abort::NoMemory(1 << 40)];
+        for why in reasons {
+            let op = StoredOp { kind: OpKind::Put as u8, structure: 0, key: 1, value: 2, blob: false, hash: 0 };
+            write_new(&mem, 4096, 1, false, false, std::iter::once(op));
+            let desc = Desc::new(&mem, 4096);
+            assert_eq!(desc.abort_reason(), None, "an active transaction has no reason");
+            desc.abort(why);
+            assert_eq!((desc.state(), desc.abort_reason()), (aborted, Some(why)));
+            desc.abort(Abort::Cycle);
+            assert_eq!(desc.abort_reason(), Some(why), "the first abort decides");
+            assert_eq!(persisted_at(&mem, 4096, 1 << 16, 1, 0), Found::Nothing);
         }
     }
 

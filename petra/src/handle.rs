@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
 use crate::checkpoint::{CheckpointReport, Checkpointer};
-use crate::descriptor::{self, Desc, StoredOp, TxStatus, desc_bytes};
+use crate::descriptor::{self, Abort, Desc, StoredOp, TxStatus, desc_bytes};
 use crate::error::{AllocError, Damage, EngineError};
 use crate::hash::{op_hash, value_hash};
 use crate::key::{Key, KeyWidth};
@@ -250,8 +250,9 @@ impl<M: PMem + 'static> Handle<M> {
     }
 
     /// Executes `tx` until it is decided: again each time it is aborted to break a helping cycle
-    /// (which says nothing about its ops), then `f` with its results and a reader of the byte
-    /// values they name, while those cannot be freed. `Ok(Err(i))` if its strict op `i` failed.
+    /// (`failed_op: None`, which says nothing about its ops), then `f` with its results and a
+    /// reader of the byte values they name, while those cannot be freed. `Ok(Err(i))` if its
+    /// strict op `i` failed, run by this thread or by one helping it: never run again then.
     pub fn execute_decided<R>(
         &mut self,
         tx: &Transaction,
@@ -441,13 +442,13 @@ impl<M: PMem + 'static> Handle<M> {
         let expiry = self.shared.checkpointer.removal_expiry();
         let core = &self.shared.core;
         let cx = Reader { core, guard };
-        self.help_stack.push(d);
-        let failed = Executor { cx, cache: &mut self.cache, help_stack: &mut self.help_stack }.run(d, 0);
-        self.help_stack.pop();
+        Executor { cx, cache: &mut self.cache, help_stack: &mut self.help_stack }.execute(d);
         let desc = Desc::new(core.mem(), d);
-        let state = desc.state();
-        let outcome = match state.status {
-            TxStatus::Committed => {
+        // Run finished it: committed, or aborted with the reason whoever decided it recorded
+        // (this thread or a helper).
+        let outcome = match desc.abort_reason() {
+            None => {
+                debug_assert_eq!(desc.state().status, TxStatus::Committed);
                 // The results and the removals are read from the descriptor before it is
                 // persisted: they are fixed once it commits, and a flush may evict its lines
                 // (clflushopt always, clwb on some CPUs). Nothing is returned before the fence.
@@ -474,15 +475,16 @@ impl<M: PMem + 'static> Handle<M> {
                 }
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }
-            _ if let Some(requested) = desc.aborted_for_memory() => {
+            Some(why) => {
                 cx.schedule_removals(d, false, expiry);
                 free_blobs(&core.pool, &mut self.cache, &blobs);
-                Err(EngineError::Alloc(AllocError::PoolFull { requested, max: core.pool.max_len() }))
-            }
-            _ => {
-                cx.schedule_removals(d, false, expiry);
-                free_blobs(&core.pool, &mut self.cache, &blobs);
-                Ok(Outcome::Aborted { failed_op: failed.map(added) })
+                match why {
+                    Abort::NoMemory(requested) => {
+                        Err(EngineError::Alloc(AllocError::PoolFull { requested, max: core.pool.max_len() }))
+                    }
+                    Abort::FailedOp(pos) => Ok(Outcome::Aborted { failed_op: Some(added(pos)) }),
+                    Abort::Cycle => Ok(Outcome::Aborted { failed_op: None }),
+                }
             }
         };
         self.blobs = blobs;
@@ -541,3 +543,6 @@ fn retire_replaced<M: PMem + 'static>(core: &Core<M>, tx: &Transaction, results:
     });
     core.reclaim.retire_blobs(&core.pool, guard, replaced);
 }
+
+#[cfg(test)]
+mod tests;

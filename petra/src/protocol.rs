@@ -44,7 +44,9 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use crate::descriptor::{CHECK, CUT, DESC_TAG, Desc, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET};
+use crate::descriptor::{
+    Abort, CHECK, CUT, DESC_TAG, Desc, NO_NODE, PersistStatus, State, StoredOp, TXID, TxStatus, UNSET,
+};
 use crate::mem::{PMem, WORD};
 use crate::meta::{Meta, TXID_BLOCK};
 use crate::pool::{AllocCache, POff, Pool};
@@ -350,25 +352,50 @@ impl<M: PMem + 'static> Executor<'_, M> {
         self.cx.core.mem()
     }
 
+    /// Runs its owner's transaction `d` from its first op to its end (commit or abort), with `d`
+    /// on the help stack while it runs.
+    pub(crate) fn execute(&mut self, d: u64) {
+        self.framed(d, |x| x.run(d, 0));
+    }
+
+    /// Calls `f` with `d` pushed on the help stack, and pops it when `f` returns or unwinds. A
+    /// panic that a caller catches (`catch_unwind` around an execute) thus leaves no entry
+    /// behind, which would make this thread take a later transaction written at the same offset
+    /// for one it is helping, and abort it as a helping cycle.
+    fn framed(&mut self, d: u64, f: impl FnOnce(&mut Self)) {
+        /// Pops its descriptor off the help stack when dropped.
+        struct Frame<'e, 'a, M: PMem>(&'e mut Executor<'a, M>, u64);
+        impl<M: PMem> Drop for Frame<'_, '_, M> {
+            fn drop(&mut self) {
+                let top = self.0.help_stack.pop();
+                debug_assert_eq!(top, Some(self.1), "frames are popped innermost first");
+            }
+        }
+        self.help_stack.push(d);
+        let frame = Frame(self, d);
+        f(&mut *frame.0);
+    }
+
     /// Runs ops `from..` of `d` until it is no longer active, then finishes it (commit or abort):
-    /// LFTT's `ExecuteOps`. Returns the index of a strict op that failed, if this thread saw one
-    /// fail.
-    pub(crate) fn run(&mut self, d: u64, from: usize) -> Option<usize> {
+    /// LFTT's `ExecuteOps`. An abort records why in `d`'s state word, where its owner reads it
+    /// whoever decided it ([`Desc::abort_reason`]).
+    fn run(&mut self, d: u64, from: usize) {
         let n = Desc::new(self.mem(), d).nops();
-        let mut failed = None;
         for i in from..n {
             if Desc::new(self.mem(), d).state().status != TxStatus::Active {
                 break;
             }
             match self.execute_op(d, i) {
-                Step::Done => {}
+                Step::Done => {
+                    #[cfg(test)]
+                    hook::after_op(d, i);
+                }
                 Step::Fail => {
-                    failed = Some(i);
-                    Desc::new(self.mem(), d).abort(None);
+                    Desc::new(self.mem(), d).abort(Abort::FailedOp(i));
                     break;
                 }
                 Step::NoMemory(bytes) => {
-                    Desc::new(self.mem(), d).abort(Some(bytes));
+                    Desc::new(self.mem(), d).abort(Abort::NoMemory(bytes));
                     break;
                 }
                 Step::Stop => break,
@@ -390,19 +417,16 @@ impl<M: PMem + 'static> Executor<'_, M> {
                 let _ = desc.cas_state(State::ACTIVE, done);
             }
         }
-        failed
     }
 
     /// Helps the active transaction `d2`, met at its op `opid`: executes its remaining ops. A
     /// transaction already on this thread's help stack means a helping cycle: it is aborted.
     fn help(&mut self, d2: u64, opid: usize) {
         if self.help_stack.contains(&d2) {
-            Desc::new(self.mem(), d2).abort(None);
+            Desc::new(self.mem(), d2).abort(Abort::Cycle);
             return;
         }
-        self.help_stack.push(d2);
-        self.run(d2, opid + 1);
-        self.help_stack.pop();
+        self.framed(d2, |x| x.run(d2, opid + 1));
         let s = Desc::new(self.mem(), d2).state();
         if s.status == TxStatus::Committed && s.pstatus != PersistStatus::Persisted {
             self.cx.core.persist(d2);
@@ -624,4 +648,42 @@ pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64
     mem.store(at + 8, before.unwrap_or(0), Ordering::Relaxed);
     // Release: publish the value word with the flags.
     mem.store(at, node | 1 | (before.is_some() as u64) << 1, Ordering::Release);
+}
+
+/// A unit test's hook into [`Executor::run`], on the executing thread: called after each op that
+/// took effect with the descriptor and the op's position, it lets a test stop a transaction
+/// there (and, on the same thread, run another handle's transaction that helps it) or panic in
+/// the middle of one. The hook is taken out while it runs, so the ops it causes do not call it;
+/// a hook it sets meanwhile is called for them instead, and stays in its place if still set when
+/// it returns.
+#[cfg(test)]
+pub(crate) mod hook {
+    use std::cell::RefCell;
+
+    type AfterOp = Box<dyn FnMut(u64, usize)>;
+
+    thread_local! {
+        static AFTER_OP: RefCell<Option<AfterOp>> = const { RefCell::new(None) };
+    }
+
+    /// Calls `f` after each op this thread executes from now on, until [`clear`].
+    pub(crate) fn set_after_op(f: impl FnMut(u64, usize) + 'static) {
+        AFTER_OP.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// Removes this thread's hook.
+    pub(crate) fn clear() {
+        AFTER_OP.with(|h| h.borrow_mut().take());
+    }
+
+    pub(super) fn after_op(d: u64, i: usize) {
+        let Some(mut f) = AFTER_OP.with(|h| h.borrow_mut().take()) else { return };
+        f(d, i);
+        AFTER_OP.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.is_none() {
+                *h = Some(f);
+            }
+        });
+    }
 }

@@ -234,10 +234,14 @@ pub enum Outcome {
         /// transactions do; a single read answered without a descriptor does not.
         txid: Option<u64>,
     },
-    /// No op took effect: the strict op at this index (in the order added) failed, or the
-    /// transaction was aborted to break a helping cycle (`None`).
+    /// No op took effect.
     Aborted {
-        /// The failed op.
+        /// `Some(i)`: the strict op at index `i` (in the order added) found its key in the wrong
+        /// state (an Insert's present, a Delete's, Find's or Update's absent), whichever thread
+        /// ran it, this transaction's own or one helping it; running it again can succeed only
+        /// once the key changed. `None`: it was aborted to break a helping cycle with another
+        /// transaction, which says nothing about its ops; running it again may commit
+        /// ([`Handle::execute_decided`](crate::Handle::execute_decided) does).
         failed_op: Option<usize>,
     },
 }

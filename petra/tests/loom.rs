@@ -103,6 +103,25 @@ fn a_helper_finishes_and_persists_a_stalled_transaction() {
 }
 
 #[test]
+fn a_strict_op_that_fails_is_reported_by_its_index_whoever_ran_it() {
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(1, 10), (2, 20)]);
+        // The insert of key 2, present, fails: run by its owner, or by the put of key 1 that
+        // meets the owner's transaction holding key 1 and helps it. Either way the owner hears
+        // which op failed.
+        let mut a = Transaction::new();
+        a.put(s, 1u64, 11).insert(s, 2u64, 22);
+        let mut b = Transaction::new();
+        b.put(s, 1u64, 12);
+        let (ao, bo) = run2(&engine, a, b);
+        assert_eq!(ao, Outcome::Aborted { failed_op: Some(1) });
+        assert_eq!(committed(&bo).0, &vec![Some(10)]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(1, 12), (2, 20)]);
+    });
+}
+
+#[test]
 fn a_helping_cycle_ends_with_a_serial_outcome() {
     let builder = builder();
     builder.check(|| {

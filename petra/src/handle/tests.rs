@@ -1,0 +1,286 @@
+//! Transactions stopped in the middle: the protocol's test hook ([`hook`]) stops a handle's
+//! transaction after an op, and on the same thread another handle's transaction meets it and
+//! helps it (as another thread would while the owner is preempted), or a panic unwinds from
+//! there. Deterministic: one thread, one interleaving.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::descriptor::{Desc, TxStatus};
+use crate::mem::SimMem;
+use crate::pool::{Pool, PoolConfig};
+use crate::protocol::hook;
+use crate::{Engine, EngineConfig, Outcome, StructId, Transaction};
+
+type Mem = Arc<SimMem>;
+
+const MAX_LEN: u64 = 64 << 20;
+
+fn config() -> PoolConfig {
+    PoolConfig { initial_size: 1 << 20, max_size: MAX_LEN, chunk_size: 64 << 10, ..PoolConfig::default() }
+}
+
+/// Rings of one chunk: 511 descriptors of one or two ops (128 bytes each) a lap, so that a
+/// handle's ring comes round to a slot again after 511 such transactions.
+fn engine_config() -> EngineConfig {
+    EngineConfig::rings(64 << 10)
+}
+
+/// An engine over a simulated pool (its memory kept, for reopening and crash images), with one
+/// list holding `prefill`.
+fn engine(prefill: &[(u64, u64)]) -> (Mem, Engine<Mem>, StructId) {
+    let mem = Arc::new(SimMem::new(0, MAX_LEN));
+    let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config()).unwrap(), engine_config()).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut tx = Transaction::new();
+    for &(k, v) in prefill {
+        tx.put(s, k, v);
+    }
+    assert!(engine.handle().unwrap().execute(&tx).unwrap().is_committed());
+    (mem, engine, s)
+}
+
+/// Puts `v` at keys 1 and 2 of `s`, in that order.
+fn put_both(s: StructId, v: u64) -> Transaction {
+    let mut tx = Transaction::new();
+    tx.put(s, 1u64, v).put(s, 2u64, v);
+    tx
+}
+
+/// The results of a commit.
+fn results(out: &Outcome) -> &[Option<u64>] {
+    match out {
+        Outcome::Committed { results, .. } => results,
+        other => panic!("expected a commit, got {other:?}"),
+    }
+}
+
+/// Calls `run`, which executes a transaction on this thread, with that transaction stopped once
+/// its first op took effect, if its descriptor is one that `at` accepts: `meanwhile` runs then,
+/// with the descriptor, before the owner goes on. Returns what `run` returned and whether the
+/// transaction was stopped.
+fn stopped<R>(
+    at: impl Fn(u64) -> bool + 'static,
+    meanwhile: impl FnOnce(u64) + 'static,
+    run: impl FnOnce() -> R,
+) -> (R, bool) {
+    let met = Rc::new(Cell::new(false));
+    let (m, mut meanwhile) = (Rc::clone(&met), Some(meanwhile));
+    // Op 0 is run only by its owner: a helper starts after the op it met.
+    hook::set_after_op(move |d, i| {
+        if i == 0
+            && at(d)
+            && let Some(f) = meanwhile.take()
+        {
+            m.set(true);
+            f(d);
+        }
+    });
+    let r = run();
+    hook::clear();
+    (r, met.get())
+}
+
+#[test]
+fn a_strict_op_that_fails_in_a_helper_is_reported_with_its_index() {
+    // The insert of key 2, present, fails at execution position 1 both times: index 1 in the
+    // order added, or index 0 when the ops were added the other way round and run sorted.
+    for (sorted, index) in [(false, 1), (true, 0)] {
+        let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+        let mut tx = Transaction::new();
+        if sorted {
+            tx.insert(s, 2u64, 22).put(s, 1u64, 11).sorted(true);
+        } else {
+            tx.put(s, 1u64, 11).insert(s, 2u64, 22);
+        }
+        let mut owner = engine.handle().unwrap();
+        let mut helper = engine.handle().unwrap();
+        let (out, met) = stopped(
+            |_| true,
+            move |d| {
+                // A put of key 1 meets the owner's transaction there and runs it to its end: the
+                // insert fails in the helper, which aborts it, then puts over the old value.
+                let put = helper.execute(Transaction::new().put(s, 1u64, 12)).unwrap();
+                assert_eq!(results(&put), [Some(10)]);
+                assert_eq!(Desc::new(&*mem, d).state().status, TxStatus::Aborted, "the helper decided the abort");
+            },
+            || owner.execute(&tx).unwrap(),
+        );
+        assert!(met);
+        assert_eq!(out, Outcome::Aborted { failed_op: Some(index) }, "sorted: {sorted}");
+        assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 12), (2, 20)]);
+    }
+}
+
+#[test]
+fn execute_decided_does_not_run_again_a_transaction_whose_strict_op_failed_in_a_helper() {
+    let (_mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+    let mut owner = engine.handle().unwrap();
+    let mut helper = engine.handle().unwrap();
+    let mut tx = Transaction::new();
+    tx.put(s, 1u64, 11).insert(s, 2u64, 22);
+    let (decided, met) = stopped(
+        |_| true,
+        move |_| {
+            // The helper runs the owner's transaction, whose insert of key 2 fails, then deletes
+            // key 2: the same transaction run again would commit.
+            let out = helper.execute(Transaction::new().put(s, 1u64, 12).delete(s, 2u64)).unwrap();
+            assert_eq!(results(&out), [Some(10), Some(20)]);
+        },
+        || owner.execute_decided(&tx, |results, _| results.to_vec()).unwrap(),
+    );
+    assert!(met);
+    assert_eq!(decided, Err(1), "decided by its failed insert, not run again");
+    assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 12)]);
+}
+
+#[test]
+fn a_helping_cycle_is_reported_without_an_op() {
+    let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+    let mut owner = engine.handle().unwrap();
+    let mut helper = engine.handle().unwrap();
+    let (out, met) = stopped(
+        |_| true,
+        move |d| {
+            // The helper takes key 2, meets key 1 held by the owner's transaction and helps it;
+            // that one meets key 2 held by the helper's own, on the helper's help stack: a
+            // cycle, broken by aborting the helper's. The owner's then commits.
+            let mut tx = Transaction::new();
+            tx.put(s, 2u64, 22).put(s, 1u64, 12);
+            assert_eq!(helper.execute(&tx).unwrap(), Outcome::Aborted { failed_op: None });
+            assert_eq!(Desc::new(&*mem, d).state().status, TxStatus::Committed, "the helper committed it");
+        },
+        || owner.execute(&put_both(s, 11)).unwrap(),
+    );
+    assert!(met);
+    assert_eq!(results(&out), [Some(10), Some(20)]);
+    assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 11), (2, 11)]);
+}
+
+#[test]
+fn a_panic_while_helping_leaves_no_entry_that_aborts_a_later_transaction_at_the_same_offset() {
+    let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+    let mut owner = engine.handle().unwrap();
+    let helper = Rc::new(RefCell::new(engine.handle().unwrap()));
+    // The owner stops after its first op; the helper's put meets key 1 held by it, helps it, and
+    // panics after running its second op, before it finishes it. The owner then finishes it.
+    let first = Rc::new(Cell::new(0));
+    let (h, f) = (Rc::clone(&helper), Rc::clone(&first));
+    let (out, met) = stopped(
+        |_| true,
+        move |d| {
+            f.set(d);
+            hook::set_after_op(move |d2, i| {
+                if (d2, i) == (d, 1) {
+                    panic!("a panic while helping");
+                }
+            });
+            let put = catch_unwind(AssertUnwindSafe(|| h.borrow_mut().execute(Transaction::new().put(s, 1u64, 12))));
+            assert!(put.is_err(), "the helper panicked");
+            assert_eq!(Desc::new(&*mem, d).state().status, TxStatus::Active, "half run");
+            hook::clear();
+        },
+        || owner.execute(&put_both(s, 11)).unwrap(),
+    );
+    assert!(met);
+    assert_eq!(results(&out), [Some(10), Some(20)]);
+    assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 11), (2, 11)]);
+    // The owner goes round its ring (rounds recycle it) until a transaction of its is written at
+    // the same offset; the same helper meets that one stopped after its first op and helps it.
+    let first = first.get();
+    let (mut again, mut last) = (false, 11);
+    for v in 100..2000 {
+        let h = Rc::clone(&helper);
+        let (out, met) = stopped(
+            move |d| d == first,
+            move |_| {
+                let put = h.borrow_mut().execute(Transaction::new().put(s, 1u64, v + 1000)).unwrap();
+                assert_eq!(results(&put), [Some(v)], "the helper put after the transaction it helped");
+            },
+            || owner.execute(&put_both(s, v)).unwrap(),
+        );
+        assert_eq!(results(&out), [Some(last), Some(last)], "at the same offset again: {met}");
+        last = v;
+        if met {
+            assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, v + 1000), (2, v)]);
+            again = true;
+            break;
+        }
+    }
+    assert!(again, "the owner's ring never came round to the offset");
+    assert!(helper.borrow().help_stack.is_empty());
+}
+
+/// Where a transaction's panic comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Panic {
+    /// Inside the transaction, after its first op took effect; nobody finishes it after.
+    Halfway,
+    /// As `Halfway`, then another handle's transaction meets it and finishes it.
+    HalfwayThenHelped,
+    /// In the closure of `execute_with`, once the transaction committed.
+    InTheClosure,
+}
+
+#[test]
+fn a_transaction_that_panicked_happened_whole_or_not_at_all_and_recovery_agrees() {
+    for panic in [Panic::Halfway, Panic::HalfwayThenHelped, Panic::InTheClosure] {
+        let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+        let mut model = BTreeMap::from([(1u64, 10u64), (2, 20)]);
+        let mut owner = engine.handle().unwrap();
+        owner.execute(Transaction::new().put(s, 3u64, 30)).unwrap();
+        model.insert(3, 30);
+        let ring = owner.ring.as_ref().map(|r| r.0);
+        let out = if panic == Panic::InTheClosure {
+            catch_unwind(AssertUnwindSafe(|| owner.execute_with(&put_both(s, 11), |_, _| panic!("in the closure"))))
+        } else {
+            hook::set_after_op(|_, i| {
+                if i == 0 {
+                    panic!("halfway")
+                }
+            });
+            let out = catch_unwind(AssertUnwindSafe(|| owner.execute(&put_both(s, 11))));
+            hook::clear();
+            out.map(|_| Ok(()))
+        };
+        assert!(out.is_err(), "{panic:?}: it panicked");
+        assert!(owner.help_stack.is_empty(), "{panic:?}: the help stack is left empty");
+        if panic == Panic::InTheClosure {
+            model.extend([(1, 11), (2, 11)]);
+        }
+        // Half run, the transaction holds key 1 and is invisible: the state is the model's.
+        assert_eq!(engine.entries::<u64>(s).unwrap(), Vec::from_iter(model.clone()), "{panic:?}");
+        let mut other = engine.handle().unwrap();
+        if panic == Panic::HalfwayThenHelped {
+            // A put of key 2, which the transaction has not reached, comes first; a put of key
+            // 1 meets the transaction, finishes it (over the first put) and comes after it.
+            assert_eq!(results(&other.execute(Transaction::new().put(s, 2u64, 22)).unwrap()), [Some(20)]);
+            assert_eq!(results(&other.execute(Transaction::new().put(s, 1u64, 12)).unwrap()), [Some(11)]);
+            model.extend([(1, 12), (2, 11)]);
+        }
+        // The owner's handle goes on, in another ring if the panic left a transaction of its
+        // unfinished.
+        assert_eq!(results(&owner.execute(Transaction::new().put(s, 4u64, 40)).unwrap()), [None]);
+        model.insert(4, 40);
+        let moved = owner.ring.as_ref().map(|r| r.0) != ring;
+        assert_eq!(moved, panic != Panic::InTheClosure, "{panic:?}: the ring is given up");
+        let want = Vec::from_iter(model.clone());
+        assert_eq!(engine.entries::<u64>(s).unwrap(), want, "{panic:?}");
+        // Recovery agrees: from what was persisted alone (a power loss now), from the memory
+        // as it is (the process died), and after a clean close.
+        let persisted = SimMem::from_bytes(&mem.persisted_bytes(), MAX_LEN);
+        drop((owner, other));
+        drop(engine.into_pool().unwrap());
+        let (lost, _) = Engine::open(Pool::open_in(persisted).unwrap(), engine_config()).unwrap();
+        assert_eq!(lost.entries::<u64>(s).unwrap(), want, "{panic:?}: recovered from the persisted image");
+        let (died, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), engine_config()).unwrap();
+        assert_eq!(died.entries::<u64>(s).unwrap(), want, "{panic:?}: recovered from the memory");
+        died.close().unwrap();
+        let (closed, report) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), engine_config()).unwrap();
+        assert_eq!(report.descriptors, 0, "{panic:?}: a clean close leaves nothing to recover");
+        assert_eq!(closed.entries::<u64>(s).unwrap(), want, "{panic:?}: reopened after a clean close");
+    }
+}
