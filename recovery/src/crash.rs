@@ -213,7 +213,7 @@ impl CrashTest {
     {
         let (record, states) = self.capture(setup, workload);
         let state = states.into_iter().find(|s| s.point == point)?;
-        (state.pending_lines() == choice.len()).then(|| (record, state.image(choice)))
+        (state.pending() == choice.len()).then(|| (record, state.image(choice)))
     }
 }
 
