@@ -15,7 +15,7 @@
 //! An image that does not open fails it too, damage refusals included: a store must open at the
 //! last sync.
 //!
-//! The workload speaks the battery's language ([`battery`](crate::battery): one-word keys, word
+//! The workload speaks the battery's language ([`battery`]: one-word keys, word
 //! values) on a pool whose structures the battery made, records every committed writer with
 //! [`execute`] into a [`History`], and syncs where it chooses (`Pool::sync`; the pool and recovery
 //! sync too). [`run`] takes the crash images with a [`CrashTest`] whose
