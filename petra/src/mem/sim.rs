@@ -484,6 +484,14 @@ impl SimMem {
         self.state.lock().crash_state(EventKind::Now)
     }
 
+    /// Captures the crash state of this moment, whatever the plan: a crash point the workload
+    /// chooses, which [`take_crash_states`](SimMem::take_crash_states) returns with the plan's.
+    pub fn capture_now(&self) {
+        let mut st = self.state.lock();
+        let state = st.crash_state(EventKind::Now);
+        st.captured.push(state);
+    }
+
     /// Removes and returns the crash states captured so far.
     pub fn take_crash_states(&self) -> Vec<CrashState> {
         std::mem::take(&mut self.state.lock().captured)
@@ -933,6 +941,20 @@ mod tests {
         assert_eq!(points, vec![(1, EventKind::Flush), (2, EventKind::Fence)]);
         assert_eq!(states[1].choices(), 2, "before the fence the store may or may not be durable");
         assert_eq!(m.crash_now().choices(), 1, "after it, it is");
+    }
+
+    #[test]
+    fn a_workload_captures_the_moments_it_chooses_among_the_plans() {
+        let m = page_cache(1);
+        m.set_plan(CrashPlan::none().with_syncs());
+        m.store(0, 1, R);
+        m.capture_now();
+        m.sync().unwrap();
+        m.store(8, 2, R);
+        let states = m.take_crash_states();
+        let points: Vec<_> = states.iter().map(|s| (s.point.event, s.point.kind, s.last_sync)).collect();
+        assert_eq!(points, vec![(1, EventKind::Now, None), (1, EventKind::Sync, None)]);
+        assert_eq!(m.crash_now().last_sync, Some(1));
     }
 
     #[test]
