@@ -8,6 +8,11 @@
 //! what it acknowledged and when (compare acknowledgement event counts with
 //! [`CrashPoint::event`]). Checks run on all cores.
 //!
+//! The memory models persistent memory unless the test says otherwise
+//! ([`model`](CrashTest::model)): under [`MediaModel::PageCache`] the workload's memory is a file
+//! in the page cache, images are power losses between syncs, and each names the last sync before
+//! it ([`CrashImage::last_sync`]); [`power`](crate::power) checks engine histories so.
+//!
 //! A failure names its seed, crash point and the prefix chosen per line; with a deterministic
 //! workload [`CrashTest::replay`] rebuilds that exact image. If the environment variable
 //! `PETRA_CRASH_DUMP` names a directory, failing images are also written there as pool files.
@@ -18,13 +23,16 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use petra::mem::{CrashImage, CrashPlan, CrashPoint, CrashState, SimMem};
+use petra::mem::{CrashImage, CrashPlan, CrashPoint, CrashState, MediaModel, SimMem};
 
 /// A crash test's settings.
 #[derive(Debug, Clone)]
 pub struct CrashTest {
     /// Seed of the store sampling and of the image sampling.
     pub seed: u64,
+    /// What the workload's memory models: the memory `setup` makes is switched to it before the
+    /// workload runs ([`SimMem::with_model`]).
+    pub model: MediaModel,
     /// Crash points.
     pub plan: CrashPlan,
     /// Enumerate all images of a point when there are at most this many.
@@ -43,6 +51,7 @@ impl CrashTest {
     pub fn new(seed: u64) -> CrashTest {
         CrashTest {
             seed,
+            model: MediaModel::PersistentMemory,
             plan: CrashPlan::all(0.05, seed),
             exhaustive_bound: 64,
             samples: 16,
@@ -59,7 +68,9 @@ pub struct Failure {
     pub seed: u64,
     /// Where the crash was.
     pub point: CrashPoint,
-    /// Stores kept per unpersisted line, in line order.
+    /// The event number of the last sync before the crash.
+    pub last_sync: Option<u64>,
+    /// Stores kept per pending line or page, in order.
     pub choice: Vec<u32>,
     /// What the check said.
     pub message: String,
@@ -69,7 +80,11 @@ pub struct Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "seed {} crash {} choice {:?}: {}", self.seed, self.point, self.choice, self.message)?;
+        write!(f, "seed {} crash {}", self.seed, self.point)?;
+        if let Some(sync) = self.last_sync {
+            write!(f, " after the sync at event {sync}")?;
+        }
+        write!(f, " choice {:?}: {}", self.choice, self.message)?;
         if let Some(d) = &self.dump {
             write!(f, " (image in {})", d.display())?;
         }
@@ -134,7 +149,7 @@ impl CrashTest {
     where
         W: FnOnce(Arc<SimMem>) -> T,
     {
-        let mem = Arc::new(setup());
+        let mem = Arc::new(setup().with_model(self.model));
         mem.set_plan(self.plan.clone());
         let record = workload(Arc::clone(&mem));
         let mut states = mem.take_crash_states();
@@ -184,6 +199,7 @@ impl CrashTest {
                             failures.lock().expect("no panic while holding it").push(Failure {
                                 seed: self.seed,
                                 point: image.point,
+                                last_sync: image.last_sync,
                                 choice: image.choice.clone(),
                                 message,
                                 dump,
@@ -213,7 +229,7 @@ impl CrashTest {
     {
         let (record, states) = self.capture(setup, workload);
         let state = states.into_iter().find(|s| s.point == point)?;
-        (state.pending_lines() == choice.len()).then(|| (record, state.image(choice)))
+        (state.pending() == choice.len()).then(|| (record, state.image(choice)))
     }
 }
 

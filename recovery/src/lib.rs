@@ -4,6 +4,9 @@
 //!   images at the points a plan selects (every fence, every flush, random stores), runs the
 //!   caller's recover-and-check on each, and reports how many images were checked and which failed,
 //!   with what it takes to replay each failure.
+//! - [`power`]: power loss on a file in the page cache: engine histories on the simulator's
+//!   page-cache model, each image checked for every transaction acknowledged before the last sync
+//!   and for a state the history went through since.
 //! - [`kill`]: re-executes the test binary as a child, kills it with SIGKILL at a random moment,
 //!   and lets the parent reopen the pool file and check it against what the child acknowledged.
 //! - [`child`]: runs part of a test in a re-executed child with a timeout, so that a panic, a
@@ -21,6 +24,7 @@ pub mod child;
 pub mod crash;
 pub mod kill;
 pub mod model;
+pub mod power;
 
 /// A fresh directory for pool files, removed when dropped: under `/dev/shm` where it exists (the
 /// usual stand-in for persistent memory), else under the system temporary directory.

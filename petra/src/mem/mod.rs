@@ -14,6 +14,11 @@
 //! durable before B is made durable must flush A's lines and fence before storing B. [`SimMem`]
 //! checks code against exactly this model.
 //!
+//! On a file in the page cache ([`Durability::PageCache`]) flush and fence order nothing on the
+//! disk: the kernel writes each dirty 4 KiB page back whenever it likes, in any order, with its
+//! content of that moment, and only [`PMem::sync`] makes everything durable. [`SimMem`] checks
+//! code against that model too ([`MediaModel::PageCache`]).
+//!
 //! Word accesses take 8-byte-aligned offsets; a misaligned or out-of-bounds offset panics (it is a
 //! bug in the caller, never undefined behaviour).
 
@@ -31,13 +36,17 @@ pub use self::loom::LoomMem;
 pub use counting::{Counting, MemCounts};
 pub(crate) use mmap::reserve_space;
 pub use mmap::{FlushKind, MmapMem, MmapOptions};
-pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, SimMem};
+pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, MediaModel, SimMem};
 
 /// Size of a cache line, the unit of flushing and of atomic persistence of ordered stores.
 pub const CACHE_LINE: u64 = 64;
 
 /// Size of a word, the unit of atomic access and of failure-atomic persistence.
 pub const WORD: u64 = 8;
+
+/// Size of a page of the page cache, the unit the kernel writes back to a file: the crash
+/// simulator's page-cache model ([`MediaModel::PageCache`]) writes pages of this size back.
+pub const PAGE: u64 = 4096;
 
 /// What a completed flush-and-fence guarantees for this memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,17 +2,18 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{CACHE_LINE, Durability, GrowError, PMem, WORD, check_word};
+use super::{CACHE_LINE, Durability, GrowError, PAGE, PMem, WORD, check_word};
 
-const PAGE_WORDS: usize = 512;
-const PAGE_BYTES: u64 = PAGE_WORDS as u64 * WORD;
+const PAGE_WORDS: usize = (PAGE / WORD) as usize;
+const PAGE_BYTES: u64 = PAGE;
 const LINE_WORDS: u64 = CACHE_LINE / WORD;
 
 type Page = Arc<[u64; PAGE_WORDS]>;
@@ -47,11 +48,45 @@ impl PagedImage {
         Arc::make_mut(&mut self.pages[word as usize / PAGE_WORDS])[word as usize % PAGE_WORDS] = val;
     }
 
+    /// Page `page` takes the content of `words` (the working image) there.
+    fn copy_page(&mut self, page: u64, words: &[u64]) {
+        let from = page as usize * PAGE_WORDS;
+        let to = (from + PAGE_WORDS).min(words.len());
+        Arc::make_mut(&mut self.pages[page as usize])[..to - from].copy_from_slice(&words[from..to]);
+    }
+
     fn grow(&mut self, len: u64) {
         let zero: Page = Arc::new([0; PAGE_WORDS]);
         self.pages.resize(len.div_ceil(PAGE_BYTES) as usize, zero);
     }
 }
+
+/// What survives a power loss, as a [`SimMem`] models it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MediaModel {
+    /// Persistent memory mapped with DAX: a line flushed and then fenced by the flushing thread
+    /// is durable, and any line may reach the media earlier, its stores in order.
+    /// [`PMem::sync`] adds nothing.
+    #[default]
+    PersistentMemory,
+    /// A file in the page cache: flush and fence make nothing durable, [`PMem::sync`] makes
+    /// every store durable, and between syncs the kernel may write any [`PAGE`] back at any
+    /// moment, with its content of that moment, pages in any order.
+    PageCache,
+}
+
+/// One store of the page cache's log: its event number, its word (index in the pool) and value.
+#[derive(Debug, Clone, Copy)]
+struct PageStore {
+    event: u64,
+    word: u64,
+    val: u64,
+}
+
+/// The stores made since a sync, oldest first. It is only appended to until the next sync,
+/// which starts a new one, so the crash states taken meanwhile share it, each reading the prefix
+/// that was there when it was taken.
+type Window = Arc<RwLock<Vec<PageStore>>>;
 
 /// One store waiting in a line's log: the word's index within the line and its new value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +122,8 @@ pub enum EventKind {
     Flush,
     /// A fence.
     Fence,
+    /// A sync ([`PMem::sync`]).
+    Sync,
     /// Taken on demand by [`SimMem::crash_now`].
     Now,
 }
@@ -104,6 +141,9 @@ pub struct CrashPlan {
     pub every_fence: bool,
     /// Capture before every flush.
     pub every_flush: bool,
+    /// Capture before every sync: under the page-cache model, the moments with the most stores
+    /// that may or may not be on the disk.
+    pub every_sync: bool,
     /// Capture before each store with this probability.
     pub store_probability: f64,
     /// Seed of the store sampling.
@@ -113,23 +153,42 @@ pub struct CrashPlan {
 impl CrashPlan {
     /// No capture at all.
     pub fn none() -> CrashPlan {
-        CrashPlan { every_fence: false, every_flush: false, store_probability: 0.0, seed: 0 }
+        CrashPlan { every_fence: false, every_flush: false, every_sync: false, store_probability: 0.0, seed: 0 }
     }
 
     /// Every fence, every flush, and a share of stores chosen with `seed`.
     pub fn all(store_probability: f64, seed: u64) -> CrashPlan {
-        CrashPlan { every_fence: true, every_flush: true, store_probability, seed }
+        CrashPlan { every_fence: true, every_flush: true, every_sync: false, store_probability, seed }
+    }
+
+    /// The same plan, capturing before every sync too.
+    pub fn with_syncs(self) -> CrashPlan {
+        CrashPlan { every_sync: true, ..self }
     }
 }
 
 struct SimState {
+    model: MediaModel,
     working: Vec<u64>,
+    /// What is durable: under persistent memory every store flushed and fenced, in the page
+    /// cache every store up to the last sync.
     persisted: PagedImage,
-    /// Every line ever stored to, with its stores not yet persisted, by line number. Ordered, so
-    /// that crash images are numbered the same way on every run.
+    /// Persistent memory: every line ever stored to, with its stores not yet persisted, by line
+    /// number. Ordered, so that crash images are numbered the same way on every run.
     lines: BTreeMap<u64, LineLog>,
-    /// Per thread: line number -> sequence number up to which that thread has flushed it.
+    /// Persistent memory, per thread: line number -> sequence number up to which that thread
+    /// has flushed it.
     flush_marks: BTreeMap<u32, BTreeMap<u64, u64>>,
+    /// Page cache: the stores since the last sync.
+    window: Window,
+    /// Page cache: the event number of the first event since the last sync (or since the
+    /// memory was made or changed model).
+    window_start: u64,
+    /// Page cache: the pages stored to since the last sync, each with its count of stores in
+    /// `window`. Ordered, so that crash images are numbered the same way on every run.
+    dirty: BTreeMap<u64, u32>,
+    /// The event number of the last sync.
+    last_sync: Option<u64>,
     /// Completed events.
     events: u64,
     plan: CrashPlan,
@@ -142,6 +201,7 @@ impl SimState {
         let take = match kind {
             EventKind::Fence => self.plan.every_fence,
             EventKind::Flush => self.plan.every_flush,
+            EventKind::Sync => self.plan.every_sync,
             EventKind::Store => {
                 self.plan.store_probability > 0.0 && self.rng.random_bool(self.plan.store_probability.min(1.0))
             }
@@ -154,16 +214,27 @@ impl SimState {
     }
 
     fn crash_state(&self, kind: EventKind) -> CrashState {
+        let pending = match self.model {
+            MediaModel::PersistentMemory => Pending::Lines(
+                self.lines
+                    .iter()
+                    .filter(|(_, log)| !log.stores.is_empty())
+                    .map(|(&line, log)| (line, log.stores.clone()))
+                    .collect(),
+            ),
+            MediaModel::PageCache => Pending::Pages {
+                window: Arc::clone(&self.window),
+                upto: self.window.read().len(),
+                from: self.window_start,
+                pages: self.dirty.iter().map(|(&page, &stores)| (page, stores)).collect(),
+            },
+        };
         CrashState {
             point: CrashPoint { event: self.events, kind },
+            last_sync: self.last_sync,
             persisted: self.persisted.clone(),
             len: self.working.len() as u64 * WORD,
-            pending: self
-                .lines
-                .iter()
-                .filter(|(_, log)| !log.stores.is_empty())
-                .map(|(&line, log)| (line, log.stores.clone()))
-                .collect(),
+            pending,
         }
     }
 
@@ -171,15 +242,24 @@ impl SimState {
         self.maybe_capture(EventKind::Store);
         let word = off / WORD;
         self.working[word as usize] = val;
-        let line = off / CACHE_LINE;
-        let log = self.lines.entry(line).or_default();
-        log.stores.push(PendingStore { word_in_line: (word % LINE_WORDS) as u8, val });
+        match self.model {
+            MediaModel::PersistentMemory => {
+                let line = off / CACHE_LINE;
+                let log = self.lines.entry(line).or_default();
+                log.stores.push(PendingStore { word_in_line: (word % LINE_WORDS) as u8, val });
+            }
+            MediaModel::PageCache => {
+                self.window.write().push(PageStore { event: self.events, word, val });
+                *self.dirty.entry(word / PAGE_WORDS as u64).or_default() += 1;
+            }
+        }
         self.events += 1;
     }
 
     fn flush(&mut self, off: u64, thread: u32) {
         self.maybe_capture(EventKind::Flush);
         let line = off / CACHE_LINE;
+        // In the page cache a flush writes nothing back (and `lines` stays empty).
         if let Some(log) = self.lines.get(&line) {
             let upto = log.first_seq + log.stores.len() as u64;
             self.flush_marks.entry(thread).or_default().insert(line, upto);
@@ -206,6 +286,38 @@ impl SimState {
         }
         self.events += 1;
     }
+
+    fn sync(&mut self) {
+        self.maybe_capture(EventKind::Sync);
+        if self.model == MediaModel::PageCache {
+            self.write_back();
+        }
+        self.last_sync = Some(self.events);
+        self.events += 1;
+        self.window_start = self.events;
+    }
+
+    /// Page cache: every page stored to since the last sync reaches the disk with its content
+    /// of now, and a new window of stores begins (crash states taken before keep the old one).
+    fn write_back(&mut self) {
+        for &page in self.dirty.keys() {
+            self.persisted.copy_page(page, &self.working);
+        }
+        self.dirty.clear();
+        self.window = Window::default();
+    }
+
+    /// Everything stored so far becomes durable, and `model` holds from now on.
+    fn switch_model(&mut self, model: MediaModel) {
+        self.persisted = PagedImage::from_words(&self.working);
+        // Both go together: no flush mark is left to name a line's sequence numbers.
+        self.lines.clear();
+        self.flush_marks.clear();
+        self.dirty.clear();
+        self.window = Window::default();
+        self.window_start = self.events;
+        self.model = model;
+    }
 }
 
 /// The crash simulator.
@@ -227,6 +339,21 @@ impl SimState {
 /// every flush, and before a random share of stores. The persisted image is paged and shared
 /// copy-on-write between captures, so capturing costs one pointer copy per 4 KiB page.
 ///
+/// That is the persistent-memory model ([`MediaModel::PersistentMemory`], the default). In the
+/// page-cache model ([`MediaModel::PageCache`], see [`with_model`](SimMem::with_model)) the
+/// persisted image is the content at the last [`sync`](PMem::sync), which makes every store
+/// durable; flushes and fences make nothing durable. Every store since the last sync is logged
+/// with its event number, and the pages (4 KiB, [`PAGE`]) it dirtied are counted; a sync writes
+/// them back and starts a new log (crash states taken before keep theirs, which is never changed
+/// again). Between syncs the kernel may write any page back at any moment, with its content of
+/// that moment: so a crash image gives each dirty page its content at a moment of its own between
+/// the last sync and the crash, that is the page's content at the sync plus a prefix of its
+/// logged stores, pages independently of each other. Sampled images draw that moment uniformly
+/// from the events of the window, per page.
+///
+/// Crash images, under either model, restart as a new boot of the machine
+/// ([`boot`](PMem::boot)): a power loss.
+///
 /// Every operation takes one lock, so accesses are sequentially consistent; this is slower than
 /// real memory and stronger than x86-TSO. It is a stand-in for persistence, not for weak memory
 /// (loom covers that).
@@ -243,9 +370,11 @@ impl fmt::Debug for SimMem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let st = self.state.lock();
         f.debug_struct("SimMem")
+            .field("model", &st.model)
             .field("len", &(st.working.len() as u64 * WORD))
             .field("events", &st.events)
             .field("unpersisted_lines", &st.lines.len())
+            .field("dirty_pages", &st.dirty.len())
             .field("captured", &st.captured.len())
             .finish()
     }
@@ -287,10 +416,15 @@ impl SimMem {
     fn from_images(words: Vec<u64>, persisted: PagedImage, max_len: u64) -> SimMem {
         SimMem {
             state: Mutex::new(SimState {
+                model: MediaModel::PersistentMemory,
                 working: words,
                 persisted,
                 lines: BTreeMap::new(),
                 flush_marks: BTreeMap::new(),
+                window: Window::default(),
+                window_start: 0,
+                dirty: BTreeMap::new(),
+                last_sync: None,
                 events: 0,
                 plan: CrashPlan::none(),
                 rng: ChaCha8Rng::seed_from_u64(0),
@@ -314,6 +448,24 @@ impl SimMem {
         SimMem::from_words(words, max_len.max(len))
     }
 
+    /// The same memory under `model` from now on. When the model changes, everything stored so
+    /// far counts as durable (as after a sync of both), so a pool prepared under one model runs
+    /// under the other from a clean start; under the same model nothing changes.
+    pub fn with_model(self, model: MediaModel) -> SimMem {
+        {
+            let mut st = self.state.lock();
+            if st.model != model {
+                st.switch_model(model);
+            }
+        }
+        self
+    }
+
+    /// The media model in force.
+    pub fn model(&self) -> MediaModel {
+        self.state.lock().model
+    }
+
     /// Starts capturing crash states as `plan` says, from now on.
     pub fn set_plan(&self, plan: CrashPlan) {
         let mut st = self.state.lock();
@@ -332,6 +484,14 @@ impl SimMem {
         self.state.lock().crash_state(EventKind::Now)
     }
 
+    /// Captures the crash state of this moment, whatever the plan: a crash point the workload
+    /// chooses, which [`take_crash_states`](SimMem::take_crash_states) returns with the plan's.
+    pub fn capture_now(&self) {
+        let mut st = self.state.lock();
+        let state = st.crash_state(EventKind::Now);
+        st.captured.push(state);
+    }
+
     /// Removes and returns the crash states captured so far.
     pub fn take_crash_states(&self) -> Vec<CrashState> {
         std::mem::take(&mut self.state.lock().captured)
@@ -348,9 +508,21 @@ impl SimMem {
         st.persisted.to_words(st.working.len() as u64 * WORD).iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
-    /// Number of lines holding stores that are not yet persisted.
+    /// Number of lines holding stores that are not yet persisted (the persistent-memory model;
+    /// always 0 in the page cache, see [`dirty_pages`](SimMem::dirty_pages)).
     pub fn unpersisted_lines(&self) -> usize {
         self.state.lock().lines.values().filter(|l| !l.stores.is_empty()).count()
+    }
+
+    /// Number of pages stored to since the last sync (the page-cache model; always 0 under
+    /// persistent memory).
+    pub fn dirty_pages(&self) -> usize {
+        self.state.lock().dirty.len()
+    }
+
+    /// The event number of the last sync, if there was one.
+    pub fn last_sync(&self) -> Option<u64> {
+        self.state.lock().last_sync
     }
 }
 
@@ -423,70 +595,142 @@ impl PMem for SimMem {
     }
 
     fn durability(&self) -> Durability {
-        Durability::Simulated
+        match self.state.lock().model {
+            MediaModel::PersistentMemory => Durability::Simulated,
+            // What the code under test would see on a page-cache file.
+            MediaModel::PageCache => Durability::PageCache,
+        }
     }
 
     fn boot(&self) -> u128 {
         self.boot
     }
+
+    fn sync(&self) -> io::Result<()> {
+        self.state.lock().sync();
+        Ok(())
+    }
 }
 
-/// The durable state at a crash point: the persisted image plus, per line, the stores that may or
-/// may not have reached the media.
+/// The durable state at a crash point: the persisted image plus, per line (persistent memory) or
+/// per page (page cache), the stores that may or may not have reached the media.
 #[derive(Clone)]
 pub struct CrashState {
     /// Where it was taken.
     pub point: CrashPoint,
+    /// The event number of the last sync before it.
+    pub last_sync: Option<u64>,
     persisted: PagedImage,
     len: u64,
-    /// (line number, its unpersisted stores oldest first), in line order.
-    pending: Vec<(u64, Vec<PendingStore>)>,
+    pending: Pending,
+}
+
+/// The stores of a crash state that may or may not have reached the media.
+#[derive(Clone)]
+enum Pending {
+    /// Persistent memory: (line number, its unpersisted stores oldest first), in line order.
+    Lines(Vec<(u64, Vec<PendingStore>)>),
+    /// Page cache: the first `upto` stores of `window` were made since the last sync (the first
+    /// of them at or after event `from`); `pages` are the pages they dirtied, in page order, each
+    /// with its count of them.
+    Pages { window: Window, upto: usize, from: u64, pages: Vec<(u64, u32)> },
 }
 
 impl fmt::Debug for CrashState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CrashState")
             .field("point", &self.point)
+            .field("last_sync", &self.last_sync)
             .field("len", &self.len)
-            .field("pending_lines", &self.pending.len())
+            .field("pending", &self.pending())
             .field("choices", &self.choices())
             .finish()
     }
 }
 
 impl CrashState {
-    /// Number of distinct images (product over lines of unpersisted stores + 1), saturating.
+    /// The media model it was taken under.
+    pub fn model(&self) -> MediaModel {
+        match self.pending {
+            Pending::Lines(_) => MediaModel::PersistentMemory,
+            Pending::Pages { .. } => MediaModel::PageCache,
+        }
+    }
+
+    /// Per pending line or page, in order, its count of stores that may or may not be durable.
+    fn counts(&self) -> Vec<u32> {
+        match &self.pending {
+            Pending::Lines(lines) => lines.iter().map(|(_, s)| s.len() as u32).collect(),
+            Pending::Pages { pages, .. } => pages.iter().map(|&(_, n)| n).collect(),
+        }
+    }
+
+    /// Number of distinct images (product over pending lines or pages of their stores + 1),
+    /// saturating.
     pub fn choices(&self) -> u128 {
-        self.pending.iter().fold(1u128, |acc, (_, st)| acc.saturating_mul(st.len() as u128 + 1))
+        self.counts().iter().fold(1u128, |acc, &n| acc.saturating_mul(n as u128 + 1))
     }
 
-    /// Lines with unpersisted stores.
-    pub fn pending_lines(&self) -> usize {
-        self.pending.len()
+    /// The lines (persistent memory) or pages (page cache) whose content in an image is a
+    /// choice: one entry of each choice vector per each.
+    pub fn pending(&self) -> usize {
+        match &self.pending {
+            Pending::Lines(lines) => lines.len(),
+            Pending::Pages { pages, .. } => pages.len(),
+        }
     }
 
-    /// The image that keeps, for the i-th pending line (in line order), the first `choice[i]` of
-    /// its unpersisted stores. `choice` must have one entry per pending line, each at most that
-    /// line's count.
+    /// The image that keeps, for the i-th pending line or page (in order), the first `choice[i]`
+    /// of its stores that may or may not be durable: under the page-cache model, the page as it
+    /// was just after its `choice[i]`-th store since the last sync. `choice` must have one entry
+    /// per pending line or page, each at most its count.
     pub fn image(&self, choice: &[u32]) -> CrashImage {
-        assert_eq!(choice.len(), self.pending.len(), "one choice per pending line");
+        assert_eq!(choice.len(), self.pending(), "one choice per pending line or page");
         let mut image = self.persisted.clone();
-        for ((line, stores), &keep) in self.pending.iter().zip(choice) {
-            assert!(keep as usize <= stores.len(), "choice beyond the line's stores");
-            for st in &stores[..keep as usize] {
-                image.set(line * LINE_WORDS + st.word_in_line as u64, st.val);
+        match &self.pending {
+            Pending::Lines(lines) => {
+                for ((line, stores), &keep) in lines.iter().zip(choice) {
+                    assert!(keep as usize <= stores.len(), "choice beyond the line's stores");
+                    for st in &stores[..keep as usize] {
+                        image.set(line * LINE_WORDS + st.word_in_line as u64, st.val);
+                    }
+                }
+            }
+            Pending::Pages { window, upto, pages, .. } => {
+                for (&(_, n), &keep) in pages.iter().zip(choice) {
+                    assert!(keep <= n, "choice beyond the page's stores");
+                }
+                let mut seen = vec![0u32; pages.len()];
+                for st in &window.read()[..*upto] {
+                    let page = st.word / PAGE_WORDS as u64;
+                    let i = pages.binary_search_by_key(&page, |&(p, _)| p).expect("a page of the window");
+                    if seen[i] < choice[i] {
+                        image.set(st.word, st.val);
+                    }
+                    seen[i] += 1;
+                }
             }
         }
-        CrashImage { point: self.point, choice: choice.to_vec(), image, len: self.len }
+        CrashImage {
+            point: self.point,
+            last_sync: self.last_sync,
+            choice: choice.to_vec(),
+            model: self.model(),
+            image,
+            len: self.len,
+        }
     }
 
     /// The images of this state: all of them if there are at most `exhaustive_bound`; otherwise
-    /// the two extremes (nothing more persisted, everything persisted) and `samples` random ones
-    /// drawn with `seed`.
+    /// the two extremes (nothing more durable, everything durable) and `samples` random ones
+    /// drawn with `seed`. Under persistent memory a random image keeps a prefix of each line's
+    /// stores, of a length drawn uniformly; in the page cache each page takes its content at a
+    /// moment drawn uniformly, for each page on its own, from the events between the last sync
+    /// and the crash.
     pub fn images(&self, exhaustive_bound: u64, samples: usize, seed: u64) -> Vec<Vec<u32>> {
-        let counts: Vec<u32> = self.pending.iter().map(|(_, s)| s.len() as u32).collect();
+        let counts = self.counts();
         if self.choices() <= exhaustive_bound as u128 {
-            // Mixed-radix counter over every line's prefix length.
+            // Mixed-radix counter over every line's or page's prefix length.
             let mut out = Vec::new();
             let mut cur = vec![0u32; counts.len()];
             loop {
@@ -507,8 +751,35 @@ impl CrashState {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ self.point.event.rotate_left(17));
         let mut out = vec![vec![0; counts.len()], counts.clone()];
-        for _ in 0..samples {
-            out.push(counts.iter().map(|&c| rng.random_range(0..=c)).collect());
+        match &self.pending {
+            Pending::Lines(_) => {
+                for _ in 0..samples {
+                    out.push(counts.iter().map(|&c| rng.random_range(0..=c)).collect());
+                }
+            }
+            Pending::Pages { window, upto, from, pages } => {
+                // The events of each page's stores, to turn a moment into a prefix.
+                let mut events: Vec<Vec<u64>> = pages.iter().map(|&(_, n)| Vec::with_capacity(n as usize)).collect();
+                for st in &window.read()[..*upto] {
+                    let page = st.word / PAGE_WORDS as u64;
+                    let i = pages.binary_search_by_key(&page, |&(p, _)| p).expect("a page of the window");
+                    events[i].push(st.event);
+                }
+                // A page written back just before event `m` holds the stores of events below it:
+                // `from` keeps none of the window's, the crash's own event all of them.
+                let (from, to) = (*from, self.point.event);
+                for _ in 0..samples {
+                    out.push(
+                        events
+                            .iter()
+                            .map(|ev| {
+                                let m = rng.random_range(from..=to.max(from));
+                                ev.partition_point(|&e| e < m) as u32
+                            })
+                            .collect(),
+                    );
+                }
+            }
         }
         out
     }
@@ -519,16 +790,24 @@ impl CrashState {
 pub struct CrashImage {
     /// The crash point it belongs to.
     pub point: CrashPoint,
-    /// The prefix length kept per pending line, in line order: with the seed and point, enough
-    /// to rebuild the image.
+    /// The event number of the last sync before the crash.
+    pub last_sync: Option<u64>,
+    /// The prefix length kept per pending line or page, in order: with the seed and point,
+    /// enough to rebuild the image.
     pub choice: Vec<u32>,
+    model: MediaModel,
     image: PagedImage,
     len: u64,
 }
 
 impl fmt::Debug for CrashImage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CrashImage").field("point", &self.point).field("choice", &self.choice).finish()
+        f.debug_struct("CrashImage")
+            .field("point", &self.point)
+            .field("last_sync", &self.last_sync)
+            .field("model", &self.model)
+            .field("choice", &self.choice)
+            .finish()
     }
 }
 
@@ -538,10 +817,13 @@ impl CrashImage {
         self.image.to_words(self.len).iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
-    /// Fresh simulated memory holding this image as both working and persisted state, as after
-    /// a restart; it may grow to `max_len`.
+    /// Fresh simulated memory holding this image as both working and persisted state, under the
+    /// model it was taken under, as after a restart: a new boot of the machine. It may grow to
+    /// `max_len`.
     pub fn to_mem(&self, max_len: u64) -> SimMem {
-        SimMem::from_images(self.image.to_words(self.len), self.image.clone(), max_len.max(self.len))
+        let mem = SimMem::from_images(self.image.to_words(self.len), self.image.clone(), max_len.max(self.len));
+        mem.state.lock().model = self.model;
+        mem
     }
 }
 
@@ -662,6 +944,20 @@ mod tests {
     }
 
     #[test]
+    fn a_workload_captures_the_moments_it_chooses_among_the_plans() {
+        let m = page_cache(1);
+        m.set_plan(CrashPlan::none().with_syncs());
+        m.store(0, 1, R);
+        m.capture_now();
+        m.sync().unwrap();
+        m.store(8, 2, R);
+        let states = m.take_crash_states();
+        let points: Vec<_> = states.iter().map(|s| (s.point.event, s.point.kind, s.last_sync)).collect();
+        assert_eq!(points, vec![(1, EventKind::Now, None), (1, EventKind::Sync, None)]);
+        assert_eq!(m.crash_now().last_sync, Some(1));
+    }
+
+    #[test]
     fn growth_keeps_contents_and_respects_the_maximum() {
         let m = SimMem::new(64, 256);
         m.store(0, 3, R);
@@ -670,5 +966,158 @@ mod tests {
         assert_eq!(m.load(0, R), 3);
         assert_eq!(m.load(128, R), 0);
         assert!(matches!(m.grow(320), Err(GrowError::AboveMaximum { .. })));
+    }
+
+    fn page_cache(pages: u64) -> SimMem {
+        SimMem::new(pages * PAGE, pages * PAGE).with_model(MediaModel::PageCache)
+    }
+
+    /// The word at byte `off` of an image.
+    fn word_at(bytes: &[u8], off: u64) -> u64 {
+        u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn in_the_page_cache_only_a_sync_makes_stores_durable() {
+        let m = page_cache(2);
+        assert_eq!(m.durability(), Durability::PageCache);
+        m.store(0, 1, R);
+        m.flush(0);
+        m.fence();
+        assert_eq!(word_at(&m.persisted_bytes(), 0), 0, "a flush and a fence write nothing back");
+        let state = m.crash_now();
+        assert_eq!(state.choices(), 2, "the page may or may not have been written back");
+        assert_eq!(state.last_sync, None);
+        m.store(PAGE, 2, R);
+        let sync = m.events();
+        m.sync().unwrap();
+        let p = m.persisted_bytes();
+        assert_eq!((word_at(&p, 0), word_at(&p, PAGE)), (1, 2), "a sync writes every page back");
+        assert_eq!(m.dirty_pages(), 0);
+        let after = m.crash_now();
+        assert_eq!(after.last_sync, Some(sync));
+        assert_eq!(after.choices(), 1, "nothing is left to choose");
+        assert_eq!(after.image(&[]).to_bytes(), m.working_bytes());
+    }
+
+    #[test]
+    fn a_pages_image_content_is_one_it_really_had_since_the_last_sync() {
+        let m = page_cache(2);
+        // Before the sync: a value no image may show again.
+        m.store(0, 9, R);
+        m.sync().unwrap();
+        // Two lines of page 0 and a word of page 1, interleaved with flushes and fences: the
+        // contents page 0 really had since the sync.
+        let mut had = vec![(9, 0)];
+        for (off, val) in [(0, 1), (64, 1), (PAGE, 5), (0, 2), (64, 2), (8, 3)] {
+            m.store(off, val, R);
+            m.flush(off);
+            m.fence();
+            if off < PAGE {
+                let w = m.working_bytes();
+                had.push((word_at(&w, 0), word_at(&w, 64)));
+            }
+        }
+        had.dedup();
+        let state = m.crash_now();
+        assert_eq!(state.pending(), 2);
+        let mut seen = Vec::new();
+        // Every image (there are 6 * 2), then sampled ones.
+        for choice in state.images(1 << 10, 0, 1).into_iter().chain(state.images(0, 200, 1)) {
+            let b = state.image(&choice).to_bytes();
+            let page0 = (word_at(&b, 0), word_at(&b, 64));
+            assert!(had.contains(&page0), "page 0 holds {page0:?}, which it never had since the sync");
+            assert!([0, 5].contains(&word_at(&b, PAGE)));
+            seen.push(page0);
+        }
+        seen.sort();
+        seen.dedup();
+        had.sort();
+        assert_eq!(seen, had, "every content the page had is an image");
+    }
+
+    #[test]
+    fn two_pages_reach_the_disk_in_either_order() {
+        let m = page_cache(2);
+        m.store(0, 1, R); // page 0 first
+        m.fence();
+        m.fence();
+        m.store(PAGE, 1, R); // then page 1
+        m.fence();
+        m.fence();
+        let state = m.crash_now();
+        let orders = |choices: Vec<Vec<u32>>| {
+            let mut got: Vec<(u64, u64)> = choices
+                .iter()
+                .map(|c| {
+                    let b = state.image(c).to_bytes();
+                    (word_at(&b, 0), word_at(&b, PAGE))
+                })
+                .collect();
+            got.sort();
+            got.dedup();
+            got
+        };
+        let all = vec![(0, 0), (0, 1), (1, 0), (1, 1)];
+        assert_eq!(orders(state.images(4, 0, 3)), all, "the later page alone, and the earlier alone");
+        assert_eq!(orders(state.images(0, 64, 3)), all, "the sampled moments give both orders too");
+    }
+
+    /// Stores over `pages` pages, some synced, as the same run would make them every time.
+    fn run_of_stores(pages: u64) -> SimMem {
+        let m = page_cache(pages);
+        for round in 0..3u64 {
+            for page in 0..pages {
+                m.store(page * PAGE + (round * 72) % PAGE, page << 8 | round, R);
+                m.fence();
+            }
+            if round == 0 {
+                m.sync().unwrap();
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn page_cache_images_are_reproducible_by_seed() {
+        let (a, b) = (run_of_stores(20).crash_now(), run_of_stores(20).crash_now());
+        assert_eq!(a.choices(), 3u128.pow(20));
+        let picks = a.images(1000, 50, 9);
+        assert_eq!(picks.len(), 52);
+        assert!(picks.iter().flatten().all(|&c| c <= 2));
+        assert_eq!(picks, b.images(1000, 50, 9), "the same run and seed, the same images");
+        for c in &picks {
+            assert_eq!(a.image(c).to_bytes(), b.image(c).to_bytes());
+        }
+        assert_ne!(picks, a.images(1000, 50, 10), "another seed, other images");
+    }
+
+    #[test]
+    fn a_crash_image_restarts_as_a_new_boot_under_its_model() {
+        let m = page_cache(1);
+        m.store(0, 1, R);
+        let image = m.crash_now().image(&[1]);
+        let (first, second) = (image.to_mem(PAGE), image.to_mem(PAGE));
+        assert_ne!(first.boot(), m.boot(), "a power loss is a new boot");
+        assert_ne!(first.boot(), second.boot(), "each restart is a boot of its own");
+        assert_eq!(first.model(), MediaModel::PageCache);
+        assert_eq!(first.load(0, R), 1);
+        let pm = SimMem::new(64, 64);
+        assert_ne!(pm.crash_now().image(&[]).to_mem(64).boot(), pm.boot());
+    }
+
+    #[test]
+    fn changing_the_model_makes_what_was_stored_durable() {
+        let m = SimMem::new(PAGE, PAGE);
+        m.store(0, 7, R); // never flushed
+        let m = m.with_model(MediaModel::PageCache);
+        assert_eq!(word_at(&m.persisted_bytes(), 0), 7);
+        assert_eq!(m.crash_now().choices(), 1);
+        m.store(8, 8, R);
+        let m = m.with_model(MediaModel::PageCache); // the same model: nothing changes
+        assert_eq!(m.dirty_pages(), 1);
+        let m = m.with_model(MediaModel::PersistentMemory);
+        assert_eq!(word_at(&m.persisted_bytes(), 8), 8);
+        assert_eq!((m.dirty_pages(), m.unpersisted_lines()), (0, 0));
     }
 }
