@@ -65,7 +65,7 @@ pub mod store;
 
 pub use error::{KvError, Result};
 pub use metric::{
-    Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowStats,
+    Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowAcc, WindowStats,
 };
 pub use petra::SalvageReport;
 pub use salvage::salvage;

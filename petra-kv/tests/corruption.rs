@@ -34,10 +34,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use petra_kv::{
-    Batch, Config, CreateMode, KvError, Metric, MetricStore, Order, Sample, Scalar, Schema, SetId, SetInfo, Store,
-    Stored, Value,
+    Batch, Config, CreateMode, Metric, MetricStore, Order, Sample, Scalar, Schema, SetId, SetInfo, Store, Stored, Value,
 };
-use petra_recovery::child::{ChildTest, Exit, child_arg, report};
+use petra_recovery::child::{ChildTest, Exit, child_arg, report, variant, verdict};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -532,7 +531,7 @@ fn child(arg: &str) {
             Ok(store) => {
                 report("opened");
                 let (_, model) = metric_workload(CONTENT_SEED, Scale::Full);
-                report(verdict(check_metric(&store, &model)));
+                report(verdict(&check_metric(&store, &model)));
             }
         }
     } else {
@@ -541,26 +540,10 @@ fn child(arg: &str) {
             Ok(store) => {
                 report("opened");
                 let (_, model) = store_workload(CONTENT_SEED, Scale::Full);
-                report(verdict(check_store(&store, &model)));
+                report(verdict(&check_store(&store, &model)));
             }
         }
     }
-}
-
-fn verdict(differences: Vec<String>) -> String {
-    if differences.is_empty() {
-        return "equal".into();
-    }
-    let shown: Vec<&str> = differences.iter().take(5).map(String::as_str).collect();
-    format!("differs in {} places: {}", differences.len(), shown.join("; "))
-}
-
-/// The error's variant path, as `Open(HeaderChecksum)`.
-fn variant(e: &KvError) -> String {
-    let debug = format!("{e:?}");
-    let name: String = debug.chars().take_while(|c| c.is_alphanumeric() || *c == '(').collect();
-    let name = name.trim_end_matches('(');
-    format!("{name}{}", ")".repeat(name.matches('(').count()))
 }
 
 fn show_key(k: &[u8]) -> String {

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use petra_kv::{Config, CreateMode, KvError, Order, Store};
-use petra_recovery::child::{ChildRun, ChildTest, Exit, child_arg, report};
+use petra_kv::{Config, CreateMode, Order, Store};
+use petra_recovery::child::{ChildRun, ChildTest, Exit, child_arg, report, variant, verdict};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -116,23 +116,6 @@ fn differences(store: &Store, model: &Model) -> Vec<String> {
     out
 }
 
-fn verdict(differences: Vec<String>) -> String {
-    if differences.is_empty() {
-        "equal".into()
-    } else {
-        let shown: Vec<&str> = differences.iter().take(5).map(String::as_str).collect();
-        format!("differs in {} places: {}", differences.len(), shown.join("; "))
-    }
-}
-
-/// The variant of a store error, as a user matches it.
-fn variant(e: &KvError) -> String {
-    let debug = format!("{e:?}");
-    let name: String = debug.chars().take_while(|c| c.is_alphanumeric() || *c == '(').collect();
-    let name = name.trim_end_matches('(');
-    format!("{name}{}", ")".repeat(name.matches('(').count()))
-}
-
 // ---------------------------------------------------------------------------------------------
 // The child's phases. Each reports lines the parent reads (see `run_phase`).
 
@@ -158,7 +141,7 @@ fn fill(path: &Path) {
     report(format!("failed put left its key {}", if s.get(&key).unwrap().is_some() { "present" } else { "absent" }));
     drop(s);
     let mut model = Model { acked: i, in_flight: false, removed: Some(false) };
-    report(format!("read {}", verdict(differences(&store, &model))));
+    report(format!("read {}", verdict(&differences(&store, &model))));
     let mut s = store.session().unwrap();
     let mut failed = Vec::new();
     for j in (0..i).step_by(REMOVE_EVERY) {
@@ -175,7 +158,7 @@ fn fill(path: &Path) {
     } else {
         report(format!("removes failed in {} places: {}", failed.len(), failed[..failed.len().min(3)].join("; ")));
     }
-    report(format!("reread {}", verdict(differences(&store, &model))));
+    report(format!("reread {}", verdict(&differences(&store, &model))));
     match store.close() {
         Ok(()) => report("closed"),
         Err(e) => report(format!("close failed: {e}")),
@@ -193,7 +176,7 @@ fn reopen(path: &Path, model: &Model, write: bool) {
         }
     };
     report("opened");
-    report(verdict(differences(&store, model)));
+    report(verdict(&differences(&store, model)));
     if write {
         let mut s = store.session().unwrap();
         let key = b"after-room-freed";

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use petra::mem::PMem;
-use petra_kv::{Metric, MetricSession, MetricStore, Sample, SetInfo, Value, WindowStats};
+use petra_kv::{Metric, MetricSession, MetricStore, Sample, SetInfo, Value, WindowAcc, WindowStats};
 use serde::{Deserialize, Serialize};
 
 use crate::MonError;
@@ -193,13 +193,8 @@ fn list_one<M: PMem + 'static>(
 /// any versions: a metric counts in the samples that have it), in the newest version's order
 /// and then by name.
 fn window(samples: &[(&Version, Sample)]) -> Vec<WindowStats> {
-    struct Acc {
-        stats: WindowStats,
-        first: (u64, f64),
-        last: (u64, f64),
-    }
     let mut order: Vec<String> = Vec::new();
-    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut acc: BTreeMap<String, WindowAcc> = BTreeMap::new();
     let data = |v: &Version| -> Vec<String> {
         v.schema.metrics.iter().filter(|m| !m.meta && m.array.is_none()).map(|m| m.name.clone()).collect()
     };
@@ -212,35 +207,10 @@ fn window(samples: &[(&Version, Sample)]) -> Vec<WindowStats> {
     for (v, s) in samples {
         for (m, val) in v.schema.metrics.iter().zip(&s.values) {
             let (false, None, Some(x)) = (m.meta, m.array, val.as_f64()) else { continue };
-            let a = acc.entry(m.name.clone()).or_insert_with(|| Acc {
-                stats: WindowStats {
-                    metric: m.name.clone(),
-                    samples: 0,
-                    min: f64::INFINITY,
-                    max: f64::NEG_INFINITY,
-                    avg: 0.0,
-                    rate: None,
-                },
-                first: (s.timestamp, x),
-                last: (s.timestamp, x),
-            });
-            a.stats.samples += 1;
-            a.stats.min = a.stats.min.min(x);
-            a.stats.max = a.stats.max.max(x);
-            a.stats.avg += x;
-            a.last = (s.timestamp, x);
+            acc.entry(m.name.clone()).or_insert_with(|| WindowAcc::new(m.name.clone())).add(s.timestamp, x);
         }
     }
-    order
-        .into_iter()
-        .filter_map(|name| acc.remove(&name))
-        .map(|mut a| {
-            a.stats.avg /= a.stats.samples as f64;
-            let ((t0, x0), (t1, x1)) = (a.first, a.last);
-            a.stats.rate = (t1 > t0).then(|| (x1 - x0) / ((t1 - t0) as f64 / 1e9));
-            a.stats
-        })
-        .collect()
+    order.into_iter().filter_map(|name| acc.remove(&name)?.finish()).collect()
 }
 
 fn fmt_value(v: &Value) -> String {

@@ -58,6 +58,24 @@ pub fn report(item: impl fmt::Display) {
     let _ = out.flush();
 }
 
+/// A child's one-word verdict on what it compared: `equal`, or how many differences and the
+/// first five.
+pub fn verdict(differences: &[String]) -> String {
+    if differences.is_empty() {
+        return "equal".into();
+    }
+    let shown: Vec<&str> = differences.iter().take(5).map(String::as_str).collect();
+    format!("differs in {} places: {}", differences.len(), shown.join("; "))
+}
+
+/// An error's variant path, as a caller matches it: `Open(HeaderChecksum)`.
+pub fn variant(e: &impl fmt::Debug) -> String {
+    let debug = format!("{e:?}");
+    let name: String = debug.chars().take_while(|c| c.is_alphanumeric() || *c == '(').collect();
+    let name = name.trim_end_matches('(');
+    format!("{name}{}", ")".repeat(name.matches('(').count()))
+}
+
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

@@ -38,6 +38,6 @@ mod retention;
 mod schema;
 mod store;
 
-pub use query::WindowStats;
+pub use query::{WindowAcc, WindowStats};
 pub use schema::{Metric, Sample, Scalar, Schema, SetId, SetInfo, Value};
 pub use store::{MetricSession, MetricStore, Stored};

@@ -30,6 +30,43 @@ pub struct WindowStats {
     pub rate: Option<f64>,
 }
 
+/// [`WindowStats`] of one metric, taken a sample at a time, in time order.
+#[derive(Debug, Clone)]
+pub struct WindowAcc {
+    stats: WindowStats,
+    /// (timestamp, value) of the first sample and of the last.
+    ends: Option<((u64, f64), (u64, f64))>,
+}
+
+impl WindowAcc {
+    /// No sample yet of `metric`.
+    pub fn new(metric: String) -> WindowAcc {
+        let stats =
+            WindowStats { metric, samples: 0, min: f64::INFINITY, max: f64::NEG_INFINITY, avg: 0.0, rate: None };
+        WindowAcc { stats, ends: None }
+    }
+
+    /// Takes the value `x` of the sample at `timestamp`, later than every one taken before.
+    pub fn add(&mut self, timestamp: u64, x: f64) {
+        let st = &mut self.stats;
+        st.samples += 1;
+        st.min = st.min.min(x);
+        st.max = st.max.max(x);
+        st.avg += x;
+        let first = self.ends.map_or((timestamp, x), |(first, _)| first);
+        self.ends = Some((first, (timestamp, x)));
+    }
+
+    /// The statistics of the samples taken; `None` if there were none.
+    pub fn finish(self) -> Option<WindowStats> {
+        let ((t0, x0), (t1, x1)) = self.ends?;
+        let mut st = self.stats;
+        st.avg /= st.samples as f64;
+        st.rate = (t1 > t0).then(|| (x1 - x0) / ((t1 - t0) as f64 / 1e9));
+        Some(st)
+    }
+}
+
 impl<M: PMem + 'static> MetricStore<M> {
     /// The set named `instance`.
     pub fn set_id(&self, instance: &str) -> Option<SetId> {
@@ -169,39 +206,14 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         let entry = self.store.entry(set)?;
         let metrics: Vec<(usize, &Metric)> =
             entry.schema.metrics.iter().enumerate().filter(|(_, m)| !m.meta && m.array.is_none()).collect();
-        let mut stats: Vec<WindowStats> = metrics
-            .iter()
-            .map(|(_, m)| WindowStats {
-                metric: m.name.clone(),
-                samples: 0,
-                min: f64::INFINITY,
-                max: f64::NEG_INFINITY,
-                avg: 0.0,
-                rate: None,
-            })
-            .collect();
-        // (timestamp, values) of the window's first and last samples.
-        type Point = (u64, Vec<f64>);
-        let (mut first, mut last): (Option<Point>, Option<Point>) = (None, None);
+        let mut accs: Vec<WindowAcc> = metrics.iter().map(|(_, m)| WindowAcc::new(m.name.clone())).collect();
         self.scan(set, from, to, |s| {
-            let xs: Vec<f64> = metrics.iter().map(|(i, _)| s.values[*i].as_f64().expect("a scalar")).collect();
-            for (st, &x) in stats.iter_mut().zip(&xs) {
-                st.samples += 1;
-                st.min = st.min.min(x);
-                st.max = st.max.max(x);
-                st.avg += x;
+            for ((i, _), acc) in metrics.iter().zip(&mut accs) {
+                acc.add(s.timestamp, s.values[*i].as_f64().expect("a scalar"));
             }
-            if first.is_none() {
-                first = Some((s.timestamp, xs.clone()));
-            }
-            last = Some((s.timestamp, xs));
             ControlFlow::Continue(())
         })?;
-        let Some(((t0, x0), (t1, x1))) = first.zip(last) else { return Ok(Vec::new()) };
-        for (i, st) in stats.iter_mut().enumerate() {
-            st.avg /= st.samples as f64;
-            st.rate = (t1 > t0).then(|| (x1[i] - x0[i]) / ((t1 - t0) as f64 / 1e9));
-        }
-        Ok(stats)
+        // Every metric is in every sample: all have samples, or none has.
+        Ok(accs.into_iter().filter_map(WindowAcc::finish).collect())
     }
 }
