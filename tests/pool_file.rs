@@ -43,7 +43,8 @@ fn create_close_reopen() {
     assert_eq!(pool.durability(), Durability::PageCache, "a normal file is in the page cache");
     assert!(!pool.was_clean());
     let uuid = pool.header().uuid;
-    let slot = pool.add_root(RootEntry { kind: 7, flags: 0, params: [1, 2, 3, 0, 0, 0] }).unwrap().unwrap();
+    let slot = 3;
+    pool.set_root(slot, RootEntry { kind: 7, flags: 0, params: [1, 2, 3, 0, 0, 0] }).unwrap();
     pool.close().unwrap();
 
     let pool = open(&path).unwrap();

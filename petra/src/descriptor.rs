@@ -483,7 +483,7 @@ pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32, che
         return Found::Nothing;
     }
     // A check word that holds vouches for the ops; their kinds are checked all the same, so that
-    // nothing read from the file can make a reader panic.
+    // nothing read from the file can make a reader panic. Relaxed: recovery runs alone.
     let whole = txid != 0
         && mem.load(off + CHECK, Ordering::Relaxed) == d.checksum(txid)
         && (0..n).all(|i| OpKind::try_from_code(d.op(i).kind).is_some());

@@ -162,9 +162,10 @@ impl Meta {
     fn load<M: PMem>(self, mem: &M, word: u64) -> Result<u64, Damage> {
         let at = self.off + word;
         for copy in [at + 16, at] {
-            // Acquire: the words are read at open (alone) or by the one writer of each.
-            let value = mem.load(copy, Ordering::Acquire);
-            if mem.load(copy + 8, Ordering::Acquire) == self.check(word, value) {
+            // Relaxed: the words are read at open (alone) or by the one writer of each, which
+            // wrote them itself.
+            let value = mem.load(copy, Ordering::Relaxed);
+            if mem.load(copy + 8, Ordering::Relaxed) == self.check(word, value) {
                 return Ok(value);
             }
         }
@@ -192,11 +193,10 @@ impl Meta {
         mem.fence();
     }
 
-    /// Durably raises the txid reservation to `want`, and returns it. The caller serialises
-    /// (the reservation's one writer at a time) and knows `want` is above the reservation.
-    pub(crate) fn reserve_txids<M: PMem>(self, mem: &M, want: u64) -> u64 {
+    /// Durably raises the txid reservation to `want`. The caller serialises (the reservation's
+    /// one writer at a time) and knows `want` is above the reservation.
+    pub(crate) fn reserve_txids<M: PMem>(self, mem: &M, want: u64) {
         self.set(mem, TXID_RESERVED, want);
-        want
     }
 
     /// The checkpoint txid now (its one writer is the round in progress, or recovery).

@@ -209,7 +209,8 @@ impl<M: PMem + 'static> Core<M> {
         if t < self.txid_reserved.load(Ordering::Acquire) {
             return;
         }
-        let reserved = self.meta.reserve_txids(self.mem(), t + TXID_BLOCK);
+        let reserved = t + TXID_BLOCK;
+        self.meta.reserve_txids(self.mem(), reserved);
         // Release: the reservation is durable before a thread that reads it uses a txid under it.
         self.txid_reserved.store(reserved, Ordering::Release);
     }

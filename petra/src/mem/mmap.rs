@@ -345,6 +345,7 @@ impl MmapMem {
     /// The `n` words from `off` on, bounds checked once for all of them.
     #[inline]
     fn words(&self, off: u64, n: usize) -> &[AtomicU64] {
+        // Relaxed: as for `len` (a stale length only makes the check fail safe).
         let len = self.len.load(Ordering::Relaxed);
         let bytes = (n as u64).checked_mul(WORD);
         assert!(
@@ -507,6 +508,7 @@ impl PMem for MmapMem {
         }
         if self.private {
             self.map_anonymous(old_len, new_len)?;
+            // Release: as below.
             self.len.store(new_len, Ordering::Release);
             return Ok(());
         }

@@ -222,6 +222,8 @@ pub enum GrowError {
 /// [`PMem::read_bytes`] a word at a time through [`PMem::load`]: the default, and the way for
 /// unaligned ranges.
 pub(crate) fn read_bytes_by_words<M: PMem + ?Sized>(mem: &M, off: u64, buf: &mut [u8]) {
+    // Relaxed (every load): the caller knows no thread writes the range meanwhile, and orders
+    // its reading after the word that published it.
     if off.is_multiple_of(WORD) {
         // Whole words straight into place (the common case: a blob after its length word).
         let mut chunks = buf.chunks_exact_mut(WORD as usize);
@@ -252,6 +254,8 @@ pub(crate) fn read_bytes_by_words<M: PMem + ?Sized>(mem: &M, off: u64, buf: &mut
 /// [`PMem::write_bytes`] a word at a time through [`PMem::load`] and [`PMem::store`]: the
 /// default, and the way for unaligned ranges.
 pub(crate) fn write_bytes_by_words<M: PMem + ?Sized>(mem: &M, off: u64, data: &[u8]) {
+    // Relaxed (every load and store): the caller owns the range and publishes it later with an
+    // ordering of its own.
     let mut pos = 0usize;
     while pos < data.len() {
         let at = off + pos as u64;

@@ -519,11 +519,6 @@ impl SimMem {
     pub fn dirty_pages(&self) -> usize {
         self.state.lock().dirty.len()
     }
-
-    /// The event number of the last sync, if there was one.
-    pub fn last_sync(&self) -> Option<u64> {
-        self.state.lock().last_sync
-    }
 }
 
 impl PMem for SimMem {

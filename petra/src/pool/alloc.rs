@@ -190,13 +190,9 @@ fn read_uses<M: PMem>(mem: &M, header: &Header, n: u64) -> Vec<ChunkUse> {
     let raw: Vec<ChunkUse> = (0..n)
         .map(|i| {
             // Every entry was checked at open (a pool with an invalid one is refused), and the
-            // pool writes only valid ones.
-            ChunkUse::decode(
-                mem.load(header.layout.entry_off(i), std::sync::atomic::Ordering::Relaxed),
-                i,
-                &header.uuid,
-            )
-            .unwrap_or(ChunkUse::Free)
+            // pool writes only valid ones. Relaxed: attaching runs alone.
+            ChunkUse::of_entry(mem.load(header.layout.entry_off(i), std::sync::atomic::Ordering::Relaxed))
+                .expect("a chunk table entry checked at open")
         })
         .collect();
     let mut uses = vec![ChunkUse::Free; raw.len()];
@@ -339,8 +335,11 @@ impl<M: PMem> Pool<M> {
         if i >= layout.chunks_in(self.mem.len()) {
             return None;
         }
+        // Relaxed: an entry is written before the chunk's blocks are handed out, and a thread
+        // asks about an offset it learned through an ordered word. Its check is not recomputed:
+        // every entry was checked at open, and this pool writes only valid ones.
         let w = self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed);
-        Some((i, ChunkUse::decode(w, i, &self.header.uuid)?))
+        Some((i, ChunkUse::of_entry(w)?))
     }
 
     /// Allocates a run of chunks for an engine region (a descriptor ring, say) named by `tag`.

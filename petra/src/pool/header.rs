@@ -355,9 +355,19 @@ impl ChunkUse {
         if w == 0 {
             return Some(ChunkUse::Free);
         }
-        let payload = w & PAYLOAD;
-        if w >> 48 != entry_check(index, payload, uuid) {
+        if w >> 48 != entry_check(index, w & PAYLOAD, uuid) {
             return None;
+        }
+        ChunkUse::of_entry(w)
+    }
+
+    /// The use a table word names, its check not recomputed: for a word of a pool that was
+    /// opened (every entry checked then) and written since only by this process, which writes
+    /// valid entries. `None` if the word names no use.
+    pub fn of_entry(w: u64) -> Option<ChunkUse> {
+        let payload = w & PAYLOAD;
+        if payload == 0 {
+            return Some(ChunkUse::Free);
         }
         let sub = (payload >> 8) & 0xFF;
         let third = (payload >> 16) & 0xFF;

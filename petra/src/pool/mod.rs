@@ -436,11 +436,6 @@ impl<M: PMem> Pool<M> {
         RootEntry::decode(&b)
     }
 
-    /// Every root entry in use, with its slot.
-    pub fn roots(&self) -> Vec<(usize, RootEntry)> {
-        (0..ROOT_ENTRIES).filter_map(|s| self.root(s).map(|e| (s, e))).collect()
-    }
-
     /// Writes `entry` into root slot `slot` (whatever it held) and persists it. Root entries are
     /// written by one thread at a time (the caller serialises).
     pub fn set_root(&self, slot: usize, entry: RootEntry) -> io::Result<()> {
@@ -453,13 +448,6 @@ impl<M: PMem> Pool<M> {
         // Fence: the entry is durable before the caller relies on it.
         self.mem.fence();
         Ok(())
-    }
-
-    /// Writes `entry` into the first free root slot and persists it; `None` if all are in use.
-    pub fn add_root(&self, entry: RootEntry) -> io::Result<Option<usize>> {
-        let Some(slot) = (0..ROOT_ENTRIES).find(|&s| self.root(s).is_none()) else { return Ok(None) };
-        self.set_root(slot, entry)?;
-        Ok(Some(slot))
     }
 }
 const _: () = assert!(ROOT_TABLE_OFF.is_multiple_of(CACHE_LINE) && SHUTDOWN_OFF.is_multiple_of(WORD));

@@ -130,6 +130,7 @@ impl<M: PMem> Reader<'_, M> {
     /// `protocol::Core::resolve` reads it for a reader outside any transaction, but counting a
     /// committed descriptor only if it is durable, as recovery does).
     fn resolve(&self, mut cur: Info, mut at: u64) -> Result<Option<u64>, Damage> {
+        // Relaxed (every load): recovery runs alone.
         let mem = self.mem();
         let damage = |what: String, at: u64| Damage { what, at };
         for _ in 0..CHAIN_LIMIT {
@@ -202,6 +203,7 @@ impl<M: PMem> Reader<'_, M> {
     /// Whether recovery counts the committed descriptor at `d`: it writes, has a txid, and its
     /// check word holds.
     fn durable(&self, desc: &Desc<'_, M>, d: u64) -> bool {
+        // Relaxed: recovery runs alone.
         let txid = desc.txid();
         txid != 0
             && !desc.read_only()
