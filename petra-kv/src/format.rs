@@ -8,8 +8,8 @@ use petra::error::Damage;
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
-    Blobs, Contents, Engine, EngineConfig, EngineError, Handle, KeyWidth, Shape, StructId, StructureKind, Transaction,
-    Values,
+    Blobs, Contents, Engine, EngineConfig, EngineError, Handle, Key, KeyWidth, Shape, StructId, StructureKind,
+    Transaction, Values,
 };
 
 use crate::config::{Config, CreateMode};
@@ -76,14 +76,14 @@ pub(crate) fn run_total<M: PMem + 'static, R>(
 /// Copies the byte value of `key` in `s` (a structure of byte values) into `buf`, checked;
 /// whether the key is present. A single read ([`Handle::get_with`]): no transaction, and no
 /// allocation once `buf` has grown.
-pub(crate) fn read_into<M: PMem + 'static>(
+pub(crate) fn read_into<M: PMem + 'static, K: Key>(
     h: &mut Handle<M>,
     s: StructId,
-    key: u128,
+    key: K,
     buf: &mut Vec<u8>,
 ) -> Result<bool> {
     let read = h.get_with(s, key, |state, blobs| state.map(|w| blobs.read_into(w, buf)).transpose())?;
-    Ok(read.map_err(|d| of_entry(s, key, d))?.is_some())
+    Ok(read.map_err(|d| of_entry(s, key.to_bits(), d))?.is_some())
 }
 
 /// Damage found in the value of the engine entry `key` of structure `s`, saying so.

@@ -9,12 +9,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use petra_kv::{Config, Metric, MetricStore, Sample, Scalar, Schema, SetInfo, Value};
 use petra_mon::expose::{self, Format, Naming, Stats};
-use petra_mon::{SAMPLERS, proc, remote_write};
+use petra_mon::{SAMPLERS, now_ns, proc, remote_write};
 
 #[derive(Debug, Parser)]
 enum Bench {
@@ -43,10 +43,6 @@ enum Bench {
         #[arg(long)]
         url: String,
     },
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
 fn read(sampler: &str) -> proc::Reading {

@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::sampling::now_ns;
 
 use parking_lot::Mutex;
 use petra::mem::PMem;
@@ -65,7 +67,8 @@ impl Format {
     }
 }
 
-/// What the daemon counts about itself, for `petra_mon_*`.
+/// What the daemon counts about itself, for `petra_mon_*`. Every access is Relaxed: they are
+/// counters and times for display; nothing is published through them.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// When the daemon started, ns since the epoch.
@@ -197,10 +200,6 @@ impl Collector for Page {
         }
         Ok(())
     }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn secs(ns: u64) -> f64 {

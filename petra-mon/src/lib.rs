@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use petra_kv::KvError;
 
 pub use proc::SAMPLERS;
-pub use sampling::{Event, Producer, Sampler, sample_once, setup};
+pub use sampling::{Event, Producer, Sampler, now_ns, sample_once, setup};
 
 /// Errors of the daemon and of `petra-ls`.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! are drawn from the listing alone, so a listing fetched from a running daemon prints exactly as
 //! one read from the file. Times are RFC 3339, in UTC.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -191,26 +191,43 @@ fn list_one<M: PMem + 'static>(
 
 /// Minimum, maximum, mean and rate per second of each scalar data metric over `samples` (of
 /// any versions: a metric counts in the samples that have it), in the newest version's order
-/// and then by name.
+/// and then in the order the other versions appear.
 fn window(samples: &[(&Version, Sample)]) -> Vec<WindowStats> {
-    let mut order: Vec<String> = Vec::new();
-    let mut acc: BTreeMap<String, WindowAcc> = BTreeMap::new();
-    let data = |v: &Version| -> Vec<String> {
-        v.schema.metrics.iter().filter(|m| !m.meta && m.array.is_none()).map(|m| m.name.clone()).collect()
-    };
-    let newest = samples.last().map(|(v, _)| data(v)).unwrap_or_default();
-    for name in newest.into_iter().chain(samples.iter().flat_map(|(v, _)| data(v))) {
-        if !order.contains(&name) {
-            order.push(name);
+    // The versions the samples have (a few): the newest sample's first, then the others as they
+    // appear; each with the accumulator of each of its metrics (a scalar data metric's; `None`
+    // for the others).
+    let mut versions: Vec<(&Version, Vec<Option<usize>>)> = Vec::new();
+    for (v, _) in samples.last().into_iter().chain(samples) {
+        if !versions.iter().any(|(seen, _)| std::ptr::eq(*seen, *v)) {
+            versions.push((v, Vec::new()));
         }
+    }
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut accs: Vec<WindowAcc> = Vec::new();
+    for (v, slots) in &mut versions {
+        *slots = v
+            .schema
+            .metrics
+            .iter()
+            .map(|m| {
+                (!m.meta && m.array.is_none()).then(|| {
+                    *index.entry(m.name.as_str()).or_insert_with(|| {
+                        accs.push(WindowAcc::new(m.name.clone()));
+                        accs.len() - 1
+                    })
+                })
+            })
+            .collect();
     }
     for (v, s) in samples {
-        for (m, val) in v.schema.metrics.iter().zip(&s.values) {
-            let (false, None, Some(x)) = (m.meta, m.array, val.as_f64()) else { continue };
-            acc.entry(m.name.clone()).or_insert_with(|| WindowAcc::new(m.name.clone())).add(s.timestamp, x);
+        let slots = &versions.iter().find(|(seen, _)| std::ptr::eq(*seen, *v)).expect("a version seen").1;
+        for (slot, val) in slots.iter().zip(&s.values) {
+            if let (Some(i), Some(x)) = (slot, val.as_f64()) {
+                accs[*i].add(s.timestamp, x);
+            }
         }
     }
-    order.into_iter().filter_map(|name| acc.remove(&name)?.finish()).collect()
+    accs.into_iter().filter_map(WindowAcc::finish).collect()
 }
 
 fn fmt_value(v: &Value) -> String {

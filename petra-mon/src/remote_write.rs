@@ -24,7 +24,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::sampling::now_ns;
 
 use petra::mem::PMem;
 use petra_kv::{MetricStore, Sample, SetId};
@@ -163,10 +165,6 @@ pub struct Batch {
     pub values: usize,
     /// The oldest sample in it (ns).
     pub oldest: u64,
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The next batch after `position`: exactly its pending one if it has one, else the oldest

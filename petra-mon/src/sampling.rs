@@ -16,7 +16,7 @@ use petra_kv::{KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Sche
 
 use crate::MonError;
 use crate::proc::{self, Reading, SAMPLERS};
-use crate::sets::{self, version_of, versioned};
+use crate::sets::{self, versioned};
 
 /// Who is sampling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +142,8 @@ pub fn check_samplers(names: &[String]) -> Result<(), MonError> {
     Ok(())
 }
 
-fn now_ns() -> u64 {
+/// Nanoseconds since the Unix epoch now (0 for a clock set before it): the time of samples.
+pub fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
@@ -306,9 +307,4 @@ pub fn sample_once<M: PMem + 'static>(
         s.next_generation += 1;
     }
     Ok(())
-}
-
-/// The sampler named as `schema` is (a versioned schema name's base).
-pub fn sampler_of(schema: &str) -> &str {
-    version_of(schema).0
 }

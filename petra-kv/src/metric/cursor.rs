@@ -7,7 +7,6 @@
 //! holds this name or is free; its record is the name's length (4 bytes, little-endian), the
 //! name, then the value.
 
-use petra::Transaction;
 use petra::mem::PMem;
 
 use super::store::{CATALOG, MetricStore};
@@ -48,16 +47,7 @@ impl<M: PMem + 'static> MetricStore<M> {
         // One writer of new cursors at a time: two could take the same free slot.
         let _w = self.catalog_write.lock();
         let (key, old) = self.find_cursor(name)?;
-        let mut tx = Transaction::new();
-        if old.is_some() {
-            tx.put_bytes(CATALOG, key, &record(name, value));
-        } else {
-            tx.insert_bytes(CATALOG, key, &record(name, value));
-        }
-        if self.engine().handle()?.execute_decided(&tx, |_, _| ())?.is_err() {
-            return Err(KvError::Engine(petra::EngineError::Corrupt(format!("catalog key {key:#x} taken twice"))));
-        }
-        Ok(())
+        self.write_record(key, &record(name, value), old.is_some())
     }
 
     /// The key of cursor `name` (its slot, or the free one it would take) and its value.
@@ -67,9 +57,7 @@ impl<M: PMem + 'static> MetricStore<M> {
         let mut buf = Vec::new();
         loop {
             let key = CURSOR_TAG | slot as u64;
-            let read =
-                h.get_with(CATALOG, key, |state, blobs| state.map(|w| blobs.read_into(w, &mut buf)).transpose())?;
-            if read.map_err(|d| crate::format::of_entry(CATALOG, key as u128, d))?.is_none() {
+            if !crate::format::read_into(&mut h, CATALOG, key, &mut buf)? {
                 return Ok((key, None));
             }
             match split(&buf) {

@@ -200,7 +200,7 @@ impl<M: PMem + 'static> MetricStore<M> {
     }
 
     /// Writes a catalog record: a new one (the key must be free), or a replacement.
-    fn write_record(&self, key: u64, bytes: &[u8], replace: bool) -> Result<()> {
+    pub(super) fn write_record(&self, key: u64, bytes: &[u8], replace: bool) -> Result<()> {
         let mut tx = Transaction::new();
         if replace {
             tx.put_bytes(CATALOG, key, bytes)

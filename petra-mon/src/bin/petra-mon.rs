@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use parking_lot::{Mutex, RwLock};
@@ -15,7 +15,7 @@ use petra_mon::config::{FileConfig, Flags, Settings};
 use petra_mon::expose::{self, Format, Naming, Stats};
 use petra_mon::families::Names;
 use petra_mon::listing::{Query, listing};
-use petra_mon::{Event, MonError, remote_write, sets};
+use petra_mon::{Event, MonError, now_ns, remote_write, sets};
 
 /// Samples /proc into a PETRA metric store, serves it to Prometheus and pushes it by remote write.
 ///
@@ -214,15 +214,13 @@ impl LogFile {
     }
 }
 
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// What the threads share.
 struct Shared<'a> {
     store: &'a MetricStore,
     stats: Stats,
     naming: RwLock<Naming>,
+    /// Set to stop every thread; Relaxed wherever read or set: a flag, nothing is published
+    /// through it (the threads are joined).
     stop: Arc<AtomicBool>,
 }
 
