@@ -18,7 +18,7 @@ use crate::mem::PMem;
 use crate::meta::Meta;
 use crate::pool::Pool;
 use crate::protocol::Core;
-use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refusal};
+use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refused};
 use crate::ring::Rings;
 use crate::structures::registry::{self, Registry, Structure};
 use crate::tx::{MAX_OPS, Op, OpKind, Shape, StructId, StructureKind, Transaction, Values};
@@ -52,15 +52,6 @@ pub struct SalvageReport {
     /// Every piece of damage passed over, with where it was: each cost the key or keys it held
     /// (a record, a value, a descriptor's writes).
     pub dropped: Vec<Damage>,
-}
-
-/// Why [`Engine::open_checked`] refused a pool (leaving it as it was).
-#[derive(Debug)]
-pub enum Refused<E> {
-    /// The engine's reasons.
-    Engine(EngineError),
-    /// The caller's check of the contents.
-    Check(E),
 }
 
 impl EngineConfig {
@@ -131,10 +122,7 @@ impl<M: PMem + 'static> Engine<M> {
         check: impl FnOnce(&Contents<'_>) -> Result<T, E>,
     ) -> Result<(Engine<M>, RecoveryReport, T), Refused<E>> {
         config.validate(pool.header().layout.chunk_size).map_err(Refused::Engine)?;
-        let (found, accepted) = recovery::recover(pool, check).map_err(|r| match r {
-            Refusal::Engine(e) => Refused::Engine(e),
-            Refusal::Check(e) => Refused::Check(e),
-        })?;
+        let (found, accepted) = recovery::recover(pool, check)?;
         let report = found.report.clone();
         Ok((Engine::assemble(found, config), report, accepted))
     }

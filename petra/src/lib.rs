@@ -103,9 +103,9 @@ mod sync;
 mod tx;
 
 pub use checkpoint::{CheckpointReport, CheckpointStats};
-pub use engine::{Engine, EngineConfig, Refused, SalvageReport};
+pub use engine::{Engine, EngineConfig, SalvageReport};
 pub use error::{Damage, EngineError, Error, Result};
 pub use handle::{Blobs, Handle};
 pub use key::{Key, KeyWidth, ShortKey};
-pub use recovery::{Contents, RecoveryReport};
+pub use recovery::{Contents, RecoveryReport, Refused};
 pub use tx::{MAX_OPS, Op, OpKind, Outcome, Shape, StructId, StructureKind, Transaction, Values};

@@ -151,22 +151,25 @@ impl Contents<'_> {
     }
 }
 
-/// Why recovery refused a pool: the engine's reasons, or the caller's check.
+/// Why recovery (and so [`Engine::open_checked`](crate::Engine::open_checked)) refused a pool,
+/// leaving it as it was.
 #[derive(Debug)]
-pub(crate) enum Refusal<E> {
+pub enum Refused<E> {
+    /// The engine's reasons.
     Engine(EngineError),
+    /// The caller's check of the contents.
     Check(E),
 }
 
-impl<E> From<EngineError> for Refusal<E> {
+impl<E> From<EngineError> for Refused<E> {
     fn from(e: EngineError) -> Self {
-        Refusal::Engine(e)
+        Refused::Engine(e)
     }
 }
 
-impl<E> From<Damage> for Refusal<E> {
+impl<E> From<Damage> for Refused<E> {
     fn from(d: Damage) -> Self {
-        Refusal::Engine(d.into())
+        Refused::Engine(d.into())
     }
 }
 
@@ -175,7 +178,7 @@ impl<E> From<Damage> for Refusal<E> {
 pub(crate) fn recover<M: PMem + 'static, T, E>(
     mut pool: Pool<M>,
     check: impl FnOnce(&Contents<'_>) -> Result<T, E>,
-) -> Result<(Recovered<M>, T), Refusal<E>> {
+) -> Result<(Recovered<M>, T), Refused<E>> {
     // 1. to 4.: read and check, writing nothing.
     let (meta, state) = Meta::find(&pool)?;
     let structures = registry::read(&pool, state.structures)?;
@@ -192,7 +195,7 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
         verify::structures_agree(&pool, &structures, state.epoch, &found.present, clean)?;
     }
     let read = |word, buf: &mut Vec<u8>| pool.read_blob_into(POff::new(word), buf);
-    let accepted = check(&Contents { present: &found.present, read: &read }).map_err(Refusal::Check)?;
+    let accepted = check(&Contents { present: &found.present, read: &read }).map_err(Refused::Check)?;
 
     // Whether the free chunks may not hold the rewrite (see below). Otherwise the file space the
     // rewrite needs is reserved first: on a full file system the open is refused

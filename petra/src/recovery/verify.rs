@@ -19,7 +19,6 @@ use crate::error::Damage;
 use crate::mem::{CACHE_LINE, PMem};
 use crate::pool::Pool;
 use crate::ring;
-use crate::structures::Fault;
 use crate::structures::info::Info;
 use crate::structures::node::{INFO, VALUE};
 use crate::structures::registry::Structure;
@@ -55,7 +54,7 @@ pub(super) fn structures_agree<M: PMem + 'static>(
                     Err(d) => failed = Some(d),
                 }
             })
-            .map_err(|Fault { what, at }| Damage { what: format!("structure {slot}: {what}"), at })?;
+            .map_err(|Damage { what, at }| Damage { what: format!("structure {slot}: {what}"), at })?;
         if let Some(d) = failed {
             return Err(d);
         }

@@ -10,8 +10,8 @@
 
 use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
 use super::node::load_key;
-use super::{Ctx, Fault, Inspect, LinkedSet, Seen, check_chain, mix_key, walk};
-use crate::error::AllocError;
+use super::{Ctx, Inspect, LinkedSet, Seen, check_chain, mix_key, walk};
+use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
 
@@ -117,7 +117,12 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     }
 
     /// Every bucket a chain of the keys that hash to it.
-    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+    fn walk_checked(
+        &self,
+        cx: &impl Inspect<M>,
+        strict: bool,
+        visit: &mut dyn FnMut(u64, u128),
+    ) -> Result<u64, Damage> {
         let shape = (self.wide, node_bytes(self.wide), strict);
         let mut nodes = 0;
         for i in 0..self.n {

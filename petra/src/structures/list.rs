@@ -17,8 +17,8 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{LINKS, create_head, load_key};
-use super::{Ctx, Fault, Inspect, LinkedSet, MARK, Seen, check_chain, walk};
-use crate::error::AllocError;
+use super::{Ctx, Inspect, LinkedSet, MARK, Seen, check_chain, walk};
+use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
 
@@ -171,7 +171,12 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         (self.head, NODE_BYTES)
     }
 
-    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+    fn walk_checked(
+        &self,
+        cx: &impl Inspect<M>,
+        strict: bool,
+        visit: &mut dyn FnMut(u64, u128),
+    ) -> Result<u64, Damage> {
         let shape = (self.wide, node_bytes(self.wide), strict);
         Ok(check_chain(cx, self.link(), shape, |_| true, visit)?.len() as u64)
     }

@@ -31,8 +31,8 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{KEY, LINKS, create_head};
-use super::{Ctx, Fault, Inspect, LinkedSet, Seen, checked_node, fault};
-use crate::error::AllocError;
+use super::{Ctx, Inspect, LinkedSet, Seen, checked_node, fault};
+use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
 
@@ -284,7 +284,12 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
     /// coordinates it shares below `d` and exceeds at `d` (any, below the head). If `strict`, no
     /// adoption is left pending and no node is reached twice; otherwise a node reached twice (a
     /// child both in an adoption's old slot and in its new one) is walked once.
-    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+    fn walk_checked(
+        &self,
+        cx: &impl Inspect<M>,
+        strict: bool,
+        visit: &mut dyn FnMut(u64, u128),
+    ) -> Result<u64, Damage> {
         let mem = cx.mem();
         let mut seen = std::collections::HashSet::new();
         // (node, its key, the dimension it was reached through); the head stands below every key.

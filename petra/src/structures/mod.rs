@@ -22,6 +22,7 @@ pub(crate) mod skiplist;
 
 use std::sync::atomic::Ordering;
 
+use crate::error::Damage;
 use crate::mem::PMem;
 use info::Info;
 use node::{INFO, LINKS, NORM, load_key};
@@ -104,7 +105,8 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// removed, skiplist towers whole, MDList adoptions finished); otherwise it may be as a
     /// process that died in the middle of changing it left it, and only what a search reads is
     /// walked (the nodes that hold keys). Returns the number of nodes, or what is wrong where.
-    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault>;
+    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128))
+    -> Result<u64, Damage>;
 }
 
 /// What a checked walk needs: the memory, and which offsets are node blocks.
@@ -125,21 +127,14 @@ impl<M: PMem> Inspect<M> for crate::pool::Pool<M> {
     }
 }
 
-/// What a checked walk found wrong: what, and the offset of the word that says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fault {
-    pub(crate) what: String,
-    pub(crate) at: u64,
-}
-
-/// A [`Fault`] at `at`.
-pub(crate) fn fault(at: u64, what: String) -> Fault {
-    Fault { what, at }
+/// What a checked walk found wrong, at the offset of the word that says it.
+pub(crate) fn fault(at: u64, what: String) -> Damage {
+    Damage { what, at }
 }
 
 /// The node that the link word at `link` holds (`w`, its mark cleared), checked: a node block
 /// of at least `bytes` bytes.
-pub(crate) fn checked_node<M: PMem>(cx: &impl Inspect<M>, link: u64, w: u64, bytes: u64) -> Result<u64, Fault> {
+pub(crate) fn checked_node<M: PMem>(cx: &impl Inspect<M>, link: u64, w: u64, bytes: u64) -> Result<u64, Damage> {
     let node = w & !MARK;
     match cx.node_block(node) {
         Some(size) if size >= bytes => Ok(node),
@@ -217,7 +212,7 @@ pub(crate) fn check_chain<M: PMem>(
     (wide, bytes, strict): (bool, u64, bool),
     belongs: impl Fn(u128) -> bool,
     visit: &mut dyn FnMut(u64, u128),
-) -> Result<Vec<u64>, Fault> {
+) -> Result<Vec<u64>, Damage> {
     let mem = cx.mem();
     let mut nodes = Vec::new();
     let mut last: Option<u128> = None;

@@ -23,7 +23,7 @@ use super::info::Info;
 use super::list::List;
 use super::mdlist::MdList;
 use super::skiplist::SkipList;
-use super::{Ctx, Fault, Inspect, LinkedSet, Seen};
+use super::{Ctx, Inspect, LinkedSet, Seen};
 use crate::error::{Damage, EngineError};
 use crate::key::KeyWidth;
 use crate::mem::PMem;
@@ -225,7 +225,7 @@ impl Structure {
         cx: &impl Inspect<M>,
         strict: bool,
         visit: &mut dyn FnMut(u64, u128),
-    ) -> Result<u64, Fault> {
+    ) -> Result<u64, Damage> {
         on_set!(&self.set, set => set.walk_checked(cx, strict, visit))
     }
 

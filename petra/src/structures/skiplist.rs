@@ -25,8 +25,8 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{KEY_HI, LINKS, create_head, load_key};
-use super::{Ctx, Fault, Inspect, LinkedSet, MARK, Seen, check_chain, checked_node, fault, mix_key, walk};
-use crate::error::AllocError;
+use super::{Ctx, Inspect, LinkedSet, MARK, Seen, check_chain, checked_node, fault, mix_key, walk};
+use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
 
@@ -294,7 +294,12 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
     /// level in key order, unmarked, holding only nodes of level 0 tall enough for it, every
     /// tower whole (linked at each level below its height, the height its key's) and its link
     /// count its height (no inserter still building it).
-    fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128)) -> Result<u64, Fault> {
+    fn walk_checked(
+        &self,
+        cx: &impl Inspect<M>,
+        strict: bool,
+        visit: &mut dyn FnMut(u64, u128),
+    ) -> Result<u64, Damage> {
         let mem = cx.mem();
         let shape = (self.wide, node_bytes_of(1, self.wide), strict);
         let base = check_chain(cx, self.head + self.next(0), shape, |_| true, visit)?;
