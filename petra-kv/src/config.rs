@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use petra::DurabilityPolicy;
 use petra::pool::Mapping;
 
 use crate::layout::Placement;
@@ -66,6 +67,9 @@ pub struct Config {
     pub order: Order,
     /// How the file is mapped.
     pub mapping: Mapping,
+    /// When a write survives a power loss (see [`DurabilityPolicy`]): by default a power-safe
+    /// point every second.
+    pub durability: DurabilityPolicy,
 }
 
 impl Config {
@@ -78,6 +82,7 @@ impl Config {
             create: CreateMode::OpenOrCreate,
             order: Order::Sorted,
             mapping: Mapping::default(),
+            durability: DurabilityPolicy::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use petra::error::Damage;
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
-    Blobs, Contents, Engine, EngineConfig, EngineError, Handle, Key, KeyWidth, Shape, StructId, StructureKind,
+    Blobs, Contents, DurabilityPolicy, Engine, EngineConfig, EngineError, Handle, Key, KeyWidth, Shape, StructId, StructureKind,
     Transaction, Values,
 };
 
@@ -32,8 +32,8 @@ const MAGIC_KEY: u64 = 0;
 const VERSION_KEY: u64 = 1;
 
 /// Descriptor rings of the stores: small, since a ring that fills up is followed by another.
-pub(crate) fn engine_config() -> EngineConfig {
-    EngineConfig::rings(4 << 20)
+pub(crate) fn engine_config(durability: DurabilityPolicy) -> EngineConfig {
+    EngineConfig::rings(4 << 20).durability(durability)
 }
 
 /// Opens the pool file `config` names with `open`, or creates it and makes a store in it with
@@ -97,8 +97,9 @@ pub(crate) fn create<M: PMem + 'static>(
     pool: Pool<M>,
     format: &Format,
     shapes: &[Shape],
+    durability: DurabilityPolicy,
 ) -> Result<(Engine<M>, Vec<StructId>)> {
-    let engine = Engine::create(pool, engine_config())?;
+    let engine = Engine::create(pool, engine_config(durability))?;
     let meta = engine.create_structure(META_SHAPE.0, META_SHAPE.1, META_SHAPE.2)?;
     let ids = shapes.iter().map(|&(k, w, v)| engine.create_structure(k, w, v)).collect::<Result<Vec<_>, _>>()?;
     // The magic last: a pool whose creation was interrupted is refused, not half-used.
@@ -127,7 +128,7 @@ pub(crate) enum Rejected {
 /// otherwise, and the pool is left as it was).
 pub(crate) fn open<M: PMem + 'static, T, U>(
     pool: Pool<M>,
-    format: &Format,
+    (format, durability): (&Format, DurabilityPolicy),
     accept: impl FnOnce(&[Shape]) -> Result<T, Rejected>,
     inspect: impl FnOnce(&Contents<'_>) -> Result<U>,
 ) -> Result<(Engine<M>, T, U)> {
@@ -146,7 +147,7 @@ pub(crate) fn open<M: PMem + 'static, T, U>(
         })?,
         _ => return Err(refuse("its structures are not one's".into())),
     };
-    let opened = Engine::open_checked(pool, engine_config(), |contents| {
+    let opened = Engine::open_checked(pool, engine_config(durability), |contents| {
         if contents.get(META, MAGIC_KEY) != Some(format.magic) {
             return Err(refuse("no magic (its creation may not have finished)".to_string()));
         }

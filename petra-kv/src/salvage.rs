@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, SalvageReport};
+use petra::{DurabilityPolicy, Engine, SalvageReport};
 
 use crate::config::Config;
 use crate::error::{KvError, Result};
@@ -28,7 +28,7 @@ pub fn salvage(from: &Path, to: &Config) -> Result<SalvageReport> {
         ..PoolConfig::default()
     };
     let into = Pool::create(&to.path, &pool_config)?;
-    let made = Engine::salvage(&damaged, into, format::engine_config()).map_err(KvError::from);
+    let made = Engine::salvage(&damaged, into, format::engine_config(DurabilityPolicy::default())).map_err(KvError::from);
     let (engine, report) = made.inspect_err(|_| {
         // The file is ours (created just now) and holds nothing: leave nothing behind.
         let _ = std::fs::remove_file(&to.path);

@@ -7,7 +7,9 @@ use parking_lot::{Mutex, MutexGuard};
 use petra::MAX_OPS;
 use petra::mem::{Durability, MmapMem, PMem};
 use petra::pool::Pool;
-use petra::{CheckpointReport, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
+use petra::{
+    CheckpointReport, DurabilityPolicy, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values,
+};
 
 pub use crate::config::{Config, CreateMode, Order};
 use crate::error::{KvError, Result};
@@ -41,8 +43,8 @@ impl Store<MmapMem> {
     pub fn open(config: &Config) -> Result<Store> {
         format::open_file(
             config,
-            |pool| Store::open_as(pool, Some(config.order)),
-            |pool| Store::create_in(pool, config.order),
+            |pool| Store::open_as(pool, Some(config.order), config.durability),
+            |pool| Store::create_with(pool, config.order, config.durability),
         )
     }
 
@@ -63,28 +65,50 @@ impl<M: PMem + 'static> Store<M> {
         Ok(self.engine.checkpoint()?)
     }
 
-    /// Makes a store of `order` in a new pool.
+    /// Makes everything written so far survive a power loss, and returns once it does (a
+    /// power-safe point, see [`DurabilityPolicy`]; under `Process`, a sync that holds only until
+    /// the next write). Also reports a background safe point that failed since the last call.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.engine.sync()?)
+    }
+
+    /// The durability policy in force.
+    pub fn durability(&self) -> DurabilityPolicy {
+        self.engine.durability()
+    }
+
+    /// Makes a store of `order` in a new pool, under the default durability policy.
     pub fn create_in(pool: Pool<M>, order: Order) -> Result<Store<M>> {
+        Store::create_with(pool, order, DurabilityPolicy::default())
+    }
+
+    /// Makes a store of `order` in a new pool, under the durability policy `durability`.
+    pub fn create_with(pool: Pool<M>, order: Order, durability: DurabilityPolicy) -> Result<Store<M>> {
         let kind = match order {
             Order::Sorted => StructureKind::SkipList,
             Order::Unsorted { buckets } => StructureKind::HashMap { buckets },
         };
-        let (engine, ids) = format::create(pool, &FORMAT, &[(kind, KeyWidth::U128, Values::Bytes)])?;
+        let (engine, ids) = format::create(pool, &FORMAT, &[(kind, KeyWidth::U128, Values::Bytes)], durability)?;
         Ok(Store::assemble(engine, ids[0], order))
     }
 
-    /// Opens the store in `pool`, recovering it. A pool whose structures are not a store's is
-    /// refused before recovery, untouched.
+    /// Opens the store in `pool`, recovering it, under the default durability policy. A pool
+    /// whose structures are not a store's is refused before recovery, untouched.
     pub fn open_in(pool: Pool<M>) -> Result<Store<M>> {
-        Store::open_as(pool, None)
+        Store::open_as(pool, None, DurabilityPolicy::default())
+    }
+
+    /// As [`open_in`](Store::open_in), under the durability policy `durability`.
+    pub fn open_with(pool: Pool<M>, durability: DurabilityPolicy) -> Result<Store<M>> {
+        Store::open_as(pool, None, durability)
     }
 
     /// As [`open_in`](Store::open_in), refusing (before recovery, the pool untouched) a store of
     /// another order than `asked`, if given.
-    fn open_as(pool: Pool<M>, asked: Option<Order>) -> Result<Store<M>> {
+    fn open_as(pool: Pool<M>, asked: Option<Order>, durability: DurabilityPolicy) -> Result<Store<M>> {
         let (engine, order, ()) = format::open(
             pool,
-            &FORMAT,
+            (&FORMAT, durability),
             |shapes| {
                 let found = match *shapes {
                     [(StructureKind::SkipList, KeyWidth::U128, Values::Bytes)] => Order::Sorted,
@@ -127,16 +151,10 @@ impl<M: PMem + 'static> Store<M> {
         self.order
     }
 
-    /// The durability guarantee in force (see the crate docs).
-    pub fn durability(&self) -> Durability {
+    /// What a flush and a fence guarantee on the store's memory (persistent memory, the page
+    /// cache...): with [`durability`](Store::durability), what survives what.
+    pub fn medium(&self) -> Durability {
         self.engine.pool().durability()
-    }
-
-    /// Flushes the file to its storage (`msync`). On a page-cache pool that alone does not make
-    /// the store power-safe while it runs: pages written after it reach the disk in any order.
-    /// Only [`close`](Store::close) leaves a file that survives power loss.
-    pub fn sync(&self) -> Result<()> {
-        Ok(self.engine.pool().sync()?)
     }
 
     /// The engine underneath (for tools and tests).

@@ -38,7 +38,9 @@
 //!      follows it into a descriptor the round will recycle;
 //!    - the node's committed state, as a reader outside any transaction resolves it, goes into
 //!      the record (nothing is written if the record already says it), and the lines are
-//!      flushed;
+//!      flushed; unless the op changed nothing (a read, or an op of an aborted transaction) and
+//!      the node moved on to a newer transaction's op, which then leaves the node alone (see
+//!      `safe`: a record must only change for a key a batch writer names);
 //!    - the info word is CASed from the value read to a FINAL word of that state if it names a
 //!      batch descriptor (finished before the fold began, so the state read is final; and such
 //!      a word never comes back once the node moved on, so the round gives a node its FINAL
@@ -48,12 +50,14 @@
 //!      was still the one read, and everything that changes the node after that instant happens
 //!      after the record's stores.
 //! 3. **Commit.** One fence makes the records durable (if any changed); then `C = T0 - 1` is
-//!    stored, flushed and fenced.
+//!    stored, flushed and fenced. While safe points are kept (a page-cache pool, see `safe`),
+//!    the batch holds only what the last safe point covers, and the next safe point stores `C`.
 //! 4. **Recycle.** Absent nodes given a FINAL word are queued for removal, and the folded
 //!    batch's slots are recycled, both deferred through the epoch collector (with the end of the
 //!    grace of the batch just found): no thread that could still read a folded descriptor
 //!    (through an info word or a `prev` read before the round changed it) is pinned any more
-//!    when it happens.
+//!    when it happens. While safe points are kept, the slots wait further, until `C` is on the
+//!    disk.
 //!
 //! Why recovery stays exact (for every key, at every instant: its state is KDMap's if a
 //! descriptor above `C` writes it, else its one valid present record, or absent if it has none):
@@ -293,7 +297,24 @@ impl Checkpointer {
         if fill == 0 || ring.used(head) * 100 <= ring.cap * fill || !self.ready() {
             return;
         }
+        if !core.safe.on() {
+            self.round(core, rings, local);
+            return;
+        }
+        // While safe points are kept, a round folds only what a safe point covers, and its
+        // checkpoint txid and recycling wait for the next ones: the ring's slots come back after
+        // a few rounds, each followed by a safe point, which keeps the rings going round at the
+        // writers' pace. They are spaced by a sixteenth of the ring written, not run after every
+        // transaction until the slots come back.
+        // Relaxed: only the ring's writer reads and writes it.
+        if head - ring.fired.load(Ordering::Relaxed) < ring.cap / 16 {
+            return;
+        }
+        ring.fired.store(head, Ordering::Relaxed);
         self.round(core, rings, local);
+        if let Some(Err(e)) = core.safe.try_make(core, rings) {
+            core.safe.keep_error(e);
+        }
     }
 
     /// A few attempts to let the epoch collector run what is due (the end of the last round).
@@ -337,13 +358,13 @@ impl Checkpointer {
         let guard = local.pin();
         let removals = round.removals;
         let reclaim = Arc::clone(&core.reclaim);
-        let recycle = batch.map_or_else(Vec::new, |b| b.ends);
+        let safe = Arc::clone(&core.safe);
+        let (c, recycle) = batch.map_or((0, Vec::new()), |b| (b.t0 - 1, b.ends));
         let recycled = Arc::clone(&ckpt.recycled);
         guard.defer(move || {
             reclaim.push_removals(removals);
             for (ring, end) in recycle {
-                // Release: a writer that sees the tail reuses slots nobody reads any more.
-                ring.tail.store(end, Ordering::Release);
+                safe.recycle(ring, end, c);
             }
             // Release: the next round starts after this one's end.
             recycled.store(number, Ordering::Release);
@@ -361,8 +382,9 @@ impl Checkpointer {
 /// Step 1: the batch of finished descriptors from where the last batch ended, `None` if there is
 /// none.
 fn find<M: PMem + 'static>(core: &Core<M>, rings: &Rings) -> Option<Found> {
-    // Txids below it were handed out before the rings are read.
-    let t0 = core.next_txid();
+    // Txids below it were handed out before the rings are read; while safe points are kept, a
+    // batch holds only what a safe point covers (see `safe`).
+    let t0 = core.safe.batch_bound(core.next_txid());
     let rings = rings.all();
     let mut ends = Vec::new();
     let mut window = Vec::with_capacity(WINDOW);
@@ -450,8 +472,7 @@ fn fold<M: PMem + 'static>(
     if report.records > 0 {
         mem.fence();
     }
-    let txid = (batch.t0 - 1).max(core.meta.checkpoint_txid(mem));
-    core.meta.set_checkpoint_txid(mem, txid);
+    core.safe.folded(core, batch.t0 - 1);
 }
 
 /// Fills `window` with the batch's next descriptors in `ring`, from position `v` (moved past
@@ -599,6 +620,16 @@ fn checkpoint_key<M: PMem + 'static>(
             cache_chain(core, cur, node);
             (core.resolve(cur, None), round.holds(cur.desc()))
         };
+        if !folded && !writes {
+            // An op that changed nothing, whose node moved on: no FINAL word to give, and the
+            // key's writers bring the record up to date through their own ops. A newer state
+            // is not written for it: no batch writer of the key may name it for recovery (see
+            // `safe`).
+            if written {
+                round.flush.push((node, wide));
+            }
+            return;
+        }
         written |= write_record(mem, node, key, wide, s.0, core.epoch, state);
         // Only a word naming a batch descriptor becomes FINAL (another is left for the round
         // that folds its descriptor): such a word never comes back once the node moved on, so

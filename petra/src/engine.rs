@@ -7,8 +7,10 @@
 //! through [`Handle`]s, one per thread.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam_epoch::Collector;
+use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer};
 use crate::error::{Damage, EngineError};
@@ -20,6 +22,7 @@ use crate::pool::Pool;
 use crate::protocol::Core;
 use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refused};
 use crate::ring::Rings;
+use crate::safe::DurabilityPolicy;
 use crate::structures::registry::{self, Registry, Structure};
 use crate::tx::{MAX_OPS, Op, OpKind, Shape, StructId, StructureKind, Transaction, Values};
 
@@ -36,11 +39,14 @@ pub struct EngineConfig {
     /// recycled, that thread runs a checkpoint round ([`Handle::checkpoint`]) after its
     /// transaction, unless another round is running. 0: rounds run only when asked for.
     pub checkpoint_fill: u8,
+    /// When a write survives a power loss on a page-cache pool (see [`DurabilityPolicy`]): by
+    /// default a power-safe point every second.
+    pub durability: DurabilityPolicy,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { ring_bytes: 64 << 20, checkpoint_fill: 25 }
+        EngineConfig { ring_bytes: 64 << 20, checkpoint_fill: 25, durability: DurabilityPolicy::default() }
     }
 }
 
@@ -80,6 +86,70 @@ impl EngineConfig {
     pub fn checkpoint_fill(self, percent: u8) -> EngineConfig {
         EngineConfig { checkpoint_fill: percent.min(100), ..self }
     }
+
+    /// The same settings under the durability `policy`.
+    pub fn durability(self, policy: DurabilityPolicy) -> EngineConfig {
+        EngineConfig { durability: policy, ..self }
+    }
+}
+
+/// The background thread that makes a safe point every interval (see [`DurabilityPolicy`]).
+#[derive(Debug)]
+pub(crate) struct Syncer {
+    /// Set to stop it, with its wake-up.
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Syncer {
+    /// Starts the syncer of `shared`, which makes a safe point every `every` while the engine
+    /// lives. It holds the engine only while it makes one.
+    fn start<M: PMem + 'static>(shared: &Arc<Shared<M>>, every: Duration) -> Syncer {
+        let weak = Arc::downgrade(shared);
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let signal = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("petra-safe-points".into())
+            .spawn(move || {
+                loop {
+                    {
+                        let mut stopped = signal.0.lock();
+                        if !*stopped {
+                            signal.1.wait_for(&mut stopped, every);
+                        }
+                        if *stopped {
+                            return;
+                        }
+                    }
+                    let Some(shared) = weak.upgrade() else { return };
+                    if let Err(e) = shared.safe_point() {
+                        shared.core.safe.keep_error(e);
+                    }
+                }
+            })
+            .expect("a thread for the safe points");
+        Syncer { stop, thread: Some(thread) }
+    }
+
+    /// Stops the thread and waits for it to end (unless this is that thread).
+    fn stop(mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            *self.stop.0.lock() = true;
+            self.stop.1.notify_all();
+        }
+    }
 }
 
 /// The engine over one pool: its structures, rings and txid counter. Cheap to clone.
@@ -99,7 +169,7 @@ impl<M: PMem + 'static> Engine<M> {
     pub fn create(pool: Pool<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
         config.validate(pool.header().layout.chunk_size)?;
         let meta = Meta::create(&pool)?;
-        Ok(Engine::assemble(Recovered::empty(pool, meta), config))
+        Engine::assemble(Recovered::empty(pool, meta), config)
     }
 
     /// Opens the engine of a pool made by [`Engine::create`], recovering it: every transaction
@@ -124,21 +194,94 @@ impl<M: PMem + 'static> Engine<M> {
         config.validate(pool.header().layout.chunk_size).map_err(Refused::Engine)?;
         let (found, accepted) = recovery::recover(pool, check)?;
         let report = found.report.clone();
-        Ok((Engine::assemble(found, config), report, accepted))
+        Ok((Engine::assemble(found, config).map_err(Refused::Engine)?, report, accepted))
     }
 
     /// The engine over what recovery found (or a new engine's empty state).
-    fn assemble(found: Recovered<M>, config: EngineConfig) -> Engine<M> {
+    ///
+    /// The meta region's safe txid is set for the policy: while safe points are kept, every
+    /// txid handed out before (all of an earlier epoch, void now, or none) is at or below it;
+    /// otherwise it says 0 (none kept), synced, so that a power loss is not taken back to a safe
+    /// point that the rounds no longer respect.
+    fn assemble(found: Recovered<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
         let Recovered { pool, meta, epoch, max_txid, txid_reserved, structures, .. } = found;
         let rings = Rings::of_pool(&pool, config.ring_bytes);
-        let core = Core::new(pool, meta, (epoch, max_txid + 1, txid_reserved), Registry::new(structures));
-        let shared = Shared {
+        let core =
+            Core::new(pool, meta, (epoch, max_txid + 1, txid_reserved), Registry::new(structures), config.durability);
+        let mem = core.pool.mem();
+        let recorded = meta.safe_txid(mem);
+        if core.safe.on() {
+            if recorded != max_txid {
+                meta.set_safe_txid(mem, max_txid);
+            }
+        } else if recorded != 0 {
+            meta.set_safe_txid(mem, 0);
+            core.pool.sync()?;
+        }
+        let shared = Arc::new(Shared {
             core,
             collector: Collector::new(),
             rings,
             checkpointer: Checkpointer::new(config.checkpoint_fill),
-        };
-        Engine { shared: Arc::new(shared) }
+            syncer: Mutex::new(None),
+        });
+        let engine = Engine { shared };
+        engine.start_syncer();
+        Ok(engine)
+    }
+
+    /// Starts the background syncer if the policy wants one.
+    fn start_syncer(&self) {
+        if let Some(every) = self.shared.core.safe.interval() {
+            *self.shared.syncer.lock() = Some(Syncer::start(&self.shared, every));
+        }
+    }
+
+    /// The shared state, taken out of the engine if this is its last holder (the syncer stopped
+    /// first, so that it holds nothing), or the engine back, its syncer running again.
+    fn into_shared(self) -> Result<Shared<M>, Engine<M>> {
+        let syncer = self.shared.syncer.lock().take();
+        if let Some(s) = syncer {
+            s.stop();
+        }
+        Arc::try_unwrap(self.shared).map_err(|shared| {
+            let engine = Engine { shared };
+            engine.start_syncer();
+            engine
+        })
+    }
+
+    /// Makes everything committed so far survive a power loss, and returns once it does: a
+    /// power-safe point, while the engine keeps them (a page-cache pool under a policy other
+    /// than [`DurabilityPolicy::Process`]); under `Process`, a sync of the pool, which keeps
+    /// only until the next change (the rounds order nothing for the disk). Also reports the
+    /// error of a background safe point that failed since the last call, if any.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        let shared = &self.shared;
+        if let Some(e) = shared.core.safe.take_error() {
+            return Err(EngineError::Io(e));
+        }
+        if shared.core.safe.on() {
+            shared.safe_point()?;
+        } else {
+            shared.core.pool.sync()?;
+        }
+        Ok(())
+    }
+
+    /// The durability policy in force.
+    pub fn durability(&self) -> DurabilityPolicy {
+        self.shared.core.safe.policy()
+    }
+
+    /// Power-safe points made since the engine was opened.
+    pub fn safe_points(&self) -> u64 {
+        self.shared.core.safe.made()
+    }
+
+    /// When the last power-safe point completed, if one did since the engine was opened.
+    pub fn last_safe_point(&self) -> Option<std::time::Instant> {
+        self.shared.core.safe.last()
     }
 
     /// Copies what is intact of the engine in `damaged` into a new engine in `into` (a new pool,
@@ -182,11 +325,6 @@ impl<M: PMem + 'static> Engine<M> {
         Ok((engine, report))
     }
 
-    /// The settings it runs with.
-    fn config(&self) -> EngineConfig {
-        EngineConfig { ring_bytes: self.shared.rings.ring_bytes(), checkpoint_fill: self.shared.checkpointer.fill() }
-    }
-
     /// The pool.
     pub fn pool(&self) -> &Pool<M> {
         &self.shared.core.pool
@@ -200,12 +338,9 @@ impl<M: PMem + 'static> Engine<M> {
     /// [`EngineError::InUse`] while a clone or a [`Handle`] of it lives (nothing is closed).
     pub fn close(self) -> Result<(), EngineError> {
         // With no clone or handle left, none can appear: every one is made from another.
-        if Arc::strong_count(&self.shared) > 1 {
-            return Err(EngineError::InUse);
-        }
-        let written = self.shared.rings.written();
-        let engine = if written { self.rewrite()? } else { self };
-        let shared = Arc::try_unwrap(engine.shared).map_err(|_| EngineError::InUse)?;
+        let shared = self.into_shared().map_err(|_| EngineError::InUse)?;
+        let written = shared.rings.written();
+        let shared = if written { Engine::rewrite(shared)? } else { shared };
         let core = shared.core;
         core.meta.mark_clean(core.pool.mem(), core.epoch);
         core.pool.close()?;
@@ -213,23 +348,26 @@ impl<M: PMem + 'static> Engine<M> {
     }
 
     /// With every handle gone, folds every committed transaction into new normalised nodes
-    /// (recovery's rewrite, run here) and returns the engine over the same pool, its rings empty.
-    fn rewrite(self) -> Result<Engine<M>, EngineError> {
-        let config = self.config();
-        let shared = Arc::try_unwrap(self.shared).map_err(|_| EngineError::InUse)?;
+    /// (recovery's rewrite, run here) and returns the engine's state over the same pool, its
+    /// rings empty.
+    fn rewrite(shared: Shared<M>) -> Result<Shared<M>, EngineError> {
+        // No safe point is wanted of the engine over the rewritten pool: the close syncs.
+        let config = EngineConfig {
+            ring_bytes: shared.rings.ring_bytes(),
+            checkpoint_fill: shared.checkpointer.fill(),
+            durability: DurabilityPolicy::Process,
+        };
         // An open engine never has its clean word set (it is cleared at open), so this is the
         // full rewrite.
-        Ok(Engine::open(shared.core.pool, config)?.0)
+        let engine = Engine::open(shared.core.pool, config)?.0;
+        engine.into_shared().map_err(|_| EngineError::InUse)
     }
 
     /// Gives the pool back, to close it (or, in tests, to drop it as a crash would). Fails,
     /// returning the engine, while a clone or a [`Handle`] of it lives. A pool closed without
     /// [`Engine::close`] recovers at its next open.
     pub fn into_pool(self) -> Result<Pool<M>, Engine<M>> {
-        match Arc::try_unwrap(self.shared) {
-            Ok(shared) => Ok(shared.core.pool),
-            Err(shared) => Err(Engine { shared }),
-        }
+        self.into_shared().map(|shared| shared.core.pool)
     }
 
     /// Checkpoints now (see [`Handle::checkpoint`]), on a handle of its own: folds the

@@ -35,6 +35,28 @@ pub(crate) struct Shared<M: PMem> {
     pub(crate) collector: Collector,
     pub(crate) rings: Rings,
     pub(crate) checkpointer: Checkpointer,
+    /// The background thread that makes safe points under a periodic policy.
+    pub(crate) syncer: parking_lot::Mutex<Option<crate::engine::Syncer>>,
+}
+
+impl<M: PMem + 'static> Shared<M> {
+    /// Makes a power-safe point now, if the engine keeps them (see `safe`), and returns its txid.
+    pub(crate) fn safe_point(&self) -> std::io::Result<u64> {
+        self.core.safe.make(&self.core, &self.rings)
+    }
+
+    /// Returns once the transaction that `out` says committed survives a power loss, as the
+    /// policy wants: under `Immediate`, after the safe point that covers it.
+    fn durable(&self, out: &Outcome) -> Result<(), EngineError> {
+        let safe = &self.core.safe;
+        if let Outcome::Committed { txid: Some(txid), .. } = *out
+            && safe.on()
+            && safe.policy() == crate::DurabilityPolicy::Immediate
+        {
+            safe.wait(txid, || self.safe_point())?;
+        }
+        Ok(())
+    }
 }
 
 /// A thread's access to the engine. See [`Engine::handle`](crate::Engine::handle).
@@ -183,9 +205,12 @@ impl<M: PMem + 'static> Handle<M> {
         Ok(ring.at(start))
     }
 
-    /// Publishes the descriptor just written (up to this handle's head) to checkpoint rounds.
-    fn publish_head(&self) {
+    /// Publishes the descriptor just written at `d` (up to this handle's head) to checkpoint
+    /// rounds and safe points.
+    fn publish_head(&self, d: u64) {
         if let Some((_, ring)) = &self.ring {
+            // Release: a safe point that reads it sees the descriptor.
+            ring.newest.store(d, std::sync::atomic::Ordering::Release);
             // Release: a round that reads the head sees the descriptors (and pad) before it.
             ring.head.store(self.head, std::sync::atomic::Ordering::Release);
         }
@@ -195,12 +220,18 @@ impl<M: PMem + 'static> Handle<M> {
     ///
     /// The results of ops on a structure of [`Values::Bytes`] are blob words: read them with
     /// [`execute_with`](Handle::execute_with), which keeps them from being freed meanwhile.
+    ///
+    /// It returns when the transaction is as durable as the engine's
+    /// [`DurabilityPolicy`](crate::DurabilityPolicy) says: under `Immediate` on a page-cache
+    /// pool, after the sync of a safe point that covers it ([`EngineError::Io`] if that sync
+    /// fails: the transaction committed, but may not survive a power loss).
     pub fn execute(&mut self, tx: &Transaction) -> Result<Outcome, EngineError> {
         let guard = self.epoch.pin();
-        let out = self.execute_pinned(tx, &guard);
+        let out = self.execute_pinned(tx, &guard)?;
         drop(guard);
         self.maybe_checkpoint();
-        out
+        self.shared.durable(&out)?;
+        Ok(out)
     }
 
     /// Executes `tx`, then calls `f` with the outcome and a reader of the byte values its results
@@ -214,10 +245,11 @@ impl<M: PMem + 'static> Handle<M> {
         let out = self.execute_pinned(tx, &guard)?;
         let r = f(&out, &Blobs { pool: &self.shared.core.pool, _guard: &guard });
         drop(guard);
+        self.maybe_checkpoint();
+        self.shared.durable(&out)?;
         if let Outcome::Committed { results, .. } = out {
             self.results = results;
         }
-        self.maybe_checkpoint();
         Ok(r)
     }
 
@@ -312,12 +344,36 @@ impl<M: PMem + 'static> Handle<M> {
     /// without waiting for anyone. If that has not happened yet, the batch the first round found
     /// waits for the next round (automatic, or another call), and the report says what the first
     /// round did.
+    ///
+    /// While the engine keeps power-safe points (see
+    /// [`DurabilityPolicy`](crate::DurabilityPolicy)), a round folds only what a safe point
+    /// covers and its checkpoint txid is stored by the next one: this makes a safe point before
+    /// the rounds and two after them (the second puts the checkpoint txid on the disk, so that
+    /// the slots can be recycled), and the report's txid is the one in force after them. A safe
+    /// point that fails is kept for [`Engine::sync`](crate::Engine::sync) to report.
     pub fn checkpoint(&mut self) -> Option<CheckpointReport> {
+        let safe_points = self.shared.core.safe.on();
+        if safe_points {
+            self.keep_safe_point_error(self.shared.safe_point());
+        }
         let first = self.checkpoint_round()?;
-        Some(match self.checkpoint_round() {
+        let mut report = match self.checkpoint_round() {
             Some(second) => first.then(second),
             None => first,
-        })
+        };
+        if safe_points {
+            for _ in 0..2 {
+                self.keep_safe_point_error(self.shared.safe_point());
+            }
+            report.txid = self.shared.core.meta.checkpoint_txid(self.shared.core.mem());
+        }
+        Some(report)
+    }
+
+    fn keep_safe_point_error(&self, made: std::io::Result<u64>) {
+        if let Err(e) = made {
+            self.shared.core.safe.keep_error(e);
+        }
     }
 
     /// Runs one checkpoint round now: folds the batch the last round found, then finds the next.
@@ -332,8 +388,15 @@ impl<M: PMem + 'static> Handle<M> {
     /// Starts the automatic round this handle's ring calls for, if any (see
     /// [`EngineConfig::checkpoint_fill`](crate::EngineConfig::checkpoint_fill)).
     fn maybe_checkpoint(&mut self) {
-        let Some((_, ring)) = &self.ring else { return };
         let shared = &*self.shared;
+        let safe = &shared.core.safe;
+        if safe.on()
+            && shared.core.reclaim.held_bytes() >= crate::safe::HELD_BYTES
+            && let Some(Err(e)) = safe.try_make(&shared.core, &shared.rings)
+        {
+            safe.keep_error(e);
+        }
+        let Some((_, ring)) = &self.ring else { return };
         shared.checkpointer.maybe_round(&shared.core, &shared.rings, &self.epoch, ring, self.head);
     }
 
@@ -436,7 +499,7 @@ impl<M: PMem + 'static> Handle<M> {
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         });
         descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, stored);
-        self.publish_head();
+        self.publish_head(d);
         self.unfinished = true;
         // Before `d` can finish: when its removals go stale.
         let expiry = self.shared.checkpointer.removal_expiry();
@@ -471,7 +534,7 @@ impl<M: PMem + 'static> Handle<M> {
                 cx.schedule_removals(d, true, expiry);
                 let txid = core.persist(d);
                 if bytes {
-                    retire_replaced(core, tx, &results, guard);
+                    retire_replaced(core, tx, (txid, &results), guard);
                 }
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }
@@ -510,7 +573,7 @@ impl<M: PMem + 'static> Handle<M> {
     fn run_removals(&mut self, ops: usize, guard: &Guard) {
         let shared = &*self.shared;
         let core = &shared.core;
-        core.reclaim.free_due(&core.pool, &mut self.cache, 16 + 2 * ops);
+        core.reclaim.free_due(&core.pool, &mut self.cache, 16 + 2 * ops, core.safe.safe());
         // Read once, pinned (as the caller stays until the removals are done).
         let recycled = shared.checkpointer.recycled();
         let cx = Reader { core, guard };
@@ -535,13 +598,18 @@ fn free_blobs<M: PMem>(pool: &Pool<M>, cache: &mut AllocCache, blobs: &[(u64, u6
 /// reader that starts from now on; they are freed once the readers that may hold them (pinned
 /// now) have unpinned. Each value is replaced by exactly one committed op, so each is freed once;
 /// recovery never goes back to a value a persisted transaction replaced.
-fn retire_replaced<M: PMem + 'static>(core: &Core<M>, tx: &Transaction, results: &[Option<u64>], guard: &Guard) {
+fn retire_replaced<M: PMem + 'static>(
+    core: &Core<M>,
+    tx: &Transaction,
+    (txid, results): (u64, &[Option<u64>]),
+    guard: &Guard,
+) {
     let replaced = tx.ops().iter().zip(results).filter_map(|(op, before)| {
         let blob = (*before)?;
         let bytes = core.structures.get(op.structure).is_ok_and(|s| s.values == Values::Bytes);
         (!op.kind.is_read() && bytes).then_some(blob)
     });
-    core.reclaim.retire_blobs(&core.pool, guard, replaced);
+    core.reclaim.retire_blobs(&core.pool, guard, txid, replaced);
 }
 
 #[cfg(test)]

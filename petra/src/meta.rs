@@ -19,9 +19,12 @@
 //! line 3   +192  checkpoint     the checkpoint txid: every committed writer at or below it is
 //!                               in the node records (see `checkpoint`)
 //!          +224  structures     how many root slots hold a structure (slots 0 to n - 1)
+//! line 4   +256  safe txid      the last power-safe point (see `safe`): every committed writer
+//!                               at or below it was on the media when it was recorded; 0 when
+//!                               the engine keeps no safe points
 //! ```
 //!
-//! Each of the words of lines 1 to 3 takes 32 bytes: a staging copy (value, check) and the main
+//! Each of the words of lines 1 to 4 takes 32 bytes: a staging copy (value, check) and the main
 //! copy (value, check), every check a check word of the value, its place and the pool's uuid. A
 //! change stores the staging copy, then the main one (one line: they reach the media in that
 //! order), then the caller flushes and fences. A reader takes the main copy if it checks, else
@@ -51,8 +54,9 @@ const ATTEMPT: u64 = 128;
 const TXID_RESERVED: u64 = 160;
 const CHECKPOINT: u64 = 192;
 const STRUCTURES: u64 = 224;
+const SAFE: u64 = 256;
 /// Bytes of the meta region in use.
-const BYTES: u64 = 256;
+const BYTES: u64 = 320;
 /// Txids reserved durably at a time: one flush and fence per this many transactions.
 pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 
@@ -72,6 +76,7 @@ pub(crate) struct MetaState {
     pub(crate) txid_reserved: u64,
     pub(crate) checkpoint: u64,
     pub(crate) structures: u64,
+    pub(crate) safe: u64,
 }
 
 impl Meta {
@@ -94,7 +99,7 @@ impl Meta {
         mem.store(off + UUID + 8, (uuid >> 64) as u64, Ordering::Relaxed);
         mem.store(off + ID_CHECK, id_check(uuid), Ordering::Relaxed);
         for (word, value) in
-            [(EPOCH, 1), (CLEAN, 0), (ATTEMPT, 1), (TXID_RESERVED, 1 + TXID_BLOCK), (CHECKPOINT, 0), (STRUCTURES, 0)]
+            [(EPOCH, 1), (CLEAN, 0), (ATTEMPT, 1), (TXID_RESERVED, 1 + TXID_BLOCK), (CHECKPOINT, 0), (STRUCTURES, 0), (SAFE, 0)]
         {
             meta.store(mem, word, value);
         }
@@ -148,6 +153,7 @@ impl Meta {
             txid_reserved: meta.load(mem, TXID_RESERVED)?,
             checkpoint: meta.load(mem, CHECKPOINT)?,
             structures: meta.load(mem, STRUCTURES)?,
+            safe: meta.load(mem, SAFE)?,
         };
         Ok((meta, state))
     }
@@ -209,6 +215,18 @@ impl Meta {
     /// in the records, which the caller made durable first.
     pub(crate) fn set_checkpoint_txid<M: PMem>(self, mem: &M, txid: u64) {
         self.set(mem, CHECKPOINT, txid);
+    }
+
+    /// Records `txid` as the last power-safe point (0: none kept), flushed and fenced; the
+    /// caller syncs it (see `safe`).
+    pub(crate) fn set_safe_txid<M: PMem>(self, mem: &M, txid: u64) {
+        self.set(mem, SAFE, txid);
+    }
+
+    /// The last power-safe point recorded (0: none kept).
+    pub(crate) fn safe_txid<M: PMem>(self, mem: &M) -> u64 {
+        // A word checked at open changes only by `set`, which leaves it whole.
+        self.load(mem, SAFE).unwrap_or_else(|d| panic!("the safe txid, whole at open, is not: {d}"))
     }
 
     /// Records that root slots 0 to `n - 1` hold structures, durably (their entries are).

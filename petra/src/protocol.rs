@@ -51,6 +51,7 @@ use crate::mem::{PMem, WORD};
 use crate::meta::{Meta, TXID_BLOCK};
 use crate::pool::{AllocCache, POff, Pool};
 use crate::reclaim::Reclaim;
+use crate::safe::{DurabilityPolicy, SafePoints};
 use crate::structures::info::Info;
 use crate::structures::node::{self, INFO, NORM, VALUE, store_key};
 use crate::structures::registry::{Registry, Structure, on_set};
@@ -72,6 +73,8 @@ pub(crate) struct Core<M: PMem> {
     /// The committed recovery epoch: descriptors carry it, FINAL states and records too.
     pub(crate) epoch: u64,
     pub(crate) reclaim: Arc<Reclaim>,
+    /// The durability policy, and the safe points that keep it on a page-cache memory.
+    pub(crate) safe: Arc<SafePoints>,
 }
 
 impl<M: PMem> std::fmt::Debug for Core<M> {
@@ -101,8 +104,11 @@ impl<M: PMem + 'static> Core<M> {
         meta: Meta,
         (epoch, next_txid, txid_reserved): (u64, u64, u64),
         structures: Registry,
+        policy: DurabilityPolicy,
     ) -> Core<M> {
+        let safe = Arc::new(SafePoints::new(policy, pool.durability()));
         Core {
+            safe,
             pool,
             structures,
             next_txid: AtomicU64::new(next_txid.max(1)),

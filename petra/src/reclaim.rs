@@ -4,7 +4,9 @@
 //! Three kinds of item, each handed to `crossbeam-epoch` with `Guard::defer` by the thread that
 //! made it unreachable, and queued here once every thread pinned at that moment has unpinned:
 //! - **unlinked nodes** (a search's unlink, the skiplist's last link): freed;
-//! - **replaced byte values** (a committed write replaced a blob): freed;
+//! - **replaced byte values** (a committed write replaced a blob): freed, once the replacing
+//!   transaction is at or below the safe txid while safe points are kept (see `safe`): until
+//!   then a power loss may bring back the state that reads the value, and it must be there;
 //! - **removals** (a finished transaction, or a checkpoint round, left a key absent): the node is
 //!   unlinked if its info word still names the op that made it absent, and only until the op's
 //!   descriptor slot may have been recycled (see `Checkpointer::removal_expiry`).
@@ -17,6 +19,8 @@ use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool};
@@ -33,8 +37,13 @@ pub(crate) struct Reclaim {
     removals: SegQueue<Removal>,
     /// Unlinked nodes no thread can reach any more.
     frees: SegQueue<u64>,
-    /// Byte values replaced by a committed transaction that no thread can read any more.
-    blob_frees: SegQueue<u64>,
+    /// Byte values replaced by a committed transaction that no thread can read any more, with
+    /// the replacer's txid.
+    blob_frees: SegQueue<(u64, u64)>,
+    /// Those of them whose replacer was above the safe txid when they came due.
+    held: Mutex<Vec<(u64, u64)>>,
+    /// The bytes of the values held.
+    held_bytes: AtomicU64,
 }
 
 impl Reclaim {
@@ -56,13 +65,14 @@ impl Reclaim {
         self: &Arc<Self>,
         pool: &Pool<M>,
         guard: &Guard,
+        txid: u64,
         blobs: impl Iterator<Item = u64>,
     ) {
         let mut large = false;
         for blob in blobs {
             large |= pool.is_blob_run(POff::new(blob));
             let this = Arc::clone(self);
-            guard.defer(move || this.blob_frees.push(blob));
+            guard.defer(move || this.blob_frees.push((blob, txid)));
         }
         if large {
             guard.flush();
@@ -83,16 +93,44 @@ impl Reclaim {
         }
     }
 
-    /// Frees up to `n` due nodes and up to `n` due byte values into `cache`.
-    pub(crate) fn free_due<M: PMem>(&self, pool: &Pool<M>, cache: &mut AllocCache, n: usize) {
+    /// Frees up to `n` due nodes and up to `n` due byte values into `cache`; a value whose
+    /// replacer is above `safe` (the safe txid) is held until a safe point covers it.
+    pub(crate) fn free_due<M: PMem>(&self, pool: &Pool<M>, cache: &mut AllocCache, n: usize, safe: u64) {
         for _ in 0..n {
             let Some(node) = self.frees.pop() else { break };
             pool.free(cache, POff::new(node));
         }
         for _ in 0..n {
-            let Some(blob) = self.blob_frees.pop() else { break };
+            let Some((blob, txid)) = self.blob_frees.pop() else { break };
+            if txid > safe {
+                // Replacers come due in about their txid order: the next ones are not safe either.
+                // Relaxed: a size for the trigger of an early safe point.
+                self.held_bytes.fetch_add(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
+                self.held.lock().push((blob, txid));
+                break;
+            }
             pool.free_blob(cache, POff::new(blob));
         }
+    }
+
+    /// A safe point made `safe` the safe txid: the values held for replacers at or below it come
+    /// due.
+    pub(crate) fn release_held<M: PMem>(&self, pool: &Pool<M>, safe: u64) {
+        let mut held = self.held.lock();
+        held.retain(|&(blob, txid)| {
+            if txid <= safe {
+                // Relaxed: as where it was added.
+                self.held_bytes.fetch_sub(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
+                self.blob_frees.push((blob, txid));
+            }
+            txid > safe
+        });
+    }
+
+    /// The bytes of the values held for a safe point.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        // Relaxed: an estimate for the trigger.
+        self.held_bytes.load(Ordering::Relaxed)
     }
 
     /// Runs up to `n` due removals with `remove`, dropping stale ones, with `recycled` the count

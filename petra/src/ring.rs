@@ -51,13 +51,27 @@ pub(crate) struct Ring {
     pub(crate) next: AtomicU64,
     /// Below it, slots may be written again.
     pub(crate) tail: AtomicU64,
+    /// The pool offset of the newest descriptor written (0: none yet), published with the head:
+    /// the only one of the ring that may be committed and not yet persisted (see `safe`).
+    pub(crate) newest: AtomicU64,
+    /// The head when this ring's writer last started a round and a safe point (while safe
+    /// points are kept): another waits until a sixteenth of the ring was written since.
+    pub(crate) fired: AtomicU64,
 }
 
 impl Ring {
     /// An empty ring over the region at `off` of `len` bytes.
     pub(crate) fn new(off: u64, len: u64) -> Ring {
         debug_assert!(len > CACHE_LINE && len.is_multiple_of(CACHE_LINE));
-        Ring { off, cap: len - CACHE_LINE, head: AtomicU64::new(0), next: AtomicU64::new(0), tail: AtomicU64::new(0) }
+        Ring {
+            off,
+            cap: len - CACHE_LINE,
+            head: AtomicU64::new(0),
+            next: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            newest: AtomicU64::new(0),
+            fired: AtomicU64::new(0),
+        }
     }
 
     /// The pool offset of position `v`.

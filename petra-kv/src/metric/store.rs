@@ -9,7 +9,10 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use petra::mem::{MmapMem, PMem};
 use petra::pool::Pool;
-use petra::{CheckpointReport, Contents, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
+use petra::{
+    CheckpointReport, Contents, DurabilityPolicy, Engine, Handle, KeyWidth, StructId, StructureKind, Transaction,
+    Values,
+};
 
 use super::codec;
 use super::schema::{Sample, Schema, SetId, SetInfo};
@@ -77,7 +80,11 @@ pub struct MetricStore<M: PMem + 'static = MmapMem> {
 impl MetricStore<MmapMem> {
     /// Opens or creates the metric store `config` names (its `order` is not used).
     pub fn open(config: &Config) -> Result<MetricStore> {
-        format::open_file(config, MetricStore::open_in, MetricStore::create_in)
+        format::open_file(
+            config,
+            |pool| MetricStore::open_with(pool, config.durability),
+            |pool| MetricStore::create_with(pool, config.durability),
+        )
     }
 
     /// Closes the file cleanly: what was stored since the open is folded into the nodes, the file
@@ -101,23 +108,61 @@ impl<M: PMem + 'static> MetricStore<M> {
         Ok(self.engine.checkpoint()?)
     }
 
-    /// Makes an empty metric store in a new pool.
+    /// Makes every sample stored so far survive a power loss, and returns once it does (a
+    /// power-safe point, see [`DurabilityPolicy`]; under `Process`, a sync that holds only until
+    /// the next write). Also reports a background safe point that failed since the last call.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.engine.sync()?)
+    }
+
+    /// The durability policy in force.
+    pub fn durability(&self) -> DurabilityPolicy {
+        self.engine.durability()
+    }
+
+    /// Power-safe points made since the open.
+    pub fn safe_points(&self) -> u64 {
+        self.engine.safe_points()
+    }
+
+    /// When the last power-safe point completed, if one did since the open.
+    pub fn last_safe_point(&self) -> Option<std::time::Instant> {
+        self.engine.last_safe_point()
+    }
+
+    /// What a flush and a fence guarantee on the store's memory (persistent memory, the page
+    /// cache...): with [`durability`](MetricStore::durability), what survives what.
+    pub fn medium(&self) -> petra::mem::Durability {
+        self.engine.pool().durability()
+    }
+
+    /// Makes an empty metric store in a new pool, under the default durability policy.
     pub fn create_in(pool: Pool<M>) -> Result<MetricStore<M>> {
+        MetricStore::create_with(pool, DurabilityPolicy::default())
+    }
+
+    /// Makes an empty metric store in a new pool, under the durability policy `durability`.
+    pub fn create_with(pool: Pool<M>, durability: DurabilityPolicy) -> Result<MetricStore<M>> {
         let shapes = [
             (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),
             (StructureKind::HashMap { buckets: 1024 }, KeyWidth::U64, Values::Words),
             (StructureKind::SkipList, KeyWidth::U128, Values::Bytes),
         ];
-        let (engine, _) = format::create(pool, &FORMAT, &shapes)?;
+        let (engine, _) = format::create(pool, &FORMAT, &shapes, durability)?;
         Ok(MetricStore { engine, catalog: RwLock::default(), catalog_write: Mutex::new(()) })
     }
 
     /// Opens the metric store in `pool`, recovering it, and reads its catalog. A catalog that
     /// does not hold together is refused before recovery writes anything.
     pub fn open_in(pool: Pool<M>) -> Result<MetricStore<M>> {
+        MetricStore::open_with(pool, DurabilityPolicy::default())
+    }
+
+    /// As [`open_in`](MetricStore::open_in), under the durability policy `durability`.
+    pub fn open_with(pool: Pool<M>, durability: DurabilityPolicy) -> Result<MetricStore<M>> {
         let (engine, (), catalog) = format::open(
             pool,
-            &FORMAT,
+            (&FORMAT, durability),
             |shapes| match shapes {
                 [
                     (StructureKind::SkipList, KeyWidth::U64, Values::Bytes),

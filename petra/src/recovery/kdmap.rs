@@ -49,7 +49,8 @@ struct Writer {
     hash: u64,
 }
 
-/// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint`, whose ops must
+/// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint` and at or below
+/// `upto` (the safe txid after a power loss, else `u64::MAX`), whose ops must
 /// name one of the pool's `structures` (one that does not is listed in `damage` and passed
 /// over). If the pool is `whole` (closed cleanly, or last used in this boot: every store the
 /// process made is in it), a descriptor marked persisted that fails its check, or a ring's last
@@ -58,7 +59,7 @@ struct Writer {
 /// media), and they are passed over.
 pub(super) fn read<M: PMem>(
     pool: &Pool<M>,
-    (epoch, checkpoint): (u64, u64),
+    (epoch, checkpoint, upto): (u64, u64, u64),
     structures: usize,
     whole: bool,
     damage: &mut Vec<Damage>,
@@ -77,6 +78,10 @@ pub(super) fn read<M: PMem>(
         let mut tail = None;
         while pos + 64 <= end {
             let (txid, bytes) = match persisted_at(mem, pos, end, epoch as u32, checkpoint) {
+                Found::Persisted { txid, bytes } if txid > upto => {
+                    pos += bytes;
+                    continue;
+                }
                 Found::Persisted { txid, bytes } => (txid, bytes),
                 Found::Damaged { bytes } if whole => {
                     damage.push(Damage { what: "a persisted descriptor that fails its check".into(), at: pos });

@@ -67,6 +67,9 @@ pub struct RecoveryReport {
     pub max_txid: u64,
     /// What the allocator rebuild found.
     pub allocator: RebuildReport,
+    /// After a power loss (the pool was last in use in another boot) of a pool that kept safe
+    /// points: the safe txid it was brought back to (every descriptor above it was passed over).
+    pub safe_point: Option<u64>,
     /// Whether the open skipped recovery: the pool was closed by
     /// [`Engine::close`](crate::Engine::close), so its normalised nodes held every committed
     /// transaction and no descriptor was read.
@@ -187,6 +190,9 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     let whole = clean || pool.same_boot();
     let mut damage = Vec::new();
     let mut found = read(&pool, &structures, &state, (clean, whole), &mut report, &mut damage);
+    if !whole && state.safe != 0 {
+        report.safe_point = Some(state.safe);
+    }
     check_values(&pool, &structures, &mut found.present, &mut damage);
     if let Some(d) = damage.into_iter().next() {
         return Err(d.into());
@@ -263,7 +269,10 @@ fn read<M: PMem>(
     let mut max_txid = state.checkpoint.max(state.txid_reserved.saturating_sub(1));
     let mut states: FxHashMap<(u8, u128), Option<u64>> = FxHashMap::default();
     if !clean {
-        let kdmap = kdmap::read(pool, (state.epoch, state.checkpoint), structures.len(), whole, damage);
+        // After a power loss, a pool that kept safe points goes back to the last one: what came
+        // after it may have reached the disk in part, in any order (see `safe`).
+        let upto = if whole || state.safe == 0 { u64::MAX } else { state.safe };
+        let kdmap = kdmap::read(pool, (state.epoch, state.checkpoint, upto), structures.len(), whole, damage);
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;

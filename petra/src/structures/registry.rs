@@ -295,6 +295,9 @@ impl Registry {
         }
         let structure = Structure::create(pool, kind, keys, values)?;
         pool.set_root(*n, structure.root_entry())?;
+        // On a page-cache pool the kernel may write the count's page back before the entry's
+        // (and the heads' and chunk entries'): they are on the disk first.
+        pool.sync()?;
         meta.set_structures(pool.mem(), *n as u64 + 1);
         let slot = *n;
         self.slots[slot].set(structure).map_err(|_| EngineError::Corrupt(format!("root slot {slot} taken twice")))?;

@@ -1,0 +1,350 @@
+//! Safe points: what a power loss cannot take back on a pool in the page cache.
+//!
+//! On persistent memory with DAX a flush and a fence put a store on the media, and the protocol's
+//! order (a byte value before its descriptor, a round's records before the checkpoint txid, the
+//! checkpoint txid before the slots it frees are reused) is the media's order. On a file in the
+//! page cache (a disk's file system, or `/dev/shm`) flush and fence order nothing on the disk:
+//! the kernel writes dirty pages back when it likes, in any order, and only a sync (`msync`)
+//! promises anything. So the engine keeps **safe points** there: a sync after which a power loss
+//! brings the pool back to exactly that point, a prefix of the transactions in txid order.
+//!
+//! A safe point ([`SafePoints::make`]), one at a time:
+//! 1. `s`, the last txid handed out, is read; each ring's newest descriptor is persisted if it is
+//!    committed and not yet (only a ring's newest can be: a handle writes its next descriptor
+//!    after its last one returned). Every committed writer at or below `s` is then in memory,
+//!    its descriptor and byte values whole.
+//! 2. Sync: they are on the disk.
+//! 3. `s` is stored in the meta region's safe txid, and synced.
+//!
+//! After a power loss (the pool was last in use in another boot, see `Pool::same_boot`),
+//! recovery reads only the descriptors at or below the safe txid; after the death of the process
+//! alone it reads them all, as without safe points. For the safe txid to hold, nothing it relies
+//! on may change on the disk before a later safe point covers the change, wherever the kernel
+//! writes pages back meanwhile. It relies on the records, the checkpoint txid `C`, the
+//! descriptors above `C` up to it, and their byte values. So, while safe points are kept:
+//! - **A round folds only what is safe** (the batch stops at the safe txid): a record it writes
+//!   is of a key some batch writer wrote (and KDMap names, the batch being above `C` and at or
+//!   below the safe txid), or holds a state a reader resolves to from a FINAL word, or (a node
+//!   taken on by a newer transaction) a newer state whose key a batch writer also names. A
+//!   round's read op whose node moved on writes no record.
+//! - **`C` advances one safe point late**: a round stores no `C`; the first safe point begun
+//!   after its records were written (so they, and every transaction they reflect, are on the
+//!   disk with it) stores it, after its own sync. Whenever the kernel writes that page back, the
+//!   records it vouches for are there.
+//! - **Slots are recycled one safe point later still**: a folded batch's slots are reused only
+//!   once the `C` above it is on the disk (stored before a safe point that completed), so that
+//!   recovery never needs a descriptor that was written over.
+//! - **Replaced byte values are freed once their replacer is safe**: a value stays readable
+//!   until the transaction that replaced it is at or below the safe txid.
+//!
+//! Rounds that find their rings filling make a safe point after them (see `Checkpointer`), so the
+//! rings still go round at the pace of the writers, not of the policy's interval.
+//!
+//! When the engine keeps no safe points ([`DurabilityPolicy::Process`], or a memory where a
+//! fence is durable), none of this runs: rounds advance `C` and recycle as they go, and the safe
+//! txid says 0.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::mem::{Durability, PMem};
+use crate::protocol::Core;
+use crate::ring::{Ring, Rings};
+
+/// Replaced byte values held for a safe point (see `Reclaim`) that make a writer start one early,
+/// so that a store that replaces values fast does not grow by a second's worth of them.
+pub(crate) const HELD_BYTES: u64 = 4 << 20;
+
+/// When a write survives a power loss, on a pool whose memory needs a sync for that (a file in
+/// the page cache). Where a fence is durable (persistent memory with DAX) every policy is as
+/// [`Immediate`](DurabilityPolicy::Immediate), at no extra cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurabilityPolicy {
+    /// A write returns once it survives power loss: after the sync of a safe point that covers
+    /// it. Writers that commit while a sync is in flight share the next one (group commit).
+    Immediate,
+    /// A write returns once it survives the death of the process; a background thread makes a
+    /// safe point every interval (and [`Engine::sync`](crate::Engine::sync) one when asked). A
+    /// power loss loses at most the writes after the last safe point, never one before it.
+    Periodic(Duration),
+    /// A write survives the death of the process, not of the machine: no safe point is kept. A
+    /// power loss may lose or tear anything changed since the last
+    /// [`Engine::sync`](crate::Engine::sync) or [`Engine::close`](crate::Engine::close).
+    Process,
+}
+
+impl Default for DurabilityPolicy {
+    /// A safe point every second.
+    fn default() -> Self {
+        DurabilityPolicy::Periodic(Duration::from_secs(1))
+    }
+}
+
+impl std::fmt::Display for DurabilityPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DurabilityPolicy::Immediate => write!(f, "immediate"),
+            DurabilityPolicy::Periodic(every) => write!(f, "periodic {every:?}"),
+            DurabilityPolicy::Process => write!(f, "process"),
+        }
+    }
+}
+
+impl DurabilityPolicy {
+    /// What survives on `durability` under this policy, in one line (for start-up logs).
+    pub fn guarantee(self, durability: Durability) -> String {
+        match (durability, self) {
+            (Durability::Dax, _) => "every acknowledged write survives power loss (persistent memory)".into(),
+            (Durability::Volatile, _) => "nothing survives the process (volatile)".into(),
+            (Durability::Private, _) => "nothing reaches the file (a private copy)".into(),
+            (_, DurabilityPolicy::Immediate) => "every acknowledged write survives power loss (synced)".into(),
+            (_, DurabilityPolicy::Periodic(every)) => format!(
+                "acknowledged writes survive the death of the process; power loss loses at most the last {every:?} \
+                 (a safe point every {every:?})"
+            ),
+            (_, DurabilityPolicy::Process) => {
+                "acknowledged writes survive the death of the process, not power loss (no safe points)".into()
+            }
+        }
+    }
+}
+
+/// The engine's safe points: the policy, and the state that keeps rounds in step with syncs.
+#[derive(Debug)]
+pub(crate) struct SafePoints {
+    policy: DurabilityPolicy,
+    /// Whether safe points are kept: a page-cache memory and a policy other than `Process`.
+    on: bool,
+    /// Held while a safe point is made: one at a time.
+    making: Mutex<()>,
+    /// The safe txid on the disk (0: none yet this run).
+    durable: AtomicU64,
+    /// Safe points completed this run.
+    made: AtomicU64,
+    /// When the last one completed.
+    last: Mutex<Option<std::time::Instant>>,
+    gate: Mutex<Gate>,
+    /// Group commit: whether a writer is making a safe point for the others.
+    leading: Mutex<bool>,
+    /// Signalled when a writer's safe point ends.
+    led: Condvar,
+    /// The last error of a safe point nobody waited for (the background syncer's), until
+    /// [`take_error`](SafePoints::take_error).
+    error: Mutex<Option<io::Error>>,
+}
+
+/// What waits for safe points: checkpoint txids and ring slots.
+#[derive(Debug, Default)]
+struct Gate {
+    /// The largest checkpoint txid of the rounds that folded since the last safe point began: the
+    /// next safe point stores it.
+    folded: u64,
+    /// The checkpoint txid the last safe point stored: on the disk once the next one completes.
+    stored: u64,
+    /// The checkpoint txid on the disk (stored before a safe point that completed).
+    durable: u64,
+    /// Folded batches' ends: (ring, end, the batch's checkpoint txid), recycled once that txid
+    /// is on the disk.
+    tails: Vec<(Arc<Ring>, u64, u64)>,
+}
+
+impl SafePoints {
+    /// The safe points of an engine on memory of `durability` under `policy`.
+    pub(crate) fn new(policy: DurabilityPolicy, durability: Durability) -> SafePoints {
+        let on = durability == Durability::PageCache && policy != DurabilityPolicy::Process;
+        SafePoints {
+            policy,
+            on,
+            making: Mutex::new(()),
+            durable: AtomicU64::new(0),
+            made: AtomicU64::new(0),
+            last: Mutex::new(None),
+            gate: Mutex::new(Gate::default()),
+            leading: Mutex::new(false),
+            led: Condvar::new(),
+            error: Mutex::new(None),
+        }
+    }
+
+    /// The policy in force.
+    pub(crate) fn policy(&self) -> DurabilityPolicy {
+        self.policy
+    }
+
+    /// Whether safe points are kept.
+    #[inline]
+    pub(crate) fn on(&self) -> bool {
+        self.on
+    }
+
+    /// The background syncer's interval, if the engine runs one.
+    pub(crate) fn interval(&self) -> Option<Duration> {
+        match self.policy {
+            DurabilityPolicy::Periodic(every) if self.on => Some(every),
+            _ => None,
+        }
+    }
+
+    /// Every committed writer at or below this txid survives a power loss: `u64::MAX` when safe
+    /// points are not kept (nothing waits for them then).
+    #[inline]
+    pub(crate) fn safe(&self) -> u64 {
+        if !self.on {
+            return u64::MAX;
+        }
+        // Acquire: pairs with the Release store after the safe point's syncs.
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Safe points completed since the open.
+    pub(crate) fn made(&self) -> u64 {
+        // Relaxed: a count for reports.
+        self.made.load(Ordering::Relaxed)
+    }
+
+    /// When the last safe point completed, if one did since the open.
+    pub(crate) fn last(&self) -> Option<std::time::Instant> {
+        *self.last.lock()
+    }
+
+    /// The bound of a round's batch: `t0`, or the safe txid's successor if that is smaller.
+    pub(crate) fn batch_bound(&self, t0: u64) -> u64 {
+        t0.min(self.safe().saturating_add(1))
+    }
+
+    /// A round wrote the records of every committed writer at or below `c` (made durable by the
+    /// caller's flushes, where a fence is durable): stores `c` as the checkpoint txid now, or,
+    /// while safe points are kept, has the next safe point store it.
+    pub(crate) fn folded<M: PMem + 'static>(&self, core: &Core<M>, c: u64) {
+        if !self.on {
+            let c = c.max(core.meta.checkpoint_txid(core.mem()));
+            core.meta.set_checkpoint_txid(core.mem(), c);
+            return;
+        }
+        let mut gate = self.gate.lock();
+        gate.folded = gate.folded.max(c);
+    }
+
+    /// Recycles `ring`'s slots up to `end`, which a round folded into records with checkpoint
+    /// txid `c`, once no thread can read them (the caller's epoch grace has passed): now, or,
+    /// while safe points are kept, once `c` is on the disk.
+    pub(crate) fn recycle(&self, ring: Arc<Ring>, end: u64, c: u64) {
+        if self.on {
+            let mut gate = self.gate.lock();
+            if c > gate.durable {
+                gate.tails.push((ring, end, c));
+                return;
+            }
+        }
+        // Release: a writer that sees the tail reuses slots nobody reads any more.
+        ring.tail.store(end, Ordering::Release);
+    }
+
+    /// Makes a safe point now (see the [module docs](self)) and returns its txid, waiting for one
+    /// in progress to end first. Only while safe points are kept.
+    pub(crate) fn make<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
+        let one = self.making.lock();
+        self.make_locked(core, rings, one)
+    }
+
+    /// [`make`](SafePoints::make), unless one is being made: `None` then.
+    pub(crate) fn try_make<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> Option<io::Result<u64>> {
+        let one = self.making.try_lock()?;
+        Some(self.make_locked(core, rings, one))
+    }
+
+    fn make_locked<M: PMem + 'static>(
+        &self,
+        core: &Core<M>,
+        rings: &Rings,
+        _one: parking_lot::MutexGuard<'_, ()>,
+    ) -> io::Result<u64> {
+        debug_assert!(self.on);
+        let mem = core.mem();
+        // The rounds whose records are written: this safe point's syncs put them on the disk.
+        let folded = std::mem::take(&mut self.gate.lock().folded);
+        // 1. Every writer with a txid at or below `s` is committed and has its txid; persisting
+        // a descriptor stores its check word and flushes: here, the stores are what matter.
+        let s = core.next_txid() - 1;
+        for ring in rings.all() {
+            // Acquire: the descriptor was written before its offset was published.
+            let d = ring.newest.load(Ordering::Acquire);
+            if d != 0 {
+                core.persist(d);
+            }
+        }
+        // 2. and 3.
+        mem.sync()?;
+        core.meta.set_safe_txid(mem, s);
+        mem.sync()?;
+        // Release: what waits for the safe txid (an Immediate writer, a freed value's reuse) comes
+        // after its syncs.
+        self.durable.fetch_max(s, Ordering::Release);
+        // Relaxed: a count for reports.
+        self.made.fetch_add(1, Ordering::Relaxed);
+        *self.last.lock() = Some(std::time::Instant::now());
+        let mut gate = self.gate.lock();
+        // The checkpoint txid the last safe point stored is on the disk now: the slots it covers
+        // may be written over.
+        gate.durable = gate.stored;
+        let durable = gate.durable;
+        gate.tails.retain(|(ring, end, c)| {
+            if *c > durable {
+                return true;
+            }
+            // Release: as in `recycle`.
+            ring.tail.store(*end, Ordering::Release);
+            false
+        });
+        // The records of the rounds that folded before this safe point began are on the disk,
+        // with every transaction they reflect (at or below `s`): the checkpoint txid may say so.
+        if folded > gate.stored {
+            core.meta.set_checkpoint_txid(mem, folded);
+            gate.stored = folded;
+        }
+        drop(gate);
+        core.reclaim.release_held(&core.pool, s);
+        Ok(s)
+    }
+
+    /// Returns once the committed writer `txid` survives a power loss: at once if safe points are
+    /// not kept or one covers it, else after the safe point that does, made by `make` (this
+    /// writer's, or another's it waited for: writers that arrive while one is made share the
+    /// next).
+    pub(crate) fn wait(&self, txid: u64, make: impl Fn() -> io::Result<u64>) -> io::Result<()> {
+        if self.safe() >= txid {
+            return Ok(());
+        }
+        let mut leading = self.leading.lock();
+        loop {
+            if self.safe() >= txid {
+                return Ok(());
+            }
+            if *leading {
+                self.led.wait(&mut leading);
+                continue;
+            }
+            *leading = true;
+            drop(leading);
+            let made = make();
+            leading = self.leading.lock();
+            *leading = false;
+            self.led.notify_all();
+            made?;
+        }
+    }
+
+    /// Keeps the error of a safe point nobody waited for.
+    pub(crate) fn keep_error(&self, e: io::Error) {
+        *self.error.lock() = Some(e);
+    }
+
+    /// The error of the last failed safe point nobody waited for, if any (taken).
+    pub(crate) fn take_error(&self) -> Option<io::Error> {
+        self.error.lock().take()
+    }
+}
