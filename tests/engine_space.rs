@@ -8,7 +8,7 @@ use petra::RecoveryReport;
 use petra::mem::CrashPlan;
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, EngineError, StructId, Transaction};
+use petra::{DurabilityPolicy, Engine, EngineConfig, EngineError, StructId, Transaction};
 use petra_recovery::crash::CrashTest;
 
 fn config() -> PoolConfig {
@@ -37,11 +37,15 @@ fn crash_and_reopen(engine: Engine<Arc<SimMem>>, mem: &Arc<SimMem>) -> (Engine<A
 #[test]
 fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
     let dir = petra_recovery::scratch_dir();
-    // A pool per kind.
-    for kind in petra_recovery::battery::ALL.into_iter().filter(|k| k.removes_nodes()) {
-        let pool = Pool::create(dir.path().join(format!("churn-{kind:?}.pool")), &config()).unwrap();
-        let engine = Engine::create(pool, EngineConfig::rings(32 << 20)).unwrap();
-        churn(&engine, petra_recovery::battery::create(&engine, kind));
+    // A pool per kind and policy: without safe points, and with a safe point after every
+    // transaction (a replaced value is held until its replacer is safe, see `petra/src/safe.rs`;
+    // here it is at once, so the bounds are the same).
+    for policy in [DurabilityPolicy::Process, DurabilityPolicy::Immediate] {
+        for kind in petra_recovery::battery::ALL.into_iter().filter(|k| k.removes_nodes()) {
+            let pool = Pool::create(dir.path().join(format!("churn-{kind:?}-{policy}.pool")), &config()).unwrap();
+            let engine = Engine::create(pool, EngineConfig::rings(32 << 20).durability(policy)).unwrap();
+            churn(&engine, petra_recovery::battery::create(&engine, kind));
+        }
     }
 }
 

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use petra::mem::{CrashPlan, MediaModel, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Op, OpKind, Transaction};
+use petra::{DurabilityPolicy, Engine, EngineConfig, Op, OpKind, Transaction};
 use petra_recovery::crash::{CrashTest, Report};
 use petra_recovery::model::Model;
-use petra_recovery::power::{self, History, Kind};
+use petra_recovery::power::{self, History, Kind, Promise};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -26,10 +26,18 @@ fn config() -> PoolConfig {
     PoolConfig { initial_size: 512 << 10, max_size: MAX_LEN, chunk_size: 64 << 10, mapping: Mapping::default() }
 }
 
-/// Rings of one chunk, rounds when a ring is a quarter full (the default).
+/// Rings of one chunk, rounds when a ring is a quarter full (the default), without safe points.
 fn engine_config() -> EngineConfig {
-    EngineConfig::rings(RING)
+    EngineConfig::rings(RING).durability(DurabilityPolicy::Process)
 }
+
+/// A policy's engine settings. `Periodic`'s background syncer waits an hour, so that the
+/// history's safe points (and those the rounds make) are the only ones, the same on every run.
+fn config_of(policy: DurabilityPolicy) -> EngineConfig {
+    EngineConfig::rings(RING).durability(policy)
+}
+
+const PERIODIC: DurabilityPolicy = DurabilityPolicy::Periodic(std::time::Duration::from_secs(3600));
 
 fn initial_ops() -> Vec<Op> {
     ALL.iter().flat_map(|&s| (0..KEYS).step_by(4).map(move |k| Op::new(OpKind::Put, s, k, 1000 + k))).collect()
@@ -77,36 +85,50 @@ fn random_tx(rng: &mut StdRng) -> Transaction {
 }
 
 /// How a workload runs: one thread (so the history, and every image, is the same on every
-/// run), `transactions` random ones, a sync after every `sync_every` of them.
+/// run), `transactions` random ones, a sync after every `sync_every` of them (`Engine::sync`: a
+/// safe point where the policy keeps them), under `policy`.
 #[derive(Debug, Clone, Copy)]
 struct Run {
     seed: u64,
     transactions: usize,
     sync_every: usize,
+    policy: DurabilityPolicy,
 }
 
 /// Opens (recovering: that syncs) and runs the transactions, syncing as `run` says, with
 /// checkpoint rounds as the ring fills; leaves the engine as a power loss would.
 fn workload(mem: Arc<SimMem>, run: Run) -> History {
     let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
-    let (engine, _) = Engine::open(pool, engine_config()).unwrap();
+    let (engine, _) = Engine::open(pool, config_of(run.policy)).unwrap();
     let mut h = engine.handle().unwrap();
     let mut rng = StdRng::seed_from_u64(run.seed);
     let mut history = History::new(base());
+    history.promise = match run.policy {
+        DurabilityPolicy::Process => Promise::LastSync,
+        DurabilityPolicy::Periodic(_) => Promise::SafePoints,
+        DurabilityPolicy::Immediate => Promise::Acknowledged,
+    };
     for i in 1..=run.transactions {
         power::execute(&mem, &mut h, &random_tx(&mut rng), &mut history.committed).unwrap();
         if i % run.sync_every == 0 {
-            history.sync(&mem, engine.pool()).unwrap();
+            history.safe_point(&mem, || engine.sync()).unwrap();
         }
     }
-    // One ring: with more descriptors than it holds, checkpoint rounds recycled its slots.
-    assert_eq!(engine.rings(), 1);
+    if run.policy == DurabilityPolicy::Process {
+        // One ring: with more descriptors than it holds, checkpoint rounds recycled its slots.
+        assert_eq!(engine.rings(), 1);
+    }
     history
 }
 
 /// The workload's crash images: before every fence and every sync (where the most pages may or
 /// may not be on the disk), `points` of them spread over the run, `samples` images each.
 fn power_run(model: MediaModel, run: Run, points: usize, samples: usize) -> (Report, History) {
+    let config = match run.policy {
+        DurabilityPolicy::Process => engine_config,
+        DurabilityPolicy::Periodic(_) => || config_of(PERIODIC),
+        DurabilityPolicy::Immediate => || config_of(DurabilityPolicy::Immediate),
+    };
     let plan = CrashPlan { every_flush: false, ..CrashPlan::all(0.0, run.seed).with_syncs() };
     let test = CrashTest { model, plan, exhaustive_bound: 0, samples, max_points: points, ..CrashTest::new(run.seed) };
     let mut kept = None;
@@ -118,7 +140,7 @@ fn power_run(model: MediaModel, run: Run, points: usize, samples: usize) -> (Rep
             kept = Some(history.clone());
             history
         },
-        engine_config,
+        config,
     );
     (report, kept.expect("the workload ran"))
 }
@@ -139,7 +161,7 @@ fn summary(report: &Report) -> String {
 /// Two syncs, each after 1 000 transactions: between them the ring (511 one-op descriptors) goes
 /// round more than once, so checkpoint rounds fold transactions acknowledged before a sync, move
 /// the checkpoint txid past them and recycle their slots, all before the next sync.
-const TEETH: Run = Run { seed: 1, transactions: 2_500, sync_every: 1_000 };
+const TEETH: Run = Run { seed: 1, transactions: 2_500, sync_every: 1_000, policy: DurabilityPolicy::Process };
 
 /// The model has teeth: today's engine orders its records, its checkpoint txid, its ring slots
 /// and its byte values with flush and fence only, which order nothing on a page-cache file, so a
@@ -155,9 +177,9 @@ const TEETH: Run = Run { seed: 1, transactions: 2_500, sync_every: 1_000 };
 /// (`fn with_every_page_written_back_or_none_since_the_sync_nothing_is_lost`): it is the
 /// page-cache model that finds it.
 ///
-/// Once the engine keeps safe points (syncs a power loss never goes behind), this test is to be
-/// turned into the passing check of that policy: the same workload syncing at safe points, every
-/// image recovered with every synced transaction (`Report::assert_ok`).
+/// With safe points the same workload passes: see
+/// `fn safe_points_keep_every_transaction_acknowledged_before_them`. This one runs it under
+/// `DurabilityPolicy::Process`, which keeps none (today's protocol without them).
 #[test]
 fn the_page_cache_model_finds_synced_transactions_lost_without_safe_points() {
     let (report, history) = power_run(MediaModel::PageCache, TEETH, 60, 8);
@@ -224,7 +246,10 @@ fn with_every_page_written_back_or_none_since_the_sync_nothing_is_lost() {
 #[test]
 fn a_page_cache_image_recovers_as_another_boot() {
     let mem = Arc::new(setup().with_model(MediaModel::PageCache));
-    let history = workload(Arc::clone(&mem), Run { seed: 2, transactions: 50, sync_every: 20 });
+    let history = workload(
+        Arc::clone(&mem),
+        Run { seed: 2, transactions: 50, sync_every: 20, policy: DurabilityPolicy::Process },
+    );
     let state = mem.crash_now();
     assert!(state.pending() > 0, "pages written since the last sync");
     // Everything written back: the image is the working memory, at another boot.
@@ -238,4 +263,65 @@ fn a_page_cache_image_recovers_as_another_boot() {
     power::check(&history, &image, image.to_mem(MAX_LEN), engine_config()).unwrap();
     // The same memory after its process died: the same boot.
     assert!(Pool::open_in(Arc::clone(&mem)).unwrap().same_boot());
+}
+
+/// The teeth test's workload under `Periodic`: a safe point after every 1 000 transactions (and
+/// those the checkpoint rounds make as the ring fills). Every image of every crash point recovers
+/// to a state the history went through at or after the last safe point that completed, holding
+/// every transaction acknowledged before it: the checkpoint txid, the records, the recycled
+/// slots and the freed values kept in step with the syncs.
+#[test]
+fn safe_points_keep_every_transaction_acknowledged_before_them() {
+    let run = Run { policy: PERIODIC, ..TEETH };
+    let (report, history) = power_run(MediaModel::PageCache, run, 60, 8);
+    eprintln!("page cache, safe points: {}", summary(&report));
+    assert!(history.most_between_syncs() as u64 * 128 > RING, "the ring must go round between two safe points");
+    assert!(report.images >= 400, "only {} images", report.images);
+    report.assert_ok();
+}
+
+/// `Immediate`: a transaction returns after the safe point that covers it, so every image keeps
+/// every transaction acknowledged before the crash.
+#[test]
+fn immediate_keeps_every_acknowledged_transaction() {
+    let run = Run { seed: 3, transactions: 600, sync_every: usize::MAX, policy: DurabilityPolicy::Immediate };
+    let (report, history) = power_run(MediaModel::PageCache, run, 60, 8);
+    eprintln!("page cache, immediate: {}", summary(&report));
+    assert!(history.committed.len() > 300, "{} writers committed", history.committed.len());
+    assert!(report.images >= 400, "only {} images", report.images);
+    report.assert_ok();
+}
+
+/// `Immediate` returns only after the sync that covers the transaction: counted through the
+/// memory seam (two syncs per writer alone: the data, then the safe txid), and shown by the
+/// image where no page was written back since the last sync, which holds every write acknowledged.
+#[test]
+fn an_immediate_write_returns_after_the_sync_that_covers_it() {
+    use petra::mem::{Counting, MemCounts};
+    let mem = Arc::new(setup().with_model(MediaModel::PageCache));
+    let counted = Counting::new(Arc::clone(&mem));
+    let pool = Pool::open_in(counted).unwrap();
+    let (engine, _) = Engine::open(pool, config_of(DurabilityPolicy::Immediate)).unwrap();
+    let mut h = engine.handle().unwrap();
+    let s = ALL[0];
+    for k in 0..20u64 {
+        let before = MemCounts::current();
+        assert!(petra_recovery::battery::execute(&mut h, Transaction::new().put(s, k, 7 + k)).unwrap().is_committed());
+        let syncs = (MemCounts::current() - before).syncs;
+        // Two, plus the safe points of a round that filled the ring (none this short).
+        assert_eq!(syncs, 2, "write {k}: {syncs} syncs");
+        // A read is never held back.
+        let before = MemCounts::current();
+        assert_eq!(petra_recovery::battery::get(&mut h, s, k).unwrap(), Some(7 + k));
+        assert_eq!((MemCounts::current() - before).syncs, 0);
+        // Power lost now, nothing written back since the last sync: the write is there.
+        let state = mem.crash_now();
+        let nothing = state.images(0, 0, 0).remove(0);
+        let image = state.image(&nothing);
+        let (recovered, _) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config()).unwrap();
+        assert_eq!(
+            petra_recovery::battery::entries(&recovered, s).unwrap().into_iter().find(|e| e.0 == k),
+            Some((k, 7 + k))
+        );
+    }
 }

@@ -67,7 +67,7 @@ pub use error::{KvError, Result};
 pub use metric::{
     Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored, Value, WindowAcc, WindowStats,
 };
-pub use petra::SalvageReport;
+pub use petra::{DurabilityPolicy, SalvageReport};
 pub use salvage::salvage;
 pub use store::{Batch, Config, CreateMode, MAX_KEY_LEN, MAX_VALUE_LEN, Order, Session, Store};
 

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use petra_kv::{Config, CreateMode, Order, Store};
+use petra_kv::{Config, CreateMode, DurabilityPolicy, Order, Store};
 
 struct Counting;
 
@@ -50,9 +50,16 @@ fn count(n: u64, mut f: impl FnMut(u64)) -> u64 {
 
 #[test]
 fn operations_on_short_keys_allocate_only_amortised_bookkeeping() {
-    for order in [Order::Unsorted { buckets: 4096 }, Order::Sorted] {
+    // Without safe points, and with the default policy's (a round folds only what a safe point
+    // covers and its slots come back a safe point later, so a ring past its fill runs about
+    // twice the rounds, each a few lists; a remove's share of them is 0.2 to 0.5 allocations).
+    let policies = [(DurabilityPolicy::Process, 2000), (DurabilityPolicy::default(), 2500)];
+    for ((durability, most_removes), order) in
+        policies.into_iter().flat_map(|p| [Order::Unsorted { buckets: 4096 }, Order::Sorted].map(|o| (p, o)))
+    {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config { create: CreateMode::Create, order, ..Config::new(dir.path().join("allocs.pool")) };
+        let config =
+            Config { create: CreateMode::Create, order, durability, ..Config::new(dir.path().join("allocs.pool")) };
         let store = Store::open(&config).unwrap();
         let mut s = store.session().unwrap();
         let (value, other) = ([7u8; 100], [8u8; 100]);
@@ -60,6 +67,13 @@ fn operations_on_short_keys_allocate_only_amortised_bookkeeping() {
         // Warm up: the handle's ring, the slabs of nodes and blobs, the session's buffers, and
         // the deferred work of removes and overwrites run.
         for round in 0..3 {
+            if round == 2 {
+                // A power-safe point, as the default policy makes every second: the values
+                // replaced so far are freed (by the round after it) for the puts below to reuse.
+                // Until one covers their replacer they are held, and new ones are carved from
+                // fresh chunks.
+                store.sync().unwrap();
+            }
             for i in 0..2000 {
                 s.put(&key(i), &value).unwrap();
                 if round == 1 {
@@ -77,10 +91,10 @@ fn operations_on_short_keys_allocate_only_amortised_bookkeeping() {
         // of a deferred-work queue per 31 items, crossbeam's bag of deferred work when it fills.
         // (Before the session and the handle kept their vectors, each put allocated two.)
         for (what, n, most) in [("puts", puts, 32), ("gets", gets, 10), ("overwrites", overwrites, 100)] {
-            assert!(n <= most, "{order:?}: {n} allocations for 1000 {what}, expected at most {most}");
+            assert!(n <= most, "{order:?}, {durability}: {n} allocations for 1000 {what}, expected at most {most}");
         }
         // A remove defers its node's removal (a boxed closure) and passes the bag on at once.
-        assert!(removes <= 2 * 1000, "{order:?}: {removes} allocations for 1000 removes");
+        assert!(removes <= most_removes, "{order:?}, {durability}: {removes} allocations for 1000 removes");
     }
 }
 

@@ -68,10 +68,30 @@ impl Committed {
     }
 }
 
+/// What a workload's engine promises about a power loss, which [`check`] holds it to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Promise {
+    /// Every transaction acknowledged before the image's last sync is there (what a pool whose
+    /// protocol kept its order on the disk would give; without safe points it does not hold).
+    #[default]
+    LastSync,
+    /// Every transaction acknowledged before the last safe point the workload made
+    /// ([`History::safe_point`]) that completed before the crash is there
+    /// (`DurabilityPolicy::Periodic`).
+    SafePoints,
+    /// Every transaction acknowledged before the crash is there (`DurabilityPolicy::Immediate`).
+    Acknowledged,
+}
+
 /// What a workload did: the state it started from, every transaction of it that committed a
 /// write, and the syncs it asked for.
 #[derive(Debug, Clone, Default)]
 pub struct History {
+    /// What the engine promises.
+    pub promise: Promise,
+    /// The safe points the workload made: the simulator events completed before each began and
+    /// when it returned.
+    pub safe_points: Vec<(u64, u64)>,
     /// The state before the workload.
     pub base: Model,
     /// The committed writers, of every thread, in any order.
@@ -92,6 +112,27 @@ impl History {
     pub fn sync<M: PMem>(&mut self, mem: &SimMem, pool: &Pool<M>) -> std::io::Result<()> {
         self.syncs.push(mem.events());
         pool.sync()
+    }
+
+    /// Makes a safe point with `make` (`Engine::sync`) and records when it began and returned.
+    pub fn safe_point<E>(&mut self, mem: &SimMem, make: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        let begin = mem.events();
+        self.syncs.push(begin);
+        make()?;
+        self.safe_points.push((begin, mem.events()));
+        Ok(())
+    }
+
+    /// The event from which the recovered state must be one the history went through, for a
+    /// crash before event `crash` whose image's last completed sync was at `last_sync`.
+    fn bound(&self, last_sync: Option<u64>, crash: u64) -> u64 {
+        match self.promise {
+            Promise::LastSync => last_sync.unwrap_or(0),
+            Promise::SafePoints => {
+                self.safe_points.iter().filter(|&&(_, end)| end <= crash).map(|&(begin, _)| begin).max().unwrap_or(0)
+            }
+            Promise::Acknowledged => crash,
+        }
     }
 
     /// The most transactions that returned between two consecutive syncs of the workload (or
@@ -214,7 +255,8 @@ impl fmt::Display for Violation {
 
 /// Recovers `mem`, the memory of `image`, through the engine's normal open with `config`, and
 /// checks it against `history` (see the [module docs](self)): the transactions acknowledged
-/// before the image's last sync must be there, in a state the history went through at or after
+/// before what the history's [`Promise`] names (the image's last sync, the last safe point that
+/// completed, or the crash) must be there, in a state the history went through at or after
 /// it, and the allocator must hold exactly what the recovered keys need.
 pub fn check(history: &History, image: &CrashImage, mem: SimMem, config: EngineConfig) -> Result<(), Violation> {
     let pool = Pool::open_in(mem)
@@ -233,7 +275,7 @@ pub fn check(history: &History, image: &CrashImage, mem: SimMem, config: EngineC
     if live != battery::live_blocks(&engine, report.present_keys) {
         return Err(Violation::Allocator(format!("{live} live blocks for {} keys and the heads", report.present_keys)));
     }
-    let sync = image.last_sync.unwrap_or(0);
+    let sync = history.bound(image.last_sync, image.point.event);
     Search::new(history, &recovered).find(sync, image.point.event)
 }
 

@@ -22,11 +22,13 @@ pub struct MemCounts {
     pub flushes: u64,
     /// Fences.
     pub fences: u64,
+    /// Syncs (`msync` on a page-cache file).
+    pub syncs: u64,
 }
 
 thread_local! {
     static COUNTS: Cell<MemCounts> = const { Cell::new(MemCounts {
-        stores: 0, cas: 0, cas_failures: 0, fetch_adds: 0, flushes: 0, fences: 0,
+        stores: 0, cas: 0, cas_failures: 0, fetch_adds: 0, flushes: 0, fences: 0, syncs: 0,
     }) };
 }
 
@@ -55,6 +57,7 @@ impl Sub for MemCounts {
             fetch_adds: self.fetch_adds - rhs.fetch_adds,
             flushes: self.flushes - rhs.flushes,
             fences: self.fences - rhs.fences,
+            syncs: self.syncs - rhs.syncs,
         }
     }
 }
@@ -141,6 +144,7 @@ impl<M: PMem> PMem for Counting<M> {
         self.inner.boot()
     }
     fn sync(&self) -> io::Result<()> {
+        MemCounts::bump(|c| c.syncs += 1);
         self.inner.sync()
     }
 }
@@ -182,6 +186,6 @@ mod tests {
         m.flush(0);
         m.fence();
         let d = MemCounts::current() - before;
-        assert_eq!(d, MemCounts { stores: 1, cas: 2, cas_failures: 1, fetch_adds: 1, flushes: 1, fences: 1 });
+        assert_eq!(d, MemCounts { stores: 1, cas: 2, cas_failures: 1, fetch_adds: 1, flushes: 1, fences: 1, syncs: 0 });
     }
 }
