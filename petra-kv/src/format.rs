@@ -8,8 +8,8 @@ use petra::error::Damage;
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
-    Blobs, Contents, DurabilityPolicy, Engine, EngineConfig, EngineError, Handle, Key, KeyWidth, Shape, StructId, StructureKind,
-    Transaction, Values,
+    Blobs, Contents, DurabilityPolicy, Engine, EngineConfig, EngineError, Handle, Key, KeyWidth, Shape, StructId,
+    StructureKind, Transaction, Values,
 };
 
 use crate::config::{Config, CreateMode};

@@ -28,7 +28,8 @@ pub fn salvage(from: &Path, to: &Config) -> Result<SalvageReport> {
         ..PoolConfig::default()
     };
     let into = Pool::create(&to.path, &pool_config)?;
-    let made = Engine::salvage(&damaged, into, format::engine_config(DurabilityPolicy::default())).map_err(KvError::from);
+    let made =
+        Engine::salvage(&damaged, into, format::engine_config(DurabilityPolicy::default())).map_err(KvError::from);
     let (engine, report) = made.inspect_err(|_| {
         // The file is ours (created just now) and holds nothing: leave nothing behind.
         let _ = std::fs::remove_file(&to.path);

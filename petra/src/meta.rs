@@ -98,9 +98,15 @@ impl Meta {
         mem.store(off + UUID, uuid as u64, Ordering::Relaxed);
         mem.store(off + UUID + 8, (uuid >> 64) as u64, Ordering::Relaxed);
         mem.store(off + ID_CHECK, id_check(uuid), Ordering::Relaxed);
-        for (word, value) in
-            [(EPOCH, 1), (CLEAN, 0), (ATTEMPT, 1), (TXID_RESERVED, 1 + TXID_BLOCK), (CHECKPOINT, 0), (STRUCTURES, 0), (SAFE, 0)]
-        {
+        for (word, value) in [
+            (EPOCH, 1),
+            (CLEAN, 0),
+            (ATTEMPT, 1),
+            (TXID_RESERVED, 1 + TXID_BLOCK),
+            (CHECKPOINT, 0),
+            (STRUCTURES, 0),
+            (SAFE, 0),
+        ] {
             meta.store(mem, word, value);
         }
         mem.flush_range(off, BYTES);
