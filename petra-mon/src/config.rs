@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! # /etc/petra-mon.toml
-//! store = "/var/lib/petra-mon/petra-mon.pool"
+//! store = "/var/lib/petra-mon/petra-mon.pool"   # default: the state directory's (below)
 //! listen = ":9464"
 //! interval_ms = 1000
 //! samplers = ["meminfo", "vmstat", "loadavg", "stat", "diskstats"]
@@ -16,6 +16,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub const DEFAULT_LISTEN: &str = ":9464";
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The default maximum size of a new store's file.
 pub const DEFAULT_MAX_SIZE: u64 = 4 << 30;
+/// The store's file name in the state directory, when no store is given.
+pub const STORE_FILE: &str = "petra-mon.pool";
 
 /// Settings as the configuration file gives them (all optional).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -86,6 +89,8 @@ impl FileConfig {
 pub struct Settings {
     /// The store's file.
     pub store: PathBuf,
+    /// Whether it is the default one, in the state directory (which is created if missing).
+    pub store_in_state_dir: bool,
     /// Where to serve, if anywhere (an address `TcpListener` binds).
     pub listen: Option<String>,
     /// Time between rounds.
@@ -152,6 +157,42 @@ pub fn retention(s: &str) -> Result<Option<Duration>, MonError> {
         return Ok(None);
     }
     humantime::parse_duration(s).map(Some).map_err(|e| MonError::Config(format!("retention {s:?}: {e}")))
+}
+
+/// The directory the store's file goes in when none is given, from the environment: systemd's
+/// `$STATE_DIRECTORY` (its first directory, for `StateDirectory=`), else
+/// `$XDG_STATE_HOME/petra-mon`, else `$HOME/.local/state/petra-mon`. Empty values are not set,
+/// and relative ones are ignored as the XDG base directory specification says.
+pub fn state_dir(
+    state_directory: Option<OsString>,
+    xdg_state_home: Option<OsString>,
+    home: Option<OsString>,
+) -> Result<PathBuf, MonError> {
+    let absolute = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    // systemd joins several StateDirectory= entries with colons.
+    let systemd = state_directory.and_then(|v| {
+        let v = v.into_string().ok()?;
+        v.split(':').next().map(OsString::from)
+    });
+    if let Some(dir) = absolute(systemd) {
+        return Ok(dir);
+    }
+    if let Some(dir) = absolute(xdg_state_home) {
+        return Ok(dir.join("petra-mon"));
+    }
+    if let Some(home) = absolute(home) {
+        return Ok(home.join(".local/state/petra-mon"));
+    }
+    Err(MonError::Config(
+        "no state directory for the store: none of STATE_DIRECTORY, XDG_STATE_HOME and HOME is set; give --store"
+            .into(),
+    ))
+}
+
+/// The store's file when none is given: [`STORE_FILE`] in this process's [`state_dir`].
+pub fn default_store() -> Result<PathBuf, MonError> {
+    let var = |name| std::env::var_os(name);
+    Ok(state_dir(var("STATE_DIRECTORY"), var("XDG_STATE_HOME"), var("HOME"))?.join(STORE_FILE))
 }
 
 /// `KEY=VALUE` as a label.
@@ -280,8 +321,15 @@ impl Settings {
                 .map_err(|_| MonError::Config(format!("log level {l:?}: use error, warn, info, debug or trace")))?,
             None => tracing::Level::INFO,
         };
+        let given = flags.store.clone().or(f.store);
+        let store_in_state_dir = given.is_none();
+        let store = match given {
+            Some(store) => store,
+            None => default_store()?,
+        };
         Ok(Settings {
-            store: flags.store.clone().or(f.store).unwrap_or_else(|| "petra-mon.pool".into()),
+            store,
+            store_in_state_dir,
             listen,
             interval: Duration::from_millis(interval_ms),
             samplers,
@@ -324,6 +372,18 @@ mod tests {
     }
 
     #[test]
+    fn the_state_directory_is_systemds_then_xdgs_then_homes() {
+        let o = |s: &str| Some(OsString::from(s));
+        let dir = |a, b, c| state_dir(a, b, c).ok();
+        assert_eq!(dir(o("/var/lib/petra-mon"), o("/x"), o("/h")), Some("/var/lib/petra-mon".into()));
+        assert_eq!(dir(o("/var/lib/a:/var/lib/b"), None, None), Some("/var/lib/a".into()));
+        assert_eq!(dir(None, o("/x"), o("/h")), Some("/x/petra-mon".into()));
+        assert_eq!(dir(o(""), o("relative"), o("/h")), Some("/h/.local/state/petra-mon".into()));
+        assert_eq!(dir(None, None, None), None);
+        assert!(state_dir(None, None, o("")).unwrap_err().to_string().contains("give --store"));
+    }
+
+    #[test]
     fn flags_win_over_the_file_and_the_file_over_defaults() {
         let file: FileConfig = toml::from_str(
             "interval_ms = 250\njob_id = 7\nlisten = \":9500\"\nretention = \"2h\"\nremote_write_url = \"http://r:9090/api/v1/write\"\nremote_write_labels = { job = \"fleet\" }\n",
@@ -336,6 +396,7 @@ mod tests {
             (Duration::from_millis(250), 9, Some("0.0.0.0:9500"))
         );
         assert_eq!(s.retention, Some(Duration::from_secs(7200)));
+        assert_eq!(s.store.file_name(), Some(STORE_FILE.as_ref()));
         let rw = s.remote_write.unwrap();
         assert_eq!(rw.labels.get("job").map(String::as_str), Some("fleet"));
         assert_eq!(rw.labels.get("instance").map(String::as_str), Some("n1"));
@@ -360,5 +421,15 @@ mod dist {
         let s = Settings::resolve(&Flags::default(), &file).unwrap();
         assert_eq!(s.listen.as_deref(), Some("0.0.0.0:9464"));
         assert_eq!((s.retention, s.max_size), (Some(DEFAULT_RETENTION), DEFAULT_MAX_SIZE));
+    }
+
+    #[test]
+    fn the_unit_keeps_the_store_in_its_state_directory() {
+        let unit = include_str!("../dist/petra-mon.service");
+        assert!(unit.contains("\nStateDirectory=petra-mon\n"), "{unit}");
+        let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+        assert!(!exec.contains("--store"), "the store follows StateDirectory=: {exec}");
+        let dir = state_dir(Some("/var/lib/petra-mon".into()), None, None).unwrap();
+        assert_eq!(dir.join(STORE_FILE), Path::new("/var/lib/petra-mon/petra-mon.pool"));
     }
 }

@@ -480,3 +480,52 @@ fn retention_removes_samples_older_than_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(count(), 1, "only the sample of the last 200 ms stays");
 }
+
+/// The daemon on `dir`'s fake /proc with no `--store`, its state directory given only by
+/// `env` (every other variable that names one removed).
+fn mon_in_state_dir(dir: &Path, env: &[(&str, &Path)], extra: &[&str]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_petra-mon"));
+    c.args(["--proc-root", dir.to_str().unwrap(), "--producer", "node7", "--listen", "off"]);
+    c.args(["--count", "1", "--interval-ms", "5"]).args(extra);
+    for var in ["STATE_DIRECTORY", "XDG_STATE_HOME", "HOME"] {
+        c.env_remove(var);
+    }
+    c.envs(env.iter().copied());
+    c.output().unwrap()
+}
+
+#[test]
+fn the_default_store_is_in_the_state_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    // systemd's StateDirectory= first, then XDG's state home, then the home's; each created.
+    let state = p.join("state/petra-mon");
+    let xdg = p.join("xdg");
+    let home = p.join("home");
+    let cases = [
+        (&[("STATE_DIRECTORY", &*state), ("XDG_STATE_HOME", &*xdg), ("HOME", &*home)][..], state.clone()),
+        (&[("XDG_STATE_HOME", &*xdg), ("HOME", &*home)], xdg.join("petra-mon")),
+        (&[("HOME", &*home)], home.join(".local/state/petra-mon")),
+    ];
+    for (env, want) in cases {
+        let out = mon_in_state_dir(p, env, &[]);
+        let log = String::from_utf8_lossy(&out.stderr);
+        let pool = want.join("petra-mon.pool");
+        assert!(out.status.success(), "{env:?}: {log}");
+        assert!(pool.is_file(), "{env:?}: no {}", pool.display());
+        assert!(log.contains(&format!("store={} ", pool.display())), "{log}");
+        let mode = std::fs::metadata(&want).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", want.display());
+        std::fs::remove_file(&pool).unwrap();
+    }
+    // --store wins, and the state directory is left alone.
+    std::fs::remove_dir_all(&state).unwrap();
+    let out = mon_in_state_dir(p, &[("STATE_DIRECTORY", &state)], &["--store", p.join("m.pool").to_str().unwrap()]);
+    assert!(out.status.success() && p.join("m.pool").is_file() && !state.exists());
+    // With no directory to go by, a clear refusal.
+    let out = mon_in_state_dir(p, &[], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no state directory") && err.contains("--store"), "{err}");
+}

@@ -3,6 +3,7 @@
 //! `petra-mon --help` and `docs/petra-mon.md`.
 
 use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,9 @@ struct Args {
     /// The configuration file (TOML; keys as the long flags, with underscores).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The metric store's pool file, created if missing [default: petra-mon.pool].
+    /// The metric store's pool file, created if missing [default: petra-mon.pool in
+    /// $STATE_DIRECTORY, else $XDG_STATE_HOME/petra-mon, else ~/.local/state/petra-mon, which
+    /// is created if missing].
     #[arg(long, value_name = "FILE")]
     store: Option<PathBuf>,
     /// Serve /metrics and /ls at ADDR: HOST:PORT, :PORT (every IPv4 interface; [::]:PORT for
@@ -236,6 +239,17 @@ fn run(args: &Args, settings: Settings, log: &LogFile) -> Result<(), BoxError> {
         None => None,
     };
     let address = server.as_ref().map(|s| s.server_addr().to_string());
+    if settings.store_in_state_dir
+        && let Some(dir) = settings.store.parent()
+        && !dir.exists()
+    {
+        // The state directory (no store given): private, as XDG's base directories are.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create the state directory {}: {e}", dir.display()))?;
+    }
     let created = !settings.store.exists();
     let config = Config { size: 16 << 20, max_size: settings.max_size, ..Config::new(&settings.store) };
     let store =
@@ -485,6 +499,7 @@ fn reload(args: &Args, settings: &mut Settings, shared: &Shared<'_>, samplers: &
     }
     let kept = Settings {
         store: settings.store.clone(),
+        store_in_state_dir: settings.store_in_state_dir,
         listen: settings.listen.clone(),
         max_size: settings.max_size,
         remote_write: settings.remote_write.clone(),
