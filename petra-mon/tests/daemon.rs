@@ -529,3 +529,65 @@ fn the_default_store_is_in_the_state_directory() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("no state directory") && err.contains("--store"), "{err}");
 }
+
+/// The `key=value` field of a log line (a quoted value without its quotes).
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let rest = line.split(&format!(" {key}=")).nth(1).unwrap_or_else(|| panic!("no {key} in {line}"));
+    match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next().unwrap(),
+        None => rest.split(' ').next().unwrap(),
+    }
+}
+
+#[test]
+fn sync_every_sets_the_guarantee_the_start_line_names() {
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    let cases = [
+        ("250ms", "periodic 250ms", "power loss loses at most the last 250ms"),
+        ("immediate", "immediate", "every acknowledged write survives power loss (synced)"),
+        ("0", "immediate", "every acknowledged write survives power loss (synced)"),
+        ("off", "process", "not power loss (no safe points)"),
+    ];
+    for (given, policy, guarantee) in cases {
+        let out = mon(p, &["--count", "2", "--interval-ms", "5", "--sync-every", given]).output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{given}: {log}");
+        let start = log.lines().find(|l| l.contains("petra-mon started")).unwrap();
+        assert_eq!(field(start, "durability"), "page-cache", "{start}");
+        assert_eq!(field(start, "policy"), policy, "{start}");
+        assert!(field(start, "guarantee").contains(guarantee), "{start}");
+        let stopping = log.lines().find(|l| l.contains("petra-mon stopping")).unwrap();
+        let made: u64 = field(stopping, "safe_points").parse().unwrap();
+        match policy {
+            // Each of the 2 × 5 samples waited for a safe point of its own (one writer: none shared).
+            "immediate" => assert!(made >= 10, "{stopping}"),
+            "process" => assert_eq!(made, 0, "{stopping}"),
+            _ => {}
+        }
+        assert!(log.contains("petra-mon stopped: the store is closed cleanly"), "{log}");
+    }
+    // The default, and the configuration file's key (a flag still wins).
+    let out = mon(p, &["--count", "1", "--interval-ms", "5"]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("policy=\"periodic 1s\"") && log.contains("at most the last 1s"), "{log}");
+    let config = p.join("petra-mon.toml");
+    std::fs::write(&config, "sync_every = \"immediate\"\n").unwrap();
+    let out = mon(p, &["--count", "1", "--interval-ms", "5", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy=\"immediate\""));
+    let with_flag = ["--count", "1", "--interval-ms", "5", "--config", config.to_str().unwrap(), "--sync-every", "off"];
+    let out = mon(p, &with_flag).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy=\"process\""));
+
+    // A bad value: refused before anything is created, saying what it takes.
+    std::fs::remove_file(p.join("m.pool")).unwrap();
+    let out = mon(p, &["--count", "1", "--sync-every", "soon"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--sync-every \"soon\""), "{err}");
+    assert!(err.contains("immediate") && err.contains("off"), "{err}");
+    std::fs::write(&config, "sync_every = \"sometimes\"\n").unwrap();
+    let out = mon(p, &["--count", "1", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("\"sometimes\""));
+    assert!(!p.join("m.pool").exists(), "a refused start created the store");
+}
