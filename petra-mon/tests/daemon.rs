@@ -591,3 +591,45 @@ fn sync_every_sets_the_guarantee_the_start_line_names() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("\"sometimes\""));
     assert!(!p.join("m.pool").exists(), "a refused start created the store");
 }
+
+/// The value of the sample `name` (no labels: `name{} 1.0`) on a classic page, if there is one.
+fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix("{} ")?.parse().ok())
+}
+
+#[test]
+fn the_page_says_how_long_ago_the_last_safe_point_was() {
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    let d = Daemon::start(mon(p, &["--interval-ms", "10", "--sync-every", "100ms"]));
+    let end = Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let page = body(&http_get(&d.addr, "/metrics", &[])).to_owned();
+        if sample(&page, "petra_mon_safe_points_total").is_some_and(|n| n >= 2.0) {
+            break page;
+        }
+        assert!(Instant::now() < end, "no safe points: {page}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(page.contains("# TYPE petra_mon_safe_points_total counter\n"), "{page}");
+    assert!(page.contains("# HELP petra_mon_last_safe_point_age_seconds "), "{page}");
+    assert!(page.contains("# TYPE petra_mon_last_safe_point_age_seconds gauge\n"), "{page}");
+    let age = sample(&page, "petra_mon_last_safe_point_age_seconds").expect("an age after a safe point");
+    // A safe point every 100 ms: a few of them old at most, on a loaded machine.
+    assert!((0.0..5.0).contains(&age), "{age}");
+    let om = body(&http_get(&d.addr, "/metrics", &[("Accept", PROMETHEUS_ACCEPT)])).to_owned();
+    assert!(om.contains("# UNIT petra_mon_last_safe_point_age_seconds seconds\n"), "{om}");
+    assert!(om.contains("# TYPE petra_mon_safe_points counter\n"), "{om}");
+    assert!(d.stop().success());
+
+    // No safe points: no age (rather than a made-up one), and a count of 0.
+    let d = Daemon::start(mon(p, &["--interval-ms", "10", "--sync-every", "off"]));
+    d.wait_for_log("sampling set=node7/diskstats", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let page = body(&http_get(&d.addr, "/metrics", &[])).to_owned();
+    assert_eq!(sample(&page, "petra_mon_safe_points_total"), Some(0.0), "{page}");
+    assert!(!page.contains("petra_mon_last_safe_point_age_seconds"), "{page}");
+    assert!(sample(&page, "petra_mon_last_write_age_seconds").is_some(), "{page}");
+    assert!(d.stop().success());
+}
