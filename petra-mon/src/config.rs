@@ -3,9 +3,10 @@
 //!
 //! ```toml
 //! # /etc/petra-mon.toml
-//! store = "/var/lib/petra-mon/petra-mon.pool"
+//! store = "/var/lib/petra-mon/petra-mon.pool"   # default: the state directory's (below)
 //! listen = ":9464"
 //! interval_ms = 1000
+//! sync_every = "1s"
 //! samplers = ["meminfo", "vmstat", "loadavg", "stat", "diskstats"]
 //! component_id = 12
 //! job_id = 0
@@ -16,9 +17,11 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use petra::DurabilityPolicy;
 use serde::Deserialize;
 
 use crate::MonError;
@@ -34,6 +37,10 @@ pub const DEFAULT_LISTEN: &str = ":9464";
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The default maximum size of a new store's file.
 pub const DEFAULT_MAX_SIZE: u64 = 4 << 30;
+/// The store's file name in the state directory, when no store is given.
+pub const STORE_FILE: &str = "petra-mon.pool";
+/// The default durability policy: a power-safe point every second.
+pub const DEFAULT_SYNC_EVERY: DurabilityPolicy = DurabilityPolicy::Periodic(Duration::from_secs(1));
 
 /// Settings as the configuration file gives them (all optional).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -45,6 +52,8 @@ pub struct FileConfig {
     pub listen: Option<String>,
     /// Milliseconds between rounds.
     pub interval_ms: Option<u64>,
+    /// Time between power-safe points (`1s`, `250ms`; `0` or `immediate`: each sample; `off`).
+    pub sync_every: Option<String>,
     /// Samplers.
     pub samplers: Option<Vec<String>>,
     /// Producer name.
@@ -86,10 +95,14 @@ impl FileConfig {
 pub struct Settings {
     /// The store's file.
     pub store: PathBuf,
+    /// Whether it is the default one, in the state directory (which is created if missing).
+    pub store_in_state_dir: bool,
     /// Where to serve, if anywhere (an address `TcpListener` binds).
     pub listen: Option<String>,
     /// Time between rounds.
     pub interval: Duration,
+    /// When a stored sample survives a power loss.
+    pub durability: DurabilityPolicy,
     /// Samplers.
     pub samplers: Vec<String>,
     /// Who samples.
@@ -154,6 +167,70 @@ pub fn retention(s: &str) -> Result<Option<Duration>, MonError> {
     humantime::parse_duration(s).map(Some).map_err(|e| MonError::Config(format!("retention {s:?}: {e}")))
 }
 
+/// How often samples are made to survive a power loss: a duration (`1s`, `250ms`) between
+/// power-safe points, `0` or `immediate` (each sample acknowledged only once synced), or `off`
+/// (no safe points: a sample survives the death of the process, not of the machine).
+pub fn sync_every(s: &str) -> Result<DurabilityPolicy, MonError> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(DurabilityPolicy::Process);
+    }
+    if t == "0" || t.eq_ignore_ascii_case("immediate") {
+        return Ok(DurabilityPolicy::Immediate);
+    }
+    let every = humantime::parse_duration(t).map_err(|e| {
+        MonError::Config(format!(
+            "--sync-every {s:?} is not a duration ({e}): give one (1s, 250ms), 0 or immediate (each sample synced \
+             before it counts as stored), or off (no power-safe points)"
+        ))
+    })?;
+    if every.is_zero() {
+        return Ok(DurabilityPolicy::Immediate);
+    }
+    if every < Duration::from_millis(1) {
+        return Err(MonError::Config(format!(
+            "--sync-every {s:?} is under 1 ms: for each sample, give 0 or immediate"
+        )));
+    }
+    Ok(DurabilityPolicy::Periodic(every))
+}
+
+/// The directory the store's file goes in when none is given, from the environment: systemd's
+/// `$STATE_DIRECTORY` (its first directory, for `StateDirectory=`), else
+/// `$XDG_STATE_HOME/petra-mon`, else `$HOME/.local/state/petra-mon`. Empty values are not set,
+/// and relative ones are ignored as the XDG base directory specification says.
+pub fn state_dir(
+    state_directory: Option<OsString>,
+    xdg_state_home: Option<OsString>,
+    home: Option<OsString>,
+) -> Result<PathBuf, MonError> {
+    let absolute = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    // systemd joins several StateDirectory= entries with colons.
+    let systemd = state_directory.and_then(|v| {
+        let v = v.into_string().ok()?;
+        v.split(':').next().map(OsString::from)
+    });
+    if let Some(dir) = absolute(systemd) {
+        return Ok(dir);
+    }
+    if let Some(dir) = absolute(xdg_state_home) {
+        return Ok(dir.join("petra-mon"));
+    }
+    if let Some(home) = absolute(home) {
+        return Ok(home.join(".local/state/petra-mon"));
+    }
+    Err(MonError::Config(
+        "no state directory for the store: none of STATE_DIRECTORY, XDG_STATE_HOME and HOME is set; give --store"
+            .into(),
+    ))
+}
+
+/// The store's file when none is given: [`STORE_FILE`] in this process's [`state_dir`].
+pub fn default_store() -> Result<PathBuf, MonError> {
+    let var = |name| std::env::var_os(name);
+    Ok(state_dir(var("STATE_DIRECTORY"), var("XDG_STATE_HOME"), var("HOME"))?.join(STORE_FILE))
+}
+
 /// `KEY=VALUE` as a label.
 pub fn label(s: &str) -> Result<(String, String), MonError> {
     let (k, v) = s.split_once('=').ok_or_else(|| MonError::Config(format!("label {s:?}: give NAME=VALUE")))?;
@@ -181,6 +258,8 @@ pub struct Flags {
     pub listen: Option<String>,
     #[allow(missing_docs)]
     pub interval_ms: Option<u64>,
+    #[allow(missing_docs)]
+    pub sync_every: Option<String>,
     #[allow(missing_docs)]
     pub samplers: Option<Vec<String>>,
     #[allow(missing_docs)]
@@ -217,6 +296,10 @@ impl Settings {
         if interval_ms == 0 {
             return Err(MonError::Config("the interval must be at least 1 ms".into()));
         }
+        let durability = match flags.sync_every.as_deref().or(f.sync_every.as_deref()) {
+            Some(s) => sync_every(s)?,
+            None => DEFAULT_SYNC_EVERY,
+        };
         let samplers = flags.samplers.clone().or(f.samplers).unwrap_or_else(|| SAMPLERS.map(String::from).to_vec());
         crate::sampling::check_samplers(&samplers)?;
         let listen = match flags.listen.as_deref().or(f.listen.as_deref()) {
@@ -280,10 +363,18 @@ impl Settings {
                 .map_err(|_| MonError::Config(format!("log level {l:?}: use error, warn, info, debug or trace")))?,
             None => tracing::Level::INFO,
         };
+        let given = flags.store.clone().or(f.store);
+        let store_in_state_dir = given.is_none();
+        let store = match given {
+            Some(store) => store,
+            None => default_store()?,
+        };
         Ok(Settings {
-            store: flags.store.clone().or(f.store).unwrap_or_else(|| "petra-mon.pool".into()),
+            store,
+            store_in_state_dir,
             listen,
             interval: Duration::from_millis(interval_ms),
+            durability,
             samplers,
             producer,
             retention,
@@ -324,6 +415,32 @@ mod tests {
     }
 
     #[test]
+    fn sync_every_takes_a_duration_immediate_or_off() {
+        assert_eq!(sync_every("1s").unwrap(), DurabilityPolicy::Periodic(Duration::from_secs(1)));
+        assert_eq!(sync_every("250ms").unwrap(), DurabilityPolicy::Periodic(Duration::from_millis(250)));
+        for immediate in ["0", "0s", "immediate", "Immediate"] {
+            assert_eq!(sync_every(immediate).unwrap(), DurabilityPolicy::Immediate, "{immediate}");
+        }
+        assert_eq!(sync_every("off").unwrap(), DurabilityPolicy::Process);
+        let e = sync_every("soon").unwrap_err().to_string();
+        assert!(e.contains("--sync-every \"soon\"") && e.contains("immediate") && e.contains("off"), "{e}");
+        assert!(sync_every("-1s").is_err() && sync_every("").is_err());
+        assert!(sync_every("10us").unwrap_err().to_string().contains("under 1 ms"));
+    }
+
+    #[test]
+    fn the_state_directory_is_systemds_then_xdgs_then_homes() {
+        let o = |s: &str| Some(OsString::from(s));
+        let dir = |a, b, c| state_dir(a, b, c).ok();
+        assert_eq!(dir(o("/var/lib/petra-mon"), o("/x"), o("/h")), Some("/var/lib/petra-mon".into()));
+        assert_eq!(dir(o("/var/lib/a:/var/lib/b"), None, None), Some("/var/lib/a".into()));
+        assert_eq!(dir(None, o("/x"), o("/h")), Some("/x/petra-mon".into()));
+        assert_eq!(dir(o(""), o("relative"), o("/h")), Some("/h/.local/state/petra-mon".into()));
+        assert_eq!(dir(None, None, None), None);
+        assert!(state_dir(None, None, o("")).unwrap_err().to_string().contains("give --store"));
+    }
+
+    #[test]
     fn flags_win_over_the_file_and_the_file_over_defaults() {
         let file: FileConfig = toml::from_str(
             "interval_ms = 250\njob_id = 7\nlisten = \":9500\"\nretention = \"2h\"\nremote_write_url = \"http://r:9090/api/v1/write\"\nremote_write_labels = { job = \"fleet\" }\n",
@@ -336,6 +453,7 @@ mod tests {
             (Duration::from_millis(250), 9, Some("0.0.0.0:9500"))
         );
         assert_eq!(s.retention, Some(Duration::from_secs(7200)));
+        assert_eq!((s.durability, s.store.file_name()), (DEFAULT_SYNC_EVERY, Some(STORE_FILE.as_ref())));
         let rw = s.remote_write.unwrap();
         assert_eq!(rw.labels.get("job").map(String::as_str), Some("fleet"));
         assert_eq!(rw.labels.get("instance").map(String::as_str), Some("n1"));
@@ -345,6 +463,11 @@ mod tests {
             (Some(DEFAULT_RETENTION), DEFAULT_MAX_SIZE, Some("0.0.0.0:9464"))
         );
         assert!(toml::from_str::<FileConfig>("intervall_ms = 3").is_err());
+        let file: FileConfig = toml::from_str("sync_every = \"off\"\nstore = \"/s/m.pool\"").unwrap();
+        let s = Settings::resolve(&Flags { sync_every: Some("0".into()), ..Flags::default() }, &file).unwrap();
+        assert_eq!((s.durability, s.store), (DurabilityPolicy::Immediate, "/s/m.pool".into()));
+        let s = Settings::resolve(&Flags::default(), &file).unwrap();
+        assert_eq!(s.durability, DurabilityPolicy::Process);
         let https = Flags { remote_write_url: Some("https://r/api/v1/write".into()), ..Flags::default() };
         assert!(Settings::resolve(&https, &FileConfig::default()).unwrap_err().to_string().contains("no TLS"));
     }
@@ -360,5 +483,16 @@ mod dist {
         let s = Settings::resolve(&Flags::default(), &file).unwrap();
         assert_eq!(s.listen.as_deref(), Some("0.0.0.0:9464"));
         assert_eq!((s.retention, s.max_size), (Some(DEFAULT_RETENTION), DEFAULT_MAX_SIZE));
+        assert_eq!(s.durability, DEFAULT_SYNC_EVERY);
+    }
+
+    #[test]
+    fn the_unit_keeps_the_store_in_its_state_directory() {
+        let unit = include_str!("../dist/petra-mon.service");
+        assert!(unit.contains("\nStateDirectory=petra-mon\n"), "{unit}");
+        let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+        assert!(!exec.contains("--store"), "the store follows StateDirectory=: {exec}");
+        let dir = state_dir(Some("/var/lib/petra-mon".into()), None, None).unwrap();
+        assert_eq!(dir.join(STORE_FILE), Path::new("/var/lib/petra-mon/petra-mon.pool"));
     }
 }

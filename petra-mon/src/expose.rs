@@ -77,7 +77,8 @@ pub struct Stats {
     pub rounds: AtomicU64,
     /// Time spent sampling (reading files and storing), ns.
     pub sampling_ns: AtomicU64,
-    /// When the last sample was stored (durable), ns since the epoch.
+    /// When the last sample was stored (it survives the death of the process; a power loss, once
+    /// a safe point covers it), ns since the epoch.
     pub last_write_ns: AtomicU64,
     /// Scrapes answered.
     pub scrapes: AtomicU64,
@@ -314,9 +315,15 @@ fn own_metrics<M: PMem + 'static>(page: &mut Page, store: &MetricStore<M>, stats
     );
     let last = load(&stats.last_write_ns);
     if last > 0 {
-        let help = "Seconds since the last sample was made durable in the store.";
+        let help = "Seconds since the last sample was stored (it survives the death of the process).";
         page.own("last_write_age", s, g, help, none(), secs(now.saturating_sub(last)));
     }
+    if let Some(at) = store.last_safe_point() {
+        let help = "Seconds since the last power-safe point: what was stored before it survives a power loss.";
+        page.own("last_safe_point_age", s, g, help, none(), at.elapsed().as_secs_f64());
+    }
+    let made = store.safe_points() as f64;
+    page.own("safe_points", None, c, "Power-safe points the store made since the daemon started.", none(), made);
     page.own("store_file", b, g, "Bytes the store's file takes now.", none(), pool.len() as f64);
     page.own("store_max", b, g, "Bytes the store's file may grow to.", none(), pool.max_len() as f64);
     page.own("store_free", b, g, "Bytes the store can still take: room to grow and free chunks.", none(), free as f64);

@@ -17,9 +17,11 @@
 //!
 //! # Consistency and durability
 //! Each sample is one transaction of the store: durable when the daemon counts it as stored,
-//! to the degree the store's file allows (see the workspace README: process death on a
-//! page-cache file). A daemon killed at any moment starts again where its last stored sample
-//! left off: generations carry on, and no sample is stored twice.
+//! to the degree the store's file and its durability policy allow (`--sync-every`, see
+//! [`config::sync_every`]). On a page-cache file a stored sample survives the death of the
+//! process; a power loss takes the store back to its last power-safe point, which under
+//! `immediate` covers every stored sample. A daemon killed at any moment starts again where its
+//! last stored sample left off: generations carry on, and no sample is stored twice.
 
 pub mod config;
 pub mod expose;

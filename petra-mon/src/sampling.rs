@@ -58,7 +58,7 @@ struct Current {
 /// What a round did for one sampler.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A sample was stored (durably): its set, version and generation, and how long reading and
+    /// A sample was stored (durably, as the store's policy says): its set, version and generation, and how long reading and
     /// storing it took.
     Stored {
         /// The logical set.
@@ -239,7 +239,7 @@ impl Sampler {
 }
 
 /// Reads every sampler's file and stores one sample per sampler; `events` hears what happened,
-/// each [`Event::Stored`] once the sample is durable.
+/// each [`Event::Stored`] once the sample is durable (as the store's policy says).
 pub fn sample_once<M: PMem + 'static>(
     store: &MetricStore<M>,
     session: &mut MetricSession<'_, M>,

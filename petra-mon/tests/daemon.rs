@@ -480,3 +480,156 @@ fn retention_removes_samples_older_than_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(count(), 1, "only the sample of the last 200 ms stays");
 }
+
+/// The daemon on `dir`'s fake /proc with no `--store`, its state directory given only by
+/// `env` (every other variable that names one removed).
+fn mon_in_state_dir(dir: &Path, env: &[(&str, &Path)], extra: &[&str]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_petra-mon"));
+    c.args(["--proc-root", dir.to_str().unwrap(), "--producer", "node7", "--listen", "off"]);
+    c.args(["--count", "1", "--interval-ms", "5"]).args(extra);
+    for var in ["STATE_DIRECTORY", "XDG_STATE_HOME", "HOME"] {
+        c.env_remove(var);
+    }
+    c.envs(env.iter().copied());
+    c.output().unwrap()
+}
+
+#[test]
+fn the_default_store_is_in_the_state_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    // systemd's StateDirectory= first, then XDG's state home, then the home's; each created.
+    let state = p.join("state/petra-mon");
+    let xdg = p.join("xdg");
+    let home = p.join("home");
+    let cases = [
+        (&[("STATE_DIRECTORY", &*state), ("XDG_STATE_HOME", &*xdg), ("HOME", &*home)][..], state.clone()),
+        (&[("XDG_STATE_HOME", &*xdg), ("HOME", &*home)], xdg.join("petra-mon")),
+        (&[("HOME", &*home)], home.join(".local/state/petra-mon")),
+    ];
+    for (env, want) in cases {
+        let out = mon_in_state_dir(p, env, &[]);
+        let log = String::from_utf8_lossy(&out.stderr);
+        let pool = want.join("petra-mon.pool");
+        assert!(out.status.success(), "{env:?}: {log}");
+        assert!(pool.is_file(), "{env:?}: no {}", pool.display());
+        assert!(log.contains(&format!("store={} ", pool.display())), "{log}");
+        let mode = std::fs::metadata(&want).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", want.display());
+        std::fs::remove_file(&pool).unwrap();
+    }
+    // --store wins, and the state directory is left alone.
+    std::fs::remove_dir_all(&state).unwrap();
+    let out = mon_in_state_dir(p, &[("STATE_DIRECTORY", &state)], &["--store", p.join("m.pool").to_str().unwrap()]);
+    assert!(out.status.success() && p.join("m.pool").is_file() && !state.exists());
+    // With no directory to go by, a clear refusal.
+    let out = mon_in_state_dir(p, &[], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no state directory") && err.contains("--store"), "{err}");
+}
+
+/// The `key=value` field of a log line (a quoted value without its quotes).
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let rest = line.split(&format!(" {key}=")).nth(1).unwrap_or_else(|| panic!("no {key} in {line}"));
+    match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next().unwrap(),
+        None => rest.split(' ').next().unwrap(),
+    }
+}
+
+#[test]
+fn sync_every_sets_the_guarantee_the_start_line_names() {
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    let cases = [
+        ("250ms", "periodic 250ms", "power loss loses at most the last 250ms"),
+        ("immediate", "immediate", "every acknowledged write survives power loss (synced)"),
+        ("0", "immediate", "every acknowledged write survives power loss (synced)"),
+        ("off", "process", "not power loss (no safe points)"),
+    ];
+    for (given, policy, guarantee) in cases {
+        let out = mon(p, &["--count", "2", "--interval-ms", "5", "--sync-every", given]).output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{given}: {log}");
+        let start = log.lines().find(|l| l.contains("petra-mon started")).unwrap();
+        assert_eq!(field(start, "durability"), "page-cache", "{start}");
+        assert_eq!(field(start, "policy"), policy, "{start}");
+        assert!(field(start, "guarantee").contains(guarantee), "{start}");
+        let stopping = log.lines().find(|l| l.contains("petra-mon stopping")).unwrap();
+        let made: u64 = field(stopping, "safe_points").parse().unwrap();
+        match policy {
+            // Each of the 2 × 5 samples waited for a safe point of its own (one writer: none shared).
+            "immediate" => assert!(made >= 10, "{stopping}"),
+            "process" => assert_eq!(made, 0, "{stopping}"),
+            _ => {}
+        }
+        assert!(log.contains("petra-mon stopped: the store is closed cleanly"), "{log}");
+    }
+    // The default, and the configuration file's key (a flag still wins).
+    let out = mon(p, &["--count", "1", "--interval-ms", "5"]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("policy=\"periodic 1s\"") && log.contains("at most the last 1s"), "{log}");
+    let config = p.join("petra-mon.toml");
+    std::fs::write(&config, "sync_every = \"immediate\"\n").unwrap();
+    let out = mon(p, &["--count", "1", "--interval-ms", "5", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy=\"immediate\""));
+    let with_flag = ["--count", "1", "--interval-ms", "5", "--config", config.to_str().unwrap(), "--sync-every", "off"];
+    let out = mon(p, &with_flag).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy=\"process\""));
+
+    // A bad value: refused before anything is created, saying what it takes.
+    std::fs::remove_file(p.join("m.pool")).unwrap();
+    let out = mon(p, &["--count", "1", "--sync-every", "soon"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--sync-every \"soon\""), "{err}");
+    assert!(err.contains("immediate") && err.contains("off"), "{err}");
+    std::fs::write(&config, "sync_every = \"sometimes\"\n").unwrap();
+    let out = mon(p, &["--count", "1", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("\"sometimes\""));
+    assert!(!p.join("m.pool").exists(), "a refused start created the store");
+}
+
+/// The value of the sample `name` (no labels: `name{} 1.0`) on a classic page, if there is one.
+fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix("{} ")?.parse().ok())
+}
+
+#[test]
+fn the_page_says_how_long_ago_the_last_safe_point_was() {
+    let dir = petra_recovery::scratch_dir();
+    let p = dir.path();
+    fake_proc(p);
+    let d = Daemon::start(mon(p, &["--interval-ms", "10", "--sync-every", "100ms"]));
+    let end = Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let page = body(&http_get(&d.addr, "/metrics", &[])).to_owned();
+        if sample(&page, "petra_mon_safe_points_total").is_some_and(|n| n >= 2.0) {
+            break page;
+        }
+        assert!(Instant::now() < end, "no safe points: {page}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(page.contains("# TYPE petra_mon_safe_points_total counter\n"), "{page}");
+    assert!(page.contains("# HELP petra_mon_last_safe_point_age_seconds "), "{page}");
+    assert!(page.contains("# TYPE petra_mon_last_safe_point_age_seconds gauge\n"), "{page}");
+    let age = sample(&page, "petra_mon_last_safe_point_age_seconds").expect("an age after a safe point");
+    // A safe point every 100 ms: a few of them old at most, on a loaded machine.
+    assert!((0.0..5.0).contains(&age), "{age}");
+    let om = body(&http_get(&d.addr, "/metrics", &[("Accept", PROMETHEUS_ACCEPT)])).to_owned();
+    assert!(om.contains("# UNIT petra_mon_last_safe_point_age_seconds seconds\n"), "{om}");
+    assert!(om.contains("# TYPE petra_mon_safe_points counter\n"), "{om}");
+    assert!(d.stop().success());
+
+    // No safe points: no age (rather than a made-up one), and a count of 0.
+    let d = Daemon::start(mon(p, &["--interval-ms", "10", "--sync-every", "off"]));
+    d.wait_for_log("sampling set=node7/diskstats", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let page = body(&http_get(&d.addr, "/metrics", &[])).to_owned();
+    assert_eq!(sample(&page, "petra_mon_safe_points_total"), Some(0.0), "{page}");
+    assert!(!page.contains("petra_mon_last_safe_point_age_seconds"), "{page}");
+    assert!(sample(&page, "petra_mon_last_write_age_seconds").is_some(), "{page}");
+    assert!(d.stop().success());
+}

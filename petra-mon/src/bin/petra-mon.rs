@@ -3,6 +3,7 @@
 //! `petra-mon --help` and `docs/petra-mon.md`.
 
 use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,8 @@ use petra_mon::{Event, MonError, now_ns, remote_write, sets};
 /// Samples /proc into a PETRA metric store, serves it to Prometheus and pushes it by remote write.
 ///
 /// Samples /proc (meminfo, vmstat, loadavg, stat, diskstats) into a PETRA metric store, durably:
-/// after a crash or SIGKILL it starts again where its last stored sample left off. Serves the
+/// after a crash or SIGKILL it starts again where its last stored sample left off, after a power
+/// loss where its last power-safe point did (--sync-every). Serves the
 /// latest values at /metrics (Prometheus's text format, or OpenMetrics when asked) and listings
 /// at /ls (`petra-ls`); pushes the store to a Prometheus remote-write receiver if given one.
 /// SIGTERM or SIGINT stop it cleanly; SIGHUP reopens the log file and reloads the configuration
@@ -31,7 +33,9 @@ struct Args {
     /// The configuration file (TOML; keys as the long flags, with underscores).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The metric store's pool file, created if missing [default: petra-mon.pool].
+    /// The metric store's pool file, created if missing [default: petra-mon.pool in
+    /// $STATE_DIRECTORY, else $XDG_STATE_HOME/petra-mon, else ~/.local/state/petra-mon, which
+    /// is created if missing].
     #[arg(long, value_name = "FILE")]
     store: Option<PathBuf>,
     /// Serve /metrics and /ls at ADDR: HOST:PORT, :PORT (every IPv4 interface; [::]:PORT for
@@ -41,6 +45,12 @@ struct Args {
     /// Sampling interval in milliseconds [default: 1000].
     #[arg(long, value_name = "MS")]
     interval_ms: Option<u64>,
+    /// Make the samples stored so far survive a power loss this often (1s, 250ms; at least
+    /// 1ms); 0 or immediate: each sample, before it counts as stored; off: never while running
+    /// (a sample survives the death of the process, not of the machine) [default: 1s]. On
+    /// persistent memory (DAX) every sample survives a power loss whatever this says.
+    #[arg(long, value_name = "DURATION")]
+    sync_every: Option<String>,
     /// Samplers, comma-separated [default: all of meminfo,vmstat,loadavg,stat,diskstats].
     #[arg(long, value_delimiter = ',')]
     samplers: Option<Vec<String>>,
@@ -100,6 +110,7 @@ impl Args {
             store: self.store.clone(),
             listen: self.listen.clone(),
             interval_ms: self.interval_ms,
+            sync_every: self.sync_every.clone(),
             samplers: self.samplers.clone(),
             producer: self.producer.clone(),
             component_id: self.component_id,
@@ -236,8 +247,24 @@ fn run(args: &Args, settings: Settings, log: &LogFile) -> Result<(), BoxError> {
         None => None,
     };
     let address = server.as_ref().map(|s| s.server_addr().to_string());
+    if settings.store_in_state_dir
+        && let Some(dir) = settings.store.parent()
+        && !dir.exists()
+    {
+        // The state directory (no store given): private, as XDG's base directories are.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create the state directory {}: {e}", dir.display()))?;
+    }
     let created = !settings.store.exists();
-    let config = Config { size: 16 << 20, max_size: settings.max_size, ..Config::new(&settings.store) };
+    let config = Config {
+        size: 16 << 20,
+        max_size: settings.max_size,
+        durability: settings.durability,
+        ..Config::new(&settings.store)
+    };
     let store =
         MetricStore::open(&config).map_err(|e| format!("cannot open the store {}: {e}", settings.store.display()))?;
     let result =
@@ -277,6 +304,7 @@ fn serve_and_sample(
     let mut samplers =
         petra_mon::setup(store, &mut store.session()?, &args.proc_root, &settings.samplers, &settings.producer)?;
     let pool = store.engine().pool();
+    let policy = store.durability();
     let versions: Vec<String> = sets::logical_sets(store)?
         .iter()
         .map(|l| format!("{} v{}", l.name, l.versions.last().map_or(1, |v| v.version)))
@@ -284,8 +312,9 @@ fn serve_and_sample(
     tracing::info!(
         address = address.unwrap_or("off"),
         store = %settings.store.display(),
-        durability = %pool.durability(),
-        policy = "every sample durable when stored (flushed and fenced); the file is synced at a clean stop",
+        durability = %store.medium(),
+        policy = policy.to_string().as_str(),
+        guarantee = policy.guarantee(store.medium()).as_str(),
         max_size = pool.max_len(),
         interval = ?settings.interval,
         retention = %settings.retention.map_or("off".into(), |r| humantime::format_duration(r).to_string()),
@@ -328,7 +357,9 @@ fn serve_and_sample(
             }
         }
         let rounds = shared.stats.rounds.load(Ordering::Relaxed);
-        tracing::info!(rounds, reason = if result.is_ok() { "asked to" } else { "an error" }, "petra-mon stopping");
+        let safe_points = store.safe_points();
+        let reason = if result.is_ok() { "asked to" } else { "an error" };
+        tracing::info!(rounds, safe_points, reason, "petra-mon stopping");
         result
     })
 }
@@ -437,6 +468,9 @@ fn reload(args: &Args, settings: &mut Settings, shared: &Shared<'_>, samplers: &
     if new.max_size != settings.max_size {
         needs_restart.push("max_size");
     }
+    if new.durability != settings.durability {
+        needs_restart.push("sync_every");
+    }
     if new.remote_write != settings.remote_write {
         needs_restart.push("remote_write");
     }
@@ -485,8 +519,10 @@ fn reload(args: &Args, settings: &mut Settings, shared: &Shared<'_>, samplers: &
     }
     let kept = Settings {
         store: settings.store.clone(),
+        store_in_state_dir: settings.store_in_state_dir,
         listen: settings.listen.clone(),
         max_size: settings.max_size,
+        durability: settings.durability,
         remote_write: settings.remote_write.clone(),
         log_file: settings.log_file.clone(),
         log_level: settings.log_level,
