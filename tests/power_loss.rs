@@ -28,7 +28,7 @@ fn config() -> PoolConfig {
 
 /// Rings of one chunk, rounds when a ring is a quarter full (the default), without safe points.
 fn engine_config() -> EngineConfig {
-    EngineConfig::rings(RING).durability(DurabilityPolicy::Process)
+    config_of(DurabilityPolicy::Process)
 }
 
 /// A policy's engine settings. `Periodic`'s background syncer waits an hour, so that the

@@ -312,8 +312,8 @@ impl Checkpointer {
         }
         ring.fired.store(head, Ordering::Relaxed);
         self.round(core, rings, local);
-        if let Some(Err(e)) = core.safe.try_make(core, rings) {
-            core.safe.keep_error(e);
+        if let Some(made) = core.safe.try_make(core, rings) {
+            core.safe.keep_error(made);
         }
     }
 

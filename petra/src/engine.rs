@@ -122,19 +122,22 @@ impl Syncer {
                         }
                     }
                     let Some(shared) = weak.upgrade() else { return };
-                    if let Err(e) = shared.safe_point() {
-                        shared.core.safe.keep_error(e);
-                    }
+                    shared.core.safe.keep_error(shared.safe_point());
                 }
             })
             .expect("a thread for the safe points");
         Syncer { stop, thread: Some(thread) }
     }
 
-    /// Stops the thread and waits for it to end (unless this is that thread).
-    fn stop(mut self) {
+    /// Tells the thread to stop.
+    fn signal(&self) {
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
+    }
+
+    /// Stops the thread and waits for it to end (unless this is that thread).
+    fn stop(mut self) {
+        self.signal();
         if let Some(t) = self.thread.take()
             && t.thread().id() != std::thread::current().id()
         {
@@ -146,8 +149,7 @@ impl Syncer {
 impl Drop for Syncer {
     fn drop(&mut self) {
         if self.thread.is_some() {
-            *self.stop.0.lock() = true;
-            self.stop.1.notify_all();
+            self.signal();
         }
     }
 }

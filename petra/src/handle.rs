@@ -354,7 +354,7 @@ impl<M: PMem + 'static> Handle<M> {
     pub fn checkpoint(&mut self) -> Option<CheckpointReport> {
         let safe_points = self.shared.core.safe.on();
         if safe_points {
-            self.keep_safe_point_error(self.shared.safe_point());
+            self.shared.core.safe.keep_error(self.shared.safe_point());
         }
         let first = self.checkpoint_round()?;
         let mut report = match self.checkpoint_round() {
@@ -363,17 +363,11 @@ impl<M: PMem + 'static> Handle<M> {
         };
         if safe_points {
             for _ in 0..2 {
-                self.keep_safe_point_error(self.shared.safe_point());
+                self.shared.core.safe.keep_error(self.shared.safe_point());
             }
             report.txid = self.shared.core.meta.checkpoint_txid(self.shared.core.mem());
         }
         Some(report)
-    }
-
-    fn keep_safe_point_error(&self, made: std::io::Result<u64>) {
-        if let Err(e) = made {
-            self.shared.core.safe.keep_error(e);
-        }
     }
 
     /// Runs one checkpoint round now: folds the batch the last round found, then finds the next.
@@ -392,9 +386,9 @@ impl<M: PMem + 'static> Handle<M> {
         let safe = &shared.core.safe;
         if safe.on()
             && shared.core.reclaim.held_bytes() >= crate::safe::HELD_BYTES
-            && let Some(Err(e)) = safe.try_make(&shared.core, &shared.rings)
+            && let Some(made) = safe.try_make(&shared.core, &shared.rings)
         {
-            safe.keep_error(e);
+            safe.keep_error(made);
         }
         let Some((_, ring)) = &self.ring else { return };
         shared.checkpointer.maybe_round(&shared.core, &shared.rings, &self.epoch, ring, self.head);

@@ -186,6 +186,12 @@ impl Rings {
         slots[i].dead |= dead;
     }
 
+    /// Calls `f` with every ring, under the table's lock (no handle takes or gives one back
+    /// meanwhile; `f` must not either), allocating nothing.
+    pub(crate) fn each(&self, mut f: impl FnMut(&Ring)) {
+        self.slots.lock().iter().for_each(|r| f(&r.ring));
+    }
+
     /// Every ring.
     pub(crate) fn all(&self) -> Vec<Arc<Ring>> {
         self.slots.lock().iter().map(|r| Arc::clone(&r.ring)).collect()

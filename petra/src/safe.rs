@@ -270,13 +270,13 @@ impl SafePoints {
         // 1. Every writer with a txid at or below `s` is committed and has its txid; persisting
         // a descriptor stores its check word and flushes: here, the stores are what matter.
         let s = core.next_txid() - 1;
-        for ring in rings.all() {
+        rings.each(|ring| {
             // Acquire: the descriptor was written before its offset was published.
             let d = ring.newest.load(Ordering::Acquire);
             if d != 0 {
                 core.persist(d);
             }
-        }
+        });
         // 2. and 3.
         mem.sync()?;
         core.meta.set_safe_txid(mem, s);
@@ -338,9 +338,12 @@ impl SafePoints {
         }
     }
 
-    /// Keeps the error of a safe point nobody waited for.
-    pub(crate) fn keep_error(&self, e: io::Error) {
-        *self.error.lock() = Some(e);
+    /// Keeps the error of a safe point nobody waits for (made by the background syncer, a
+    /// round, or a checkpoint), for [`take_error`](SafePoints::take_error).
+    pub(crate) fn keep_error(&self, made: io::Result<u64>) {
+        if let Err(e) = made {
+            *self.error.lock() = Some(e);
+        }
     }
 
     /// The error of the last failed safe point nobody waited for, if any (taken).
