@@ -39,6 +39,45 @@ pub(crate) fn scratch() -> Result<TempDir> {
     made.map_err(BenchError::ScratchDir)
 }
 
+/// A petra-kv store's durability policy, as `--durability` spells it (see
+/// [`petra::DurabilityPolicy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Policy {
+    /// A write survives the death of the process, not of the machine.
+    Process,
+    /// As `process`, and a background safe point every second (the stores' default).
+    Periodic,
+    /// A write returns once it survives power loss (group commit).
+    Immediate,
+}
+
+impl Policy {
+    /// The engine's policy.
+    pub(crate) fn policy(self) -> petra::DurabilityPolicy {
+        match self {
+            Policy::Process => petra::DurabilityPolicy::Process,
+            Policy::Periodic => petra::DurabilityPolicy::Periodic(std::time::Duration::from_secs(1)),
+            Policy::Immediate => petra::DurabilityPolicy::Immediate,
+        }
+    }
+}
+
+/// Its name in reports and on the command line.
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        spell(self, f)
+    }
+}
+
+/// The scratch directory of a run: a new one in `dir` if given (the disk to measure), else
+/// [`scratch`]'s.
+pub(crate) fn scratch_in(dir: Option<&Path>) -> Result<TempDir> {
+    match dir {
+        Some(dir) => tempfile::Builder::new().prefix("petra-").tempdir_in(dir).map_err(BenchError::ScratchDir),
+        None => scratch(),
+    }
+}
+
 /// Writes `value` as the command line spells it (the `Display` of an enumerated flag's values).
 pub(crate) fn spell<E: ValueEnum>(value: &E, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     f.pad(value.to_possible_value().expect("no value of a flag is skipped").get_name())

@@ -10,6 +10,7 @@
 //! - [`metrics`]: the metric store's ingest, latest-value reads and range queries.
 //! - [`tatp`]: TATP on PETRA's hash maps.
 //! - [`reopen`]: what a clean close, and an open after it or after a crash, cost.
+//! - [`fsync`]: the disk's own limit for durable commits (fdatasync after a 4 KiB write).
 //! - [`steady`]: a long run on a fixed working set while checkpoint rounds keep the pool flat.
 //! - [`lftt`]: the C++ LFTT/PETRA harness's argument form, run as a `micro` configuration.
 //!
@@ -27,6 +28,7 @@
 mod baselines;
 mod cli;
 pub mod error;
+pub mod fsync;
 pub mod kv;
 pub mod lftt;
 pub mod metrics;

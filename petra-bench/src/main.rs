@@ -1,7 +1,7 @@
 //! `petra-bench`: see `petra-bench --help`.
 
 use clap::{Parser, Subcommand};
-use petra_bench::{kv, lftt, metrics, micro, reopen, steady, tatp};
+use petra_bench::{fsync, kv, lftt, metrics, micro, reopen, steady, tatp};
 
 /// Benchmarks of PETRA, the persistent transactional lock-free structures.
 #[derive(Debug, Parser)]
@@ -21,6 +21,7 @@ enum Command {
     Reopen(reopen::ReopenArgs),
     Steady(steady::SteadyArgs),
     Lftt(lftt::LfttArgs),
+    Fsync(fsync::FsyncArgs),
 }
 
 fn main() {
@@ -35,6 +36,7 @@ fn main() {
         Command::Reopen(args) => reopen::run(args),
         Command::Steady(args) => steady::run(args),
         Command::Lftt(args) => lftt::run(args),
+        Command::Fsync(args) => fsync::run(args),
     };
     if let Err(e) = result {
         eprintln!("petra-bench: {e}");

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::cli::{progress_bar, scratch, wrote};
+use crate::cli::{Policy, one_of, progress_bar, scratch, wrote};
 use crate::error::{BenchError, Result};
 
 /// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
@@ -39,6 +39,10 @@ pub struct SteadyArgs {
     /// Bytes of a descriptor ring (a checkpoint round runs when a thread's ring is a quarter full).
     #[arg(long = "ring-bytes", default_value_t = 64 << 20)]
     ring_bytes: u64,
+    /// The durability policy: process, periodic (a power-safe point every second: the rings also
+    /// keep what was written since the last one) or immediate.
+    #[arg(long, default_value_t = Policy::Periodic, value_parser = one_of::<Policy>("policy"))]
+    durability: Policy,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -63,16 +67,18 @@ pub fn run(args: SteadyArgs) -> Result<()> {
         intervals: args.intervals,
         tx_size: args.tx_size,
         ring_bytes: args.ring_bytes,
+        durability: args.durability,
         seed: args.seed,
     };
     let tmp = scratch()?;
     println!(
-        "hash map of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, a row every {} s, pool in {}",
+        "hash map of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, durability {}, a row every {} s, pool in {}",
         args.keys,
         args.threads,
         if args.threads == 1 { "" } else { "s" },
         args.tx_size,
         args.ring_bytes >> 20,
+        args.durability,
         args.interval,
         tmp.path().display()
     );
@@ -131,6 +137,8 @@ pub(crate) struct SteadyCase {
     pub(crate) tx_size: usize,
     /// Bytes of a descriptor ring; a round starts when a thread's ring is a quarter full.
     pub(crate) ring_bytes: u64,
+    /// The durability policy.
+    pub(crate) durability: Policy,
     /// Seed of the keys and ops.
     pub(crate) seed: u64,
 }
@@ -181,7 +189,7 @@ pub(crate) fn run_case(
     if case.keys == 0 || case.threads == 0 || case.tx_size == 0 || case.tx_size > 64 {
         return Err(BenchError::InvalidArgument("--keys and --threads must be at least 1, --tx-size 1 to 64".into()));
     }
-    let config = EngineConfig::rings(case.ring_bytes);
+    let config = EngineConfig::rings(case.ring_bytes).durability(case.durability.policy());
     let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone())?;
     let s = engine.create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)?;
     crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;

@@ -27,12 +27,12 @@ use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
 use petra::pool::Mapping;
-use petra_kv::{Config, CreateMode, Order, Store};
+use petra_kv::{Config, CreateMode, DurabilityPolicy, Order, Store};
 
 use self::report::KvRow;
 use self::workloads::{Benchmark, run_on};
 use crate::baselines::redb::{RedbDurability, RedbKv};
-use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
+use crate::cli::{Policy, one_of, progress_bar, scratch_in, spell, wrote};
 use crate::error::{BenchError, Result};
 
 /// pmemkv_bench's workloads on the key-value store (petra-kv) or on redb, run in the order
@@ -77,10 +77,20 @@ pub struct KvArgs {
     /// with its commit durability none and immediate: the baseline).
     #[arg(long, value_delimiter = ',', default_values_t = [KvEngine::Sorted], value_parser = one_of::<KvEngine>("engine"))]
     engine: Vec<KvEngine>,
+    /// petra-kv's durability policies, comma-separated, each run on its own file beside the
+    /// others: process, periodic (a power-safe point every second) and immediate (a write
+    /// returns once it survives power loss). Default: the stores' own (periodic); with the flag
+    /// each row's engine names its policy (sorted/immediate).
+    #[arg(long, value_delimiter = ',', value_parser = one_of::<Policy>("policy"))]
+    durability: Option<Vec<Policy>>,
     /// The file to create, for one engine (default: a new file in /dev/shm or the temporary
     /// directory, removed afterwards). It must not exist.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dir")]
     db: Option<PathBuf>,
+    /// The directory for the files (new ones, removed afterwards; default: /dev/shm or the
+    /// temporary directory): the disk to measure.
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// As pmemkv_bench's: the size of the petra-kv pool file to create, GiB, its pages faulted in
     /// before the workloads (on tmpfs or DAX). 0: start at 64 MiB and grow as the workloads need.
     #[arg(long = "db_size_in_gb", default_value_t = 0)]
@@ -109,9 +119,21 @@ pub fn run(args: KvArgs) -> Result<()> {
     if args.db.is_some() && engines.len() > 1 {
         return Err(BenchError::InvalidArgument("--db names one file: give one engine".into()));
     }
+    let policies: Vec<Option<Policy>> = match &args.durability {
+        Some(list) => list.iter().copied().map(Some).collect(),
+        None => vec![None],
+    };
+    if args.db.is_some() && policies.len() > 1 {
+        return Err(BenchError::InvalidArgument("--db names one file: give one durability policy".into()));
+    }
     let cases: Vec<KvCase> = engines
         .iter()
-        .map(|&engine| KvCase {
+        .flat_map(|&engine| {
+            // redb has its own durability, named by its engine.
+            let of_engine = if engine.is_petra() { policies.clone() } else { vec![None] };
+            of_engine.into_iter().map(move |policy| (engine, policy))
+        })
+        .map(|(engine, durability)| KvCase {
             num: args.num,
             reads: args.reads.unwrap_or(args.num),
             threads: args.threads,
@@ -123,12 +145,13 @@ pub fn run(args: KvArgs) -> Result<()> {
             seed: args.seed,
             histogram: args.histogram,
             volatile: args.volatile,
+            durability,
         })
         .collect();
     for case in &cases {
         check(case)?;
     }
-    let tmp = if args.db.is_none() { Some(scratch()?) } else { None };
+    let tmp = if args.db.is_none() { Some(scratch_in(args.dir.as_deref())?) } else { None };
     println!(
         "{} keys of {} bytes, {}-byte values, {} thread{}{}, files in {}",
         args.num,
@@ -143,8 +166,9 @@ pub fn run(args: KvArgs) -> Result<()> {
     let progress = progress_bar(cases.len() * args.benchmarks.len(), "workloads");
     let mut rows = Vec::new();
     for case in &cases {
-        let name = case.engine.to_string();
-        let path = args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(&name));
+        let name = case.name();
+        let path =
+            args.db.clone().unwrap_or_else(|| tmp.as_ref().expect("made above").path().join(name.replace('/', "-")));
         let sizes = (args.db_size_in_gb << 30, args.db_max_size_in_gb << 30);
         run_case(case, &args.benchmarks, &path, sizes, |r| {
             let row = KvRow::new(&name, args.threads, r);
@@ -171,6 +195,13 @@ pub(crate) enum KvEngine {
     RedbNone,
     /// redb, each put or batch one write transaction committed with `Durability::Immediate`.
     RedbImmediate,
+}
+
+impl KvEngine {
+    /// Whether it is petra-kv (which takes `--durability` and `--volatile`).
+    pub(crate) fn is_petra(self) -> bool {
+        matches!(self, KvEngine::Sorted | KvEngine::Unsorted)
+    }
 }
 
 /// Its name in reports and on the command line.
@@ -205,6 +236,18 @@ pub(crate) struct KvCase {
     pub(crate) histogram: bool,
     /// Skip flushes and fences (petra-kv only: what durability costs; nothing is durable).
     pub(crate) volatile: bool,
+    /// petra-kv's durability policy (`None`: the store's default).
+    pub(crate) durability: Option<Policy>,
+}
+
+impl KvCase {
+    /// The engine's name in the rows: with its policy, if one was chosen.
+    pub(crate) fn name(&self) -> String {
+        match self.durability {
+            Some(policy) => format!("{}/{policy}", self.engine),
+            None => self.engine.to_string(),
+        }
+    }
 }
 
 /// One workload's result.
@@ -267,7 +310,7 @@ pub(crate) fn check(case: &KvCase) -> Result<()> {
             case.tx_size
         )));
     }
-    if case.volatile && matches!(case.engine, KvEngine::RedbNone | KvEngine::RedbImmediate) {
+    if case.volatile && !case.engine.is_petra() {
         return Err(BenchError::InvalidArgument("--volatile is petra-kv's mode: for redb, use redb-none".into()));
     }
     Ok(())
@@ -294,6 +337,7 @@ pub(crate) fn run_case(
     let mapping = Mapping { volatile: case.volatile, ..Mapping::default() };
     let size = if size == 0 { crate::pool::START_BYTES } else { size };
     let max_size = max_size.max(size);
-    let config = Config { create: CreateMode::Create, order, size, max_size, mapping, ..Config::new(path) };
+    let durability = case.durability.map_or_else(DurabilityPolicy::default, Policy::policy);
+    let config = Config { create: CreateMode::Create, order, size, max_size, mapping, durability, ..Config::new(path) };
     run_on(Store::open(&config)?, case, workloads, done)
 }

@@ -370,6 +370,7 @@ mod tests {
             seed: 7,
             histogram: true,
             volatile: false,
+            durability: None,
         }
     }
 

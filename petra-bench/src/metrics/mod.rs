@@ -6,15 +6,15 @@
 mod store;
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::ValueEnum;
-use petra_kv::{Sample, Value};
+use petra_kv::{DurabilityPolicy, Sample, Value};
 
 use self::store::PetraTarget;
 use crate::baselines::redb::{RedbDb, RedbDurability};
-use crate::cli::{one_of, scratch, spell};
+use crate::cli::{Policy, one_of, scratch_in, spell};
 use crate::error::{BenchError, Result};
 use crate::targets::metric::{MetricSessionOf, MetricTarget};
 
@@ -53,6 +53,16 @@ pub struct MetricsArgs {
         value_parser = one_of::<MetricsEngine>("engine")
     )]
     engine: Vec<MetricsEngine>,
+    /// The metric store's durability policies, comma-separated, each run on its own file beside
+    /// the others: process, periodic (a power-safe point every second) and immediate (a sample
+    /// returns once it survives power loss). Default: the store's own (periodic); with the flag
+    /// each row's engine names its policy (petra/immediate).
+    #[arg(long, value_delimiter = ',', value_parser = one_of::<Policy>("policy"))]
+    durability: Option<Vec<Policy>>,
+    /// The directory for the files (new ones, removed afterwards; default: /dev/shm or the
+    /// temporary directory): the disk to measure.
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
 
 /// Runs `petra-bench metrics`: the same samples and queries on a new store of each engine, a row
@@ -73,7 +83,7 @@ pub fn run(args: MetricsArgs) -> Result<()> {
         ranges: args.ranges,
         range_len: args.range_len,
     };
-    let tmp = scratch()?;
+    let tmp = scratch_in(args.dir.as_deref())?;
     println!(
         "{} set(s) of {} u64 metrics, {} samples each, {} thread(s), files in {}",
         args.sets,
@@ -83,7 +93,7 @@ pub fn run(args: MetricsArgs) -> Result<()> {
         tmp.path().display()
     );
     println!(
-        "{:<15} {:>12} {:>12} {:>16} {:>16} {:>16} {:>10}",
+        "{:<18} {:>12} {:>12} {:>16} {:>16} {:>16} {:>10}",
         "engine",
         "samples/s",
         "latest us",
@@ -92,13 +102,26 @@ pub fn run(args: MetricsArgs) -> Result<()> {
         format!("scan {} us", args.range_len),
         "file MiB"
     );
-    for &engine in &args.engine {
-        let path = tmp.path().join(format!("{engine}.db"));
-        let r = run_on(engine, &case, &path, 64 << 30)?;
+    let policies: Vec<Option<Policy>> = match &args.durability {
+        Some(list) => list.iter().copied().map(Some).collect(),
+        None => vec![None],
+    };
+    let runs = args.engine.iter().flat_map(|&engine| {
+        // redb has its own durability, named by its engine.
+        let of_engine = if engine == MetricsEngine::Petra { policies.clone() } else { vec![None] };
+        of_engine.into_iter().map(move |policy| (engine, policy))
+    });
+    for (engine, policy) in runs {
+        let name = match policy {
+            Some(policy) => format!("{engine}/{policy}"),
+            None => engine.to_string(),
+        };
+        let path = tmp.path().join(format!("{}.db", name.replace('/', "-")));
+        let r = run_on(engine, policy, &case, &path, 64 << 30)?;
         let _ = std::fs::remove_file(&path);
         println!(
-            "{:<15} {:>12.0} {:>12.2} {:>16.1} {:>16.1} {:>16.1} {:>10.1}",
-            engine,
+            "{:<18} {:>12.0} {:>12.2} {:>16.1} {:>16.1} {:>16.1} {:>10.1}",
+            name,
             r.ingest_per_sec,
             r.latest_micros,
             r.range_micros,
@@ -169,8 +192,15 @@ impl fmt::Display for MetricsEngine {
     }
 }
 
-/// Runs the case on a new store of `engine` at `path`.
-pub(crate) fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max_size: u64) -> Result<MetricsResult> {
+/// Runs the case on a new store of `engine` at `path` (the metric store with `policy`, or its
+/// default).
+pub(crate) fn run_on(
+    engine: MetricsEngine,
+    policy: Option<Policy>,
+    case: &MetricsCase,
+    path: &Path,
+    max_size: u64,
+) -> Result<MetricsResult> {
     if case.range_len > case.samples {
         return Err(BenchError::InvalidArgument(format!(
             "ranges of {} samples need at least that many samples",
@@ -182,7 +212,8 @@ pub(crate) fn run_on(engine: MetricsEngine, case: &MetricsCase, path: &Path, max
     }
     let durability = match engine {
         MetricsEngine::Petra => {
-            let target = PetraTarget::create(path, case, max_size)?;
+            let durability = policy.map_or_else(DurabilityPolicy::default, Policy::policy);
+            let target = PetraTarget::create(path, case, max_size, durability)?;
             let mut result = measure(&target, case)?;
             result.file_bytes = target.file_bytes();
             target.close()?;

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use petra_kv::{
-    Config, CreateMode, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo,
+    Config, CreateMode, DurabilityPolicy, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId,
+    SetInfo,
 };
 
 use super::{MetricsCase, SEC};
@@ -20,9 +21,14 @@ pub(super) struct PetraTarget {
 impl PetraTarget {
     /// A new store at `path` (growing up to `max_size` bytes) holding `case.sets` sets of the
     /// schema of `case.metrics` u64 data metrics.
-    pub(super) fn create(path: &Path, case: &MetricsCase, max_size: u64) -> Result<PetraTarget> {
-        let config =
-            Config { create: CreateMode::Create, size: crate::pool::START_BYTES, max_size, ..Config::new(path) };
+    pub(super) fn create(
+        path: &Path,
+        case: &MetricsCase,
+        max_size: u64,
+        durability: DurabilityPolicy,
+    ) -> Result<PetraTarget> {
+        let size = crate::pool::START_BYTES;
+        let config = Config { create: CreateMode::Create, size, max_size, durability, ..Config::new(path) };
         let store = MetricStore::open(&config)?;
         let schema = Schema {
             name: "cray".into(),
