@@ -325,3 +325,45 @@ fn an_immediate_write_returns_after_the_sync_that_covers_it() {
         );
     }
 }
+
+/// Under `Periodic` no writer waits for the disk while the rings hold what was written since the
+/// last safe point: rounds as the ring fills, but the safe points are the background syncer's.
+/// Only once the rings outgrow twice their budget (a sixteenth of the pool's maximum size) does
+/// a writer make one itself, and then the rings go round within it. Counted through the seam
+/// (the pool's growth, which syncs the new length, aside).
+#[test]
+fn under_periodic_a_writer_syncs_only_once_the_rings_outgrow_their_budget() {
+    use petra::mem::{Counting, MemCounts};
+    let mem = Arc::new(setup().with_model(MediaModel::PageCache));
+    let pool = Pool::open_in(Counting::new(Arc::clone(&mem))).unwrap();
+    let (engine, _) = Engine::open(pool, config_of(PERIODIC)).unwrap();
+    let budget = engine.pool().max_len() / 16;
+    let mut h = engine.handle().unwrap();
+    let s = ALL[0];
+    let (mut within, mut beyond, mut most) = (0, 0, 0);
+    // 40 laps of a ring of one chunk.
+    for i in 0..20_000u64 {
+        let (rings_before, len_before) = (engine.rings() as u64 * RING, engine.pool().len());
+        let before = MemCounts::current();
+        assert!(
+            petra_recovery::battery::execute(&mut h, Transaction::new().put(s, i % KEYS, i)).unwrap().is_committed()
+        );
+        let syncs = (MemCounts::current() - before).syncs;
+        if engine.pool().len() != len_before {
+            // The pool grew for a ring: growing syncs the new length, a cost of room, not of
+            // the policy.
+            continue;
+        }
+        if rings_before <= 2 * budget {
+            within += syncs;
+        } else {
+            beyond += syncs;
+        }
+        most = most.max(engine.rings() as u64 * RING);
+    }
+    eprintln!("syncs within twice the budget {within}, beyond it {beyond}; rings at most {most} bytes");
+    assert_eq!(within, 0, "a writer synced before the rings outgrew twice their budget");
+    assert!(beyond > 0, "the rings never outgrew twice their budget: the check saw nothing");
+    // A ring more than twice the budget: the one taken while the writer's safe point was due.
+    assert!(most <= 2 * budget + RING, "the rings grew to {most} bytes, budget {budget}");
+}

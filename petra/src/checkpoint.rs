@@ -305,16 +305,15 @@ impl Checkpointer {
         // checkpoint txid and recycling wait for the next ones: the ring's slots come back after
         // a few rounds, each followed by a safe point, which keeps the rings going round at the
         // writers' pace. They are spaced by a sixteenth of the ring written, not run after every
-        // transaction until the slots come back.
+        // transaction until the slots come back. The safe point is the next one, unless the rings
+        // have grown beyond the budget (see `SafePoints::relieve`).
         // Relaxed: only the ring's writer reads and writes it.
         if head - ring.fired.load(Ordering::Relaxed) < ring.cap / 16 {
             return;
         }
         ring.fired.store(head, Ordering::Relaxed);
         self.round(core, rings, local);
-        if let Some(made) = core.safe.try_make(core, rings) {
-            core.safe.keep_error(made);
-        }
+        core.safe.relieve(rings.len() as u64 * rings.ring_bytes(), || core.safe.make(core, rings));
     }
 
     /// A few attempts to let the epoch collector run what is due (the end of the last round).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_epoch::Collector;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer};
 use crate::error::{Damage, EngineError};
@@ -22,7 +22,7 @@ use crate::pool::Pool;
 use crate::protocol::Core;
 use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refused};
 use crate::ring::Rings;
-use crate::safe::DurabilityPolicy;
+use crate::safe::{DurabilityPolicy, Wake};
 use crate::structures::registry::{self, Registry, Structure};
 use crate::tx::{MAX_OPS, Op, OpKind, Shape, StructId, StructureKind, Transaction, Values};
 
@@ -93,51 +93,39 @@ impl EngineConfig {
     }
 }
 
-/// The background thread that makes a safe point every interval (see [`DurabilityPolicy`]).
+/// The background thread that makes a safe point every interval (see [`DurabilityPolicy`]), and
+/// at once when one is asked for ([`SafePoints::ask`](crate::safe::SafePoints::ask)).
 #[derive(Debug)]
 pub(crate) struct Syncer {
-    /// Set to stop it, with its wake-up.
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Its wake-up, and the run it belongs to.
+    wake: Arc<Wake>,
+    run: u64,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Syncer {
     /// Starts the syncer of `shared`, which makes a safe point every `every` while the engine
-    /// lives. It holds the engine only while it makes one.
+    /// lives, and when asked. It holds the engine only while it makes one.
     fn start<M: PMem + 'static>(shared: &Arc<Shared<M>>, every: Duration) -> Syncer {
         let weak = Arc::downgrade(shared);
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let signal = Arc::clone(&stop);
+        let wake = Arc::clone(&shared.core.safe.wake);
+        let run = wake.run();
+        let woken = Arc::clone(&wake);
         let thread = std::thread::Builder::new()
             .name("petra-safe-points".into())
             .spawn(move || {
-                loop {
-                    {
-                        let mut stopped = signal.0.lock();
-                        if !*stopped {
-                            signal.1.wait_for(&mut stopped, every);
-                        }
-                        if *stopped {
-                            return;
-                        }
-                    }
+                while woken.wait(run, every) {
                     let Some(shared) = weak.upgrade() else { return };
                     shared.core.safe.keep_error(shared.safe_point());
                 }
             })
             .expect("a thread for the safe points");
-        Syncer { stop, thread: Some(thread) }
-    }
-
-    /// Tells the thread to stop.
-    fn signal(&self) {
-        *self.stop.0.lock() = true;
-        self.stop.1.notify_all();
+        Syncer { wake, run, thread: Some(thread) }
     }
 
     /// Stops the thread and waits for it to end (unless this is that thread).
     fn stop(mut self) {
-        self.signal();
+        self.wake.stop(self.run);
         if let Some(t) = self.thread.take()
             && t.thread().id() != std::thread::current().id()
         {
@@ -148,9 +136,7 @@ impl Syncer {
 
 impl Drop for Syncer {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            self.signal();
-        }
+        self.wake.stop(self.run);
     }
 }
 

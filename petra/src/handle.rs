@@ -384,11 +384,8 @@ impl<M: PMem + 'static> Handle<M> {
     fn maybe_checkpoint(&mut self) {
         let shared = &*self.shared;
         let safe = &shared.core.safe;
-        if safe.on()
-            && shared.core.reclaim.held_bytes() >= crate::safe::HELD_BYTES
-            && let Some(made) = safe.try_make(&shared.core, &shared.rings)
-        {
-            safe.keep_error(made);
+        if safe.on() {
+            safe.relieve(shared.core.reclaim.held_bytes(), || safe.make(&shared.core, &shared.rings));
         }
         let Some((_, ring)) = &self.ring else { return };
         shared.checkpointer.maybe_round(&shared.core, &shared.rings, &self.epoch, ring, self.head);

@@ -106,7 +106,7 @@ impl<M: PMem + 'static> Core<M> {
         structures: Registry,
         policy: DurabilityPolicy,
     ) -> Core<M> {
-        let safe = Arc::new(SafePoints::new(policy, pool.durability()));
+        let safe = Arc::new(SafePoints::new(policy, pool.durability(), pool.max_len()));
         Core {
             safe,
             pool,

@@ -13,8 +13,10 @@
 //!    committed and not yet (only a ring's newest can be: a handle writes its next descriptor
 //!    after its last one returned). Every committed writer at or below `s` is then in memory,
 //!    its descriptor and byte values whole.
-//! 2. Sync: they are on the disk.
-//! 3. `s` is stored in the meta region's safe txid, and synced.
+//! 2. Sync: they are on the disk, and so are the records of the rounds that folded before the
+//!    safe point began.
+//! 3. `s` is stored in the meta region's safe txid, with those rounds' checkpoint txid, and
+//!    synced.
 //!
 //! After a power loss (the pool was last in use in another boot, see `Pool::same_boot`),
 //! recovery reads only the descriptors at or below the safe txid; after the death of the process
@@ -27,18 +29,25 @@
 //!   below the safe txid), or holds a state a reader resolves to from a FINAL word, or (a node
 //!   taken on by a newer transaction) a newer state whose key a batch writer also names. A
 //!   round's read op whose node moved on writes no record.
-//! - **`C` advances one safe point late**: a round stores no `C`; the first safe point begun
-//!   after its records were written (so they, and every transaction they reflect, are on the
-//!   disk with it) stores it, after its own sync. Whenever the kernel writes that page back, the
+//! - **`C` advances with a safe point**: a round stores no `C`; the first safe point begun after
+//!   its records were written (so they, and every transaction they reflect, are on the disk after
+//!   its first sync) stores it, between its syncs. Whenever the kernel writes that page back, the
 //!   records it vouches for are there.
-//! - **Slots are recycled one safe point later still**: a folded batch's slots are reused only
-//!   once the `C` above it is on the disk (stored before a safe point that completed), so that
-//!   recovery never needs a descriptor that was written over.
+//! - **Slots are recycled once that safe point completes**: a folded batch's slots are reused
+//!   only once the `C` above it is on the disk, so that recovery never needs a descriptor that
+//!   was written over.
 //! - **Replaced byte values are freed once their replacer is safe**: a value stays readable
 //!   until the transaction that replaced it is at or below the safe txid.
 //!
-//! Rounds that find their rings filling make a safe point after them (see `Checkpointer`), so the
-//! rings still go round at the pace of the writers, not of the policy's interval.
+//! So under `Periodic` the rings hold the descriptors of an interval or two, and the pool the
+//! values replaced in one: under writers faster than the interval, rings are added and values
+//! held, up to a budget (a sixteenth of the pool's maximum size, see [`SafePoints::relieve`]).
+//! Beyond it, rounds that find their rings filling and writers holding values ask the background
+//! syncer for a safe point early ([`SafePoints::ask`]), so that the rings go round at the pace of
+//! the writers, and no writer waits for the disk; beyond twice the budget they make one
+//! themselves. Early safe points are spaced (see `ASKED_GAP`): each costs the writers a page
+//! fault on every page they write again after it. Under `Immediate` every writer's own safe
+//! point does all this.
 //!
 //! When the engine keeps no safe points ([`DurabilityPolicy::Process`], or a memory where a
 //! fence is durable), none of this runs: rounds advance `C` and recycle as they go, and the safe
@@ -55,9 +64,9 @@ use crate::mem::{Durability, PMem};
 use crate::protocol::Core;
 use crate::ring::{Ring, Rings};
 
-/// Replaced byte values held for a safe point (see `Reclaim`) that make a writer start one early,
-/// so that a store that replaces values fast does not grow by a second's worth of them.
-pub(crate) const HELD_BYTES: u64 = 4 << 20;
+/// The least time between the end of a safe point and an asked-for one: each safe point costs
+/// the writers a fault on every page they write again after its sync, as well as the sync.
+const ASKED_GAP: Duration = Duration::from_millis(250);
 
 /// When a write survives a power loss, on a pool whose memory needs a sync for that (a file in
 /// the page cache). Where a fence is durable (persistent memory with DAX) every policy is as
@@ -119,6 +128,13 @@ pub(crate) struct SafePoints {
     policy: DurabilityPolicy,
     /// Whether safe points are kept: a page-cache memory and a policy other than `Process`.
     on: bool,
+    /// The room the descriptor rings, and the replaced values held for a safe point, may each
+    /// take before a safe point is asked for early: a sixteenth of the pool's maximum size.
+    /// Between safe points the rings keep every descriptor written since the last round's batch,
+    /// and the pool the values replaced since the last one, so under writers faster than the
+    /// interval they grow: to this, rather than by an early safe point each time a ring fills,
+    /// which would cost the writers more (see [`ASKED_GAP`]).
+    budget: u64,
     /// Held while a safe point is made: one at a time.
     making: Mutex<()>,
     /// The safe txid on the disk (0: none yet this run).
@@ -135,6 +151,71 @@ pub(crate) struct SafePoints {
     /// The last error of a safe point nobody waited for (the background syncer's), until
     /// [`take_error`](SafePoints::take_error).
     error: Mutex<Option<io::Error>>,
+    /// The background syncer's wake-up (`Periodic` only).
+    pub(crate) wake: Arc<Wake>,
+}
+
+/// What wakes the background syncer before its interval is up: a safe point asked for
+/// ([`SafePoints::ask`]), or the end of its run.
+#[derive(Debug, Default)]
+pub(crate) struct Wake {
+    state: Mutex<WakeState>,
+    woken: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WakeState {
+    /// A safe point was asked for since the syncer last woke.
+    asked: bool,
+    /// The syncer's run: a syncer runs while this is the number it started with.
+    run: u64,
+}
+
+impl Wake {
+    /// The run a syncer starting now belongs to.
+    pub(crate) fn run(&self) -> u64 {
+        self.state.lock().run
+    }
+
+    /// Asks the syncer for a safe point soon (see [`wait`](Wake::wait)); asks before it wakes
+    /// are one.
+    fn ask(&self) {
+        let mut state = self.state.lock();
+        if !state.asked {
+            state.asked = true;
+            self.woken.notify_all();
+        }
+    }
+
+    /// Ends run `run` (its syncer returns from [`wait`](Wake::wait) with `false`).
+    pub(crate) fn stop(&self, run: u64) {
+        let mut state = self.state.lock();
+        if state.run == run {
+            state.run += 1;
+        }
+        self.woken.notify_all();
+    }
+
+    /// Waits until `every` has passed, or a safe point was asked for and [`ASKED_GAP`] (at most
+    /// a quarter of `every`) has: `true`, or `false` once run `run` has ended. Called as the last
+    /// safe point ends, so asked-for safe points are spaced by the gap at least: each one costs
+    /// the writers a fault on every page they write again after it, as well as the sync.
+    pub(crate) fn wait(&self, run: u64, every: Duration) -> bool {
+        let now = std::time::Instant::now();
+        let deadline = now + every;
+        let soonest = now + ASKED_GAP.min(every / 4);
+        let mut state = self.state.lock();
+        while state.run == run {
+            let now = std::time::Instant::now();
+            if now >= deadline || (state.asked && now >= soonest) {
+                state.asked = false;
+                return true;
+            }
+            let until = if state.asked { soonest } else { deadline };
+            self.woken.wait_until(&mut state, until);
+        }
+        false
+    }
 }
 
 /// What waits for safe points: checkpoint txids and ring slots.
@@ -143,9 +224,7 @@ struct Gate {
     /// The largest checkpoint txid of the rounds that folded since the last safe point began: the
     /// next safe point stores it.
     folded: u64,
-    /// The checkpoint txid the last safe point stored: on the disk once the next one completes.
-    stored: u64,
-    /// The checkpoint txid on the disk (stored before a safe point that completed).
+    /// The checkpoint txid on the disk (stored by a safe point that completed).
     durable: u64,
     /// Folded batches' ends: (ring, end, the batch's checkpoint txid), recycled once that txid
     /// is on the disk.
@@ -153,12 +232,14 @@ struct Gate {
 }
 
 impl SafePoints {
-    /// The safe points of an engine on memory of `durability` under `policy`.
-    pub(crate) fn new(policy: DurabilityPolicy, durability: Durability) -> SafePoints {
+    /// The safe points of an engine on memory of `durability` under `policy`, in a pool that
+    /// may grow to `max_len` bytes.
+    pub(crate) fn new(policy: DurabilityPolicy, durability: Durability, max_len: u64) -> SafePoints {
         let on = durability == Durability::PageCache && policy != DurabilityPolicy::Process;
         SafePoints {
             policy,
             on,
+            budget: max_len / 16,
             making: Mutex::new(()),
             durable: AtomicU64::new(0),
             made: AtomicU64::new(0),
@@ -167,6 +248,7 @@ impl SafePoints {
             leading: Mutex::new(false),
             led: Condvar::new(),
             error: Mutex::new(None),
+            wake: Arc::new(Wake::default()),
         }
     }
 
@@ -179,6 +261,17 @@ impl SafePoints {
     #[inline]
     pub(crate) fn on(&self) -> bool {
         self.on
+    }
+
+    /// Keeps `bytes` (of rings, or of held values) near the budget (see the field): beyond
+    /// it asks for a safe point early; beyond twice it (writers outpacing even the early safe
+    /// points) makes one with `make`, the caller waiting for it.
+    pub(crate) fn relieve(&self, bytes: u64, make: impl FnOnce() -> io::Result<u64>) {
+        if bytes > self.budget.saturating_mul(2) {
+            self.keep_error(make());
+        } else if bytes > self.budget {
+            self.ask();
+        }
     }
 
     /// The background syncer's interval, if the engine runs one.
@@ -247,25 +340,10 @@ impl SafePoints {
     /// Makes a safe point now (see the [module docs](self)) and returns its txid, waiting for one
     /// in progress to end first. Only while safe points are kept.
     pub(crate) fn make<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
-        let one = self.making.lock();
-        self.make_locked(core, rings, one)
-    }
-
-    /// [`make`](SafePoints::make), unless one is being made: `None` then.
-    pub(crate) fn try_make<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> Option<io::Result<u64>> {
-        let one = self.making.try_lock()?;
-        Some(self.make_locked(core, rings, one))
-    }
-
-    fn make_locked<M: PMem + 'static>(
-        &self,
-        core: &Core<M>,
-        rings: &Rings,
-        _one: parking_lot::MutexGuard<'_, ()>,
-    ) -> io::Result<u64> {
+        let _one = self.making.lock();
         debug_assert!(self.on);
         let mem = core.mem();
-        // The rounds whose records are written: this safe point's syncs put them on the disk.
+        // The rounds whose records are written: this safe point's first sync puts them on the disk.
         let folded = std::mem::take(&mut self.gate.lock().folded);
         // 1. Every writer with a txid at or below `s` is committed and has its txid; persisting
         // a descriptor stores its check word and flushes: here, the stores are what matter.
@@ -277,9 +355,19 @@ impl SafePoints {
                 core.persist(d);
             }
         });
-        // 2. and 3.
+        // 2.
         mem.sync()?;
+        // 3. With the safe txid, the checkpoint txid of the rounds that folded before this safe
+        // point began: their records are on the disk, with every transaction they reflect (at or
+        // below `s`, their batches being bounded by an earlier safe txid).
         core.meta.set_safe_txid(mem, s);
+        let c = {
+            let gate = self.gate.lock();
+            (folded > gate.durable).then_some(folded)
+        };
+        if let Some(c) = c {
+            core.meta.set_checkpoint_txid(mem, c);
+        }
         mem.sync()?;
         // Release: what waits for the safe txid (an Immediate writer, a freed value's reuse) comes
         // after its syncs.
@@ -287,26 +375,19 @@ impl SafePoints {
         // Relaxed: a count for reports.
         self.made.fetch_add(1, Ordering::Relaxed);
         *self.last.lock() = Some(std::time::Instant::now());
-        let mut gate = self.gate.lock();
-        // The checkpoint txid the last safe point stored is on the disk now: the slots it covers
-        // may be written over.
-        gate.durable = gate.stored;
-        let durable = gate.durable;
-        gate.tails.retain(|(ring, end, c)| {
-            if *c > durable {
-                return true;
-            }
-            // Release: as in `recycle`.
-            ring.tail.store(*end, Ordering::Release);
-            false
-        });
-        // The records of the rounds that folded before this safe point began are on the disk,
-        // with every transaction they reflect (at or below `s`): the checkpoint txid may say so.
-        if folded > gate.stored {
-            core.meta.set_checkpoint_txid(mem, folded);
-            gate.stored = folded;
+        if let Some(c) = c {
+            // The checkpoint txid is on the disk: the slots it covers may be written over.
+            let mut gate = self.gate.lock();
+            gate.durable = c;
+            gate.tails.retain(|(ring, end, tail_c)| {
+                if *tail_c > c {
+                    return true;
+                }
+                // Release: as in `recycle`.
+                ring.tail.store(*end, Ordering::Release);
+                false
+            });
         }
-        drop(gate);
         core.reclaim.release_held(&core.pool, s);
         Ok(s)
     }
@@ -335,6 +416,15 @@ impl SafePoints {
             *leading = false;
             self.led.notify_all();
             made?;
+        }
+    }
+
+    /// Asks for a safe point soon, without waiting for it: under `Periodic` the background
+    /// syncer makes one as soon as the least gap between them allows; under `Immediate` the next writer's is it. For what needs one
+    /// to move on (a round's checkpoint txid and ring slots, held values), not for a writer.
+    pub(crate) fn ask(&self) {
+        if self.interval().is_some() {
+            self.wake.ask();
         }
     }
 
