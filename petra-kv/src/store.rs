@@ -72,6 +72,13 @@ impl<M: PMem + 'static> Store<M> {
         Ok(self.engine.sync()?)
     }
 
+    /// The error of a background safe point that failed since the last call or `sync`, if any
+    /// (taken; see [`Engine::safe_point_failure`](petra::Engine::safe_point_failure)): no write
+    /// reports it, so a long-running user should look here now and then.
+    pub fn safe_point_failure(&self) -> Option<std::io::Error> {
+        self.engine.safe_point_failure()
+    }
+
     /// The durability policy in force.
     pub fn durability(&self) -> DurabilityPolicy {
         self.engine.durability()

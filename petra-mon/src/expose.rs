@@ -88,6 +88,8 @@ pub struct Stats {
     pub last_scrape_ns: AtomicU64,
     /// Samples removed by retention.
     pub trimmed: AtomicU64,
+    /// Background power-safe points that failed (each logged).
+    pub safe_point_failures: AtomicU64,
     /// Per logical set.
     pub sets: Mutex<BTreeMap<String, SetStats>>,
     /// The remote-write sender's, if there is one.
@@ -324,6 +326,10 @@ fn own_metrics<M: PMem + 'static>(page: &mut Page, store: &MetricStore<M>, stats
     }
     let made = store.safe_points() as f64;
     page.own("safe_points", None, c, "Power-safe points the store made since the daemon started.", none(), made);
+    let failed = load(&stats.safe_point_failures) as f64;
+    let help =
+        "Power-safe points that failed (each logged): until one succeeds, samples since the last are not power-safe.";
+    page.own("safe_point_failures", None, c, help, none(), failed);
     page.own("store_file", b, g, "Bytes the store's file takes now.", none(), pool.len() as f64);
     page.own("store_max", b, g, "Bytes the store's file may grow to.", none(), pool.max_len() as f64);
     page.own("store_free", b, g, "Bytes the store can still take: room to grow and free chunks.", none(), free as f64);

@@ -613,6 +613,7 @@ fn the_page_says_how_long_ago_the_last_safe_point_was() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(page.contains("# TYPE petra_mon_safe_points_total counter\n"), "{page}");
+    assert_eq!(sample(&page, "petra_mon_safe_point_failures_total"), Some(0.0), "{page}");
     assert!(page.contains("# HELP petra_mon_last_safe_point_age_seconds "), "{page}");
     assert!(page.contains("# TYPE petra_mon_last_safe_point_age_seconds gauge\n"), "{page}");
     let age = sample(&page, "petra_mon_last_safe_point_age_seconds").expect("an age after a safe point");

@@ -257,6 +257,15 @@ impl<M: PMem + 'static> Engine<M> {
         Ok(())
     }
 
+    /// The error of a safe point that failed with nobody waiting for it (the background
+    /// syncer's, or one a round or a writer made early) since the last call or [`sync`](Engine::sync),
+    /// if any: taken. No write reports such a failure, so a long-running user should look here
+    /// now and then: until a later safe point succeeds, what was written since the last one
+    /// would not survive a power loss.
+    pub fn safe_point_failure(&self) -> Option<std::io::Error> {
+        self.shared.core.safe.take_error()
+    }
+
     /// The durability policy in force.
     pub fn durability(&self) -> DurabilityPolicy {
         self.shared.core.safe.policy()

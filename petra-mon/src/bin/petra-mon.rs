@@ -392,6 +392,10 @@ fn sample_loop(
         shared.stats.sampling_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(session);
         retention.run(store, &settings, shared)?;
+        if let Some(e) = store.safe_point_failure() {
+            shared.stats.safe_point_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, "a power-safe point failed: samples stored since the last one would not survive a power loss");
+        }
         next += settings.interval;
         let now = Instant::now();
         if next < now {
