@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::mem::PMem;
@@ -40,8 +39,9 @@ pub(crate) struct Reclaim {
     /// Byte values replaced by a committed transaction that no thread can read any more, with
     /// the replacer's txid.
     blob_frees: SegQueue<(u64, u64)>,
-    /// Those of them whose replacer was above the safe txid when they came due.
-    held: Mutex<Vec<(u64, u64)>>,
+    /// Those of them whose replacer was above the safe txid when they came due (a queue, not a
+    /// locked list: under `Periodic` nearly every replaced value passes through it).
+    held: SegQueue<(u64, u64)>,
     /// The bytes of the values held.
     held_bytes: AtomicU64,
 }
@@ -106,7 +106,7 @@ impl Reclaim {
                 // Replacers come due in about their txid order: the next ones are not safe either.
                 // Relaxed: a size for the trigger of an early safe point.
                 self.held_bytes.fetch_add(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
-                self.held.lock().push((blob, txid));
+                self.held.push((blob, txid));
                 break;
             }
             pool.free_blob(cache, POff::new(blob));
@@ -115,16 +115,19 @@ impl Reclaim {
 
     /// A safe point made `safe` the safe txid: the values held for replacers at or below it come
     /// due.
+    /// The values held when it starts are each looked at once (and those still held queued
+    /// again); safe points are made one at a time, so no two calls interleave.
     pub(crate) fn release_held<M: PMem>(&self, pool: &Pool<M>, safe: u64) {
-        let mut held = self.held.lock();
-        held.retain(|&(blob, txid)| {
-            if txid <= safe {
-                // Relaxed: as where it was added.
-                self.held_bytes.fetch_sub(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
-                self.blob_frees.push((blob, txid));
+        for _ in 0..self.held.len() {
+            let Some((blob, txid)) = self.held.pop() else { break };
+            if txid > safe {
+                self.held.push((blob, txid));
+                continue;
             }
-            txid > safe
-        });
+            // Relaxed: as where it was added.
+            self.held_bytes.fetch_sub(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
+            self.blob_frees.push((blob, txid));
+        }
     }
 
     /// The bytes of the values held for a safe point.
