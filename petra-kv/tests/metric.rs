@@ -1,7 +1,8 @@
 //! The metric store: schemas and sets, ingest with idempotent re-sends, bad samples refused with
 //! nothing changed, queries (latest, previous, range, window), retention, stale producers, the
-//! catalog and latest samples across reopenings, a kill loop on a real pool file, and power loss
-//! on a file in the page cache (the simulator's `MediaModel::PageCache`) under each policy.
+//! catalog and latest samples across reopenings, a kill loop on a real pool file under each
+//! durability policy, and power loss on a file in the page cache (the simulator's
+//! `MediaModel::PageCache`) under each policy.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -208,11 +209,15 @@ fn a_range_into_a_reused_vec_equals_the_range_for_scalar_and_array_schemas() {
     assert_eq!(reused, (1..=5).map(|g| sample(g, g * SEC, 1000 + g)).collect::<Vec<_>>());
 }
 
-/// Every acknowledged sample is in the history once, the history's generations and timestamps
-/// increase, the latest sample is the last in the history, and at most one sample per set that
-/// was not acknowledged (the one in flight) is there.
-fn check_sets(path: &str, acked: &BTreeMap<String, u64>) -> Result<BTreeMap<String, u64>, String> {
-    let config = Config { create: CreateMode::Open, ..Config::new(path) };
+/// Reopened under `policy`: every acknowledged sample is in the history once, the history's
+/// generations and timestamps increase, the latest sample is the last in the history, and at
+/// most one sample per set that was not acknowledged (the one in flight) is there.
+fn check_sets(
+    path: &str,
+    policy: DurabilityPolicy,
+    acked: &BTreeMap<String, u64>,
+) -> Result<BTreeMap<String, u64>, String> {
+    let config = Config { create: CreateMode::Open, durability: policy, ..Config::new(path) };
     let store = MetricStore::open(&config).map_err(|e| format!("reopen: {e}"))?;
     let mut last = BTreeMap::new();
     {
@@ -239,10 +244,25 @@ fn check_sets(path: &str, acked: &BTreeMap<String, u64>) -> Result<BTreeMap<Stri
     Ok(last)
 }
 
-/// The child: open the store, carry on each set from its latest generation, re-sending the
-/// latest first (which must be a duplicate), acknowledging each sample stored ("set gen").
-fn child(path: &str) {
-    let store = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(path) }).unwrap();
+/// The policies the kill rounds take in turn. `Periodic`'s interval is short, so that its
+/// background syncer makes safe points while the child is killed.
+const KILL_POLICIES: [DurabilityPolicy; 3] =
+    [DurabilityPolicy::Process, DurabilityPolicy::Periodic(Duration::from_millis(5)), DurabilityPolicy::Immediate];
+
+/// The pool path and the round's policy, from a kill round's argument (`path#round`).
+fn kill_round(arg: &str) -> (&str, DurabilityPolicy) {
+    let (path, round) = arg.rsplit_once('#').unwrap();
+    (path, KILL_POLICIES[round.parse::<usize>().unwrap() % KILL_POLICIES.len()])
+}
+
+/// The child: open the store under its round's policy (acknowledged as "R policy"), carry on
+/// each set from its latest generation, re-sending the latest first (which must be a duplicate),
+/// acknowledging each sample stored ("set gen").
+fn child(arg: &str) {
+    let (path, policy) = kill_round(arg);
+    let store =
+        MetricStore::open(&Config { create: CreateMode::Open, durability: policy, ..Config::new(path) }).unwrap();
+    assert_eq!(store.durability(), policy);
     store.add_schema(&schema()).unwrap();
     let sets: Vec<SetId> =
         (0..2).map(|i| store.add_set(&set_info(&format!("node{i}/meminfo"), i, 0)).unwrap()).collect();
@@ -254,7 +274,7 @@ fn child(path: &str) {
             assert_eq!(s.store_sample(id, &again).unwrap(), Stored::Duplicate);
         }
     }
-    ack("R");
+    ack(format!("R {policy}"));
     loop {
         for (i, &id) in sets.iter().enumerate() {
             let g = next[i];
@@ -276,23 +296,36 @@ fn kill_loop_loses_no_acknowledged_sample_and_duplicates_none() {
     let config = Config { create: CreateMode::Create, size: 4 << 20, max_size: 1 << 30, ..Config::new(&path) };
     MetricStore::open(&config).unwrap().close().unwrap();
     let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    // Per policy: rounds, and samples acknowledged in them.
+    let mut by_policy = [(0usize, 0usize); KILL_POLICIES.len()];
     let report = KillLoop::new("kill_loop_loses_no_acknowledged_sample_and_duplicates_none", 12).run(
-        |_| path.clone(),
-        |path, out| {
-            for a in out.acks.iter().filter(|a| *a != "R") {
+        |round| format!("{path}#{round}"),
+        |arg, out| {
+            let (path, policy) = kill_round(arg);
+            if out.acks.first() != Some(&format!("R {policy}")) {
+                return Err(format!("the child did not run under {policy}: {:?}", out.acks.first()));
+            }
+            for a in &out.acks[1..] {
                 let (set, g) = a.split_once(' ').unwrap();
                 acked.insert(set.to_owned(), g.parse().unwrap());
             }
-            let last = check_sets(path, &acked)?;
+            let last = check_sets(path, policy, &acked)?;
             // The next child carries on from what is there (an unacknowledged sample that made it
             // is kept, and acknowledged by being there).
             acked = last;
+            let counts = &mut by_policy[KILL_POLICIES.iter().position(|&p| p == policy).expect("one of them")];
+            counts.0 += 1;
+            counts.1 += out.acks.len() - 1;
             Ok(())
         },
     );
     eprintln!("{} rounds, {} kills, {} acks", report.rounds, report.kills, report.acks);
     report.assert_ok(6);
     assert!(acked.values().all(|&g| g > 10), "too few samples stored: {acked:?}");
+    for (policy, (rounds, samples)) in KILL_POLICIES.iter().zip(by_policy) {
+        eprintln!("{policy}: {rounds} rounds, {samples} samples acknowledged");
+        assert!(rounds >= 4 && samples >= 20, "{policy}: {rounds} rounds, {samples} samples acknowledged");
+    }
 }
 
 /// Stores `rounds` rounds of `per_round` samples with retention of the last `keep` (the engine's
