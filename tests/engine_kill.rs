@@ -3,11 +3,15 @@
 //! and is killed with SIGKILL at a random moment; the parent reopens the pool (recovering it) and
 //! checks that it holds every transaction the child acknowledged, plus possibly the one in flight,
 //! all or nothing. The next child carries on from what the parent found.
+//!
+//! Each round runs under one durability policy, in turn (`Process`, `Periodic` with a background
+//! syncer making a safe point every 5 ms while the child is killed, `Immediate`), and the parent
+//! reopens under the same: a kill takes no acknowledged transaction back under any of them.
 
 use std::path::Path;
 
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{DurabilityPolicy, Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
 use petra_recovery::model::Model;
 use petra_recovery::scratch_dir;
@@ -17,8 +21,23 @@ use rand::{Rng, SeedableRng};
 const LISTS: [StructId; petra_recovery::battery::ALL.len()] = petra_recovery::battery::IDS;
 
 /// Rings of one chunk: a child goes round them after about 500 transactions.
-fn engine_config() -> EngineConfig {
-    EngineConfig::rings(64 << 10)
+fn engine_config(policy: DurabilityPolicy) -> EngineConfig {
+    EngineConfig::rings(64 << 10).durability(policy)
+}
+
+/// The policies the rounds take in turn. `Periodic`'s interval is short, so that its background
+/// syncer makes safe points (and the rounds wait for them) while the child is killed.
+const POLICIES: [DurabilityPolicy; 3] = [
+    DurabilityPolicy::Process,
+    DurabilityPolicy::Periodic(std::time::Duration::from_millis(5)),
+    DurabilityPolicy::Immediate,
+];
+
+/// The round a child's or check's argument (`path#round`) names, and its policy.
+fn round_of(arg: &str) -> (&str, usize, DurabilityPolicy) {
+    let (path, round) = arg.split_once('#').unwrap();
+    let round: usize = round.parse().unwrap();
+    (path, round, POLICIES[round % POLICIES.len()])
 }
 
 /// The child runs a checkpoint round after this many transactions.
@@ -40,15 +59,17 @@ fn decode(s: &str) -> Vec<Op> {
         .collect()
 }
 
-/// The child: recover, then run transactions until killed, announcing each before it starts
-/// ("B ops") and acknowledging each that commits ("C").
+/// The child: recover under its round's policy (acknowledged as "R policy"), then run
+/// transactions until killed, announcing each before it starts ("B ops") and acknowledging each
+/// that commits ("C").
 fn child(arg: &str) {
-    let (path, seed) = arg.split_once('#').unwrap();
+    let (path, round, policy) = round_of(arg);
     let pool = Pool::open(path, &Mapping::default()).expect("the child opens the pool");
-    let (engine, _) = Engine::open(pool, engine_config()).expect("recovery");
+    let (engine, _) = Engine::open(pool, engine_config(policy)).expect("recovery");
+    assert_eq!(engine.durability(), policy);
     let mut h = engine.handle().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed.parse().unwrap());
-    ack("R");
+    let mut rng = StdRng::seed_from_u64(round as u64);
+    ack(format!("R {policy}"));
     for i in 1.. {
         if i % ROUND_EVERY == 0 {
             h.checkpoint();
@@ -77,18 +98,21 @@ fn child(arg: &str) {
     }
 }
 
-/// Checks the recovered pool against `base` plus the child's acknowledged transactions; on
-/// success, `base` becomes the recovered state.
-fn check(path: &Path, acks: &[String], base: &mut Model) -> Result<(), String> {
+/// Checks the pool, recovered under `policy` (the child's), against `base` plus the child's
+/// acknowledged transactions; on success, `base` becomes the recovered state.
+fn check(path: &Path, policy: DurabilityPolicy, acks: &[String], base: &mut Model) -> Result<(), String> {
+    if acks.first() != Some(&format!("R {policy}")) {
+        return Err(format!("the child did not run under {policy}: {:?}", acks.first()));
+    }
     let pool = Pool::open(path, &Mapping::default()).map_err(|e| format!("reopen: {e}"))?;
-    let (engine, report) = Engine::open(pool, engine_config()).map_err(|e| format!("recovery: {e}"))?;
+    let (engine, report) = Engine::open(pool, engine_config(policy)).map_err(|e| format!("recovery: {e}"))?;
     let got: Vec<Vec<(u64, u64)>> =
         LISTS.iter().map(|&s| petra_recovery::battery::entries(&engine, s).unwrap()).collect();
     let mut done = base.clone();
     let mut in_flight: Option<Vec<Op>> = None;
     for a in acks {
         match a.as_str() {
-            "R" => {}
+            r if r.starts_with("R ") => {}
             "C" => {
                 let ops = in_flight.take().ok_or("a commit without a transaction")?;
                 if !done.apply(&ops).is_committed() {
@@ -142,13 +166,29 @@ fn transactions_survive_sigkill() {
     let dir = scratch_dir();
     let path = dir.path().join("list.pool");
     let config = PoolConfig { initial_size: 4 << 20, max_size: 1 << 30, chunk_size: 64 << 10, ..PoolConfig::default() };
-    let engine = Engine::create(Pool::create(&path, &config).unwrap(), engine_config()).unwrap();
+    let engine =
+        Engine::create(Pool::create(&path, &config).unwrap(), engine_config(DurabilityPolicy::default())).unwrap();
     assert_eq!(petra_recovery::battery::create_all(&engine), LISTS);
     engine.into_pool().unwrap().close().unwrap();
     let mut base = Model::default();
-    let report = KillLoop::new("transactions_survive_sigkill", 50)
-        .run(|round| format!("{}#{round}", path.display()), |_, out| check(&path, &out.acks, &mut base));
+    // Per policy: rounds, and commits acknowledged in them.
+    let mut by_policy = [(0usize, 0usize); POLICIES.len()];
+    let report = KillLoop::new("transactions_survive_sigkill", 50).run(
+        |round| format!("{}#{round}", path.display()),
+        |arg, out| {
+            let (_, round, policy) = round_of(arg);
+            check(&path, policy, &out.acks, &mut base)?;
+            let counts = &mut by_policy[round % POLICIES.len()];
+            counts.0 += 1;
+            counts.1 += out.acks.iter().filter(|a| *a == "C").count();
+            Ok(())
+        },
+    );
     report.assert_ok(50);
     assert!(report.acks > 500, "the children acknowledged only {} steps", report.acks);
     eprintln!("{} kills, {} acknowledgements, final keys {}", report.kills, report.acks, base.entries(LISTS[0]).len());
+    for (policy, (rounds, commits)) in POLICIES.iter().zip(by_policy) {
+        eprintln!("{policy}: {rounds} rounds, {commits} commits acknowledged");
+        assert!(rounds >= 16 && commits >= 50, "{policy}: {rounds} rounds, {commits} commits acknowledged");
+    }
 }

@@ -5,6 +5,7 @@
 //! a state the history went through since.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use petra::mem::{CrashPlan, MediaModel, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
@@ -366,4 +367,195 @@ fn under_periodic_a_writer_syncs_only_once_the_rings_outgrow_their_budget() {
     assert!(beyond > 0, "the rings never outgrew twice their budget: the check saw nothing");
     // A ring more than twice the budget: the one taken while the writer's safe point was due.
     assert!(most <= 2 * budget + RING, "the rings grew to {most} bytes, budget {budget}");
+}
+
+/// A gate on the syncs of a memory: while it is closed, a sync waits at it, so that a test can
+/// hold a safe point in flight and let writers arrive meanwhile, whatever the scheduling.
+#[derive(Debug, Default)]
+struct SyncGate {
+    state: std::sync::Mutex<GateState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    closed: bool,
+    /// Syncs waiting at the gate now.
+    held: usize,
+    /// Syncs that passed it.
+    passed: u64,
+    /// Writes that returned (told by the test's writers).
+    returned: u64,
+}
+
+impl SyncGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().expect("no panic while holding it")
+    }
+
+    fn open(&self) {
+        self.lock().closed = false;
+        self.changed.notify_all();
+    }
+
+    /// Returns once a sync waits at the (closed) gate, or a write returned: how many of each.
+    fn wait_for_a_held_sync(&self) -> (usize, u64) {
+        let mut st = self.lock();
+        while st.held == 0 && st.returned == 0 {
+            st = self.changed.wait(st).expect("no panic while holding it");
+        }
+        (st.held, st.returned)
+    }
+
+    /// A write returned.
+    fn returned(&self) {
+        self.lock().returned += 1;
+        self.changed.notify_all();
+    }
+
+    fn returns(&self) -> u64 {
+        self.lock().returned
+    }
+
+    fn passed(&self) -> u64 {
+        self.lock().passed
+    }
+
+    /// Closes the gate until the guard is dropped, on every path: a test that panics with syncs
+    /// held lets them go, so that its threads end and the panic is reported.
+    fn closed(&self) -> OpenOnDrop<'_> {
+        self.lock().closed = true;
+        OpenOnDrop(self)
+    }
+
+    /// What a sync does first: waits while the gate is closed.
+    fn pass(&self) {
+        let mut st = self.lock();
+        st.held += 1;
+        self.changed.notify_all();
+        while st.closed {
+            st = self.changed.wait(st).expect("no panic while holding it");
+        }
+        st.held -= 1;
+        st.passed += 1;
+    }
+}
+
+/// Opens its gate when dropped.
+struct OpenOnDrop<'a>(&'a SyncGate);
+
+impl Drop for OpenOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// The simulator's memory with its syncs behind a [`SyncGate`].
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<SimMem>,
+    gate: Arc<SyncGate>,
+}
+
+impl petra::mem::PMem for Gated {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn load(&self, off: u64, order: Ordering) -> u64 {
+        self.inner.load(off, order)
+    }
+    fn store(&self, off: u64, val: u64, order: Ordering) {
+        self.inner.store(off, val, order)
+    }
+    fn compare_exchange(
+        &self,
+        off: u64,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        self.inner.compare_exchange(off, current, new, success, failure)
+    }
+    fn fetch_add(&self, off: u64, val: u64, order: Ordering) -> u64 {
+        self.inner.fetch_add(off, val, order)
+    }
+    fn flush(&self, off: u64) {
+        self.inner.flush(off)
+    }
+    fn fence(&self) {
+        self.inner.fence()
+    }
+    fn grow(&self, new_len: u64) -> Result<(), petra::mem::GrowError> {
+        self.inner.grow(new_len)
+    }
+    fn max_len(&self) -> u64 {
+        self.inner.max_len()
+    }
+    fn durability(&self) -> petra::mem::Durability {
+        self.inner.durability()
+    }
+    fn boot(&self) -> u128 {
+        self.inner.boot()
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.gate.pass();
+        self.inner.sync()
+    }
+}
+
+/// Group commit, counted: under `Immediate`, a first writer's safe point is held at its first
+/// sync while the other writers commit (each visible to a reader, so each committed after that
+/// safe point took its txid, and none covered by it); once the sync goes on, the others share
+/// one safe point, not one each. And each write returns only after a safe point that covers it:
+/// at its return, the image with no page written back since the last sync holds it.
+#[test]
+fn concurrent_immediate_writers_share_one_safe_point() {
+    const WRITERS: u64 = 6;
+    let mem = Arc::new(setup().with_model(MediaModel::PageCache));
+    let gate = Arc::new(SyncGate::default());
+    let pool = Pool::open_in(Gated { inner: Arc::clone(&mem), gate: Arc::clone(&gate) }).unwrap();
+    let (engine, _) = Engine::open(pool, config_of(DurabilityPolicy::Immediate)).unwrap();
+    let (made, synced) = (engine.safe_points(), gate.passed());
+    let s = ALL[0];
+    let value = |k: u64| 5_000 + k;
+    let states = std::thread::scope(|scope| {
+        let closed = gate.closed();
+        let write = |k: u64| {
+            let (engine, mem, gate) = (&engine, &mem, &gate);
+            move || {
+                let mut h = engine.handle().unwrap();
+                let out = petra_recovery::battery::execute(&mut h, Transaction::new().put(s, k, value(k))).unwrap();
+                assert!(out.is_committed());
+                let state = mem.crash_now();
+                gate.returned();
+                (k, state)
+            }
+        };
+        let first = scope.spawn(write(0));
+        assert_eq!(gate.wait_for_a_held_sync(), (1, 0), "the first write returned before its safe point's sync");
+        let others: Vec<_> = (1..WRITERS).map(|k| scope.spawn(write(k))).collect();
+        // Every other writer has committed while the first writer's safe point is held.
+        let mut h = engine.handle().unwrap();
+        while (1..WRITERS).any(|k| petra_recovery::battery::get(&mut h, s, k).unwrap() != Some(value(k))) {
+            std::thread::yield_now();
+        }
+        assert_eq!(gate.returns(), 0, "a write returned while every sync was held");
+        drop(closed);
+        let mut states = vec![first.join().unwrap()];
+        states.extend(others.into_iter().map(|t| t.join().unwrap()));
+        states
+    });
+    let (safe_points, syncs) = (engine.safe_points() - made, gate.passed() - synced);
+    eprintln!("{WRITERS} concurrent writes under Immediate: {safe_points} safe points, {syncs} syncs");
+    // The first writer's, and one the others shared.
+    assert_eq!(safe_points, 2, "{WRITERS} writes made {safe_points} safe points ({syncs} syncs)");
+    assert!(syncs < WRITERS, "{WRITERS} writes made {syncs} syncs");
+    for (k, state) in states {
+        let nothing = state.images(0, 0, 0).remove(0);
+        let image = state.image(&nothing);
+        let (recovered, _) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config()).unwrap();
+        let got = petra_recovery::battery::entries(&recovered, s).unwrap().into_iter().find(|e| e.0 == k);
+        assert_eq!(got, Some((k, value(k))), "write {k} returned before a safe point covered it");
+    }
 }

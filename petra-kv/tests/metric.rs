@@ -1,18 +1,24 @@
 //! The metric store: schemas and sets, ingest with idempotent re-sends, bad samples refused with
 //! nothing changed, queries (latest, previous, range, window), retention, stale producers, the
-//! catalog and latest samples across reopenings, and a kill loop on a real pool file.
+//! catalog and latest samples across reopenings, a kill loop on a real pool file under each
+//! durability policy, and power loss on a file in the page cache (the simulator's
+//! `MediaModel::PageCache`) under each policy.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use petra::mem::SimMem;
+use petra::DurabilityPolicy;
+use petra::mem::{CrashImage, CrashPlan, MediaModel, SimMem};
 use petra::pool::{Pool, PoolConfig};
 use petra_kv::{
-    Config, CreateMode, DurabilityPolicy, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId,
-    SetInfo, Stored, Value,
+    Config, CreateMode, KvError, Metric, MetricSession, MetricStore, Sample, Scalar, Schema, SetId, SetInfo, Stored,
+    Value,
 };
+use petra_recovery::crash::{CrashTest, Report};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -203,11 +209,15 @@ fn a_range_into_a_reused_vec_equals_the_range_for_scalar_and_array_schemas() {
     assert_eq!(reused, (1..=5).map(|g| sample(g, g * SEC, 1000 + g)).collect::<Vec<_>>());
 }
 
-/// Every acknowledged sample is in the history once, the history's generations and timestamps
-/// increase, the latest sample is the last in the history, and at most one sample per set that
-/// was not acknowledged (the one in flight) is there.
-fn check_sets(path: &str, acked: &BTreeMap<String, u64>) -> Result<BTreeMap<String, u64>, String> {
-    let config = Config { create: CreateMode::Open, ..Config::new(path) };
+/// Reopened under `policy`: every acknowledged sample is in the history once, the history's
+/// generations and timestamps increase, the latest sample is the last in the history, and at
+/// most one sample per set that was not acknowledged (the one in flight) is there.
+fn check_sets(
+    path: &str,
+    policy: DurabilityPolicy,
+    acked: &BTreeMap<String, u64>,
+) -> Result<BTreeMap<String, u64>, String> {
+    let config = Config { create: CreateMode::Open, durability: policy, ..Config::new(path) };
     let store = MetricStore::open(&config).map_err(|e| format!("reopen: {e}"))?;
     let mut last = BTreeMap::new();
     {
@@ -234,10 +244,25 @@ fn check_sets(path: &str, acked: &BTreeMap<String, u64>) -> Result<BTreeMap<Stri
     Ok(last)
 }
 
-/// The child: open the store, carry on each set from its latest generation, re-sending the
-/// latest first (which must be a duplicate), acknowledging each sample stored ("set gen").
-fn child(path: &str) {
-    let store = MetricStore::open(&Config { create: CreateMode::Open, ..Config::new(path) }).unwrap();
+/// The policies the kill rounds take in turn. `Periodic`'s interval is short, so that its
+/// background syncer makes safe points while the child is killed.
+const KILL_POLICIES: [DurabilityPolicy; 3] =
+    [DurabilityPolicy::Process, DurabilityPolicy::Periodic(Duration::from_millis(5)), DurabilityPolicy::Immediate];
+
+/// The pool path and the round's policy, from a kill round's argument (`path#round`).
+fn kill_round(arg: &str) -> (&str, DurabilityPolicy) {
+    let (path, round) = arg.rsplit_once('#').unwrap();
+    (path, KILL_POLICIES[round.parse::<usize>().unwrap() % KILL_POLICIES.len()])
+}
+
+/// The child: open the store under its round's policy (acknowledged as "R policy"), carry on
+/// each set from its latest generation, re-sending the latest first (which must be a duplicate),
+/// acknowledging each sample stored ("set gen").
+fn child(arg: &str) {
+    let (path, policy) = kill_round(arg);
+    let store =
+        MetricStore::open(&Config { create: CreateMode::Open, durability: policy, ..Config::new(path) }).unwrap();
+    assert_eq!(store.durability(), policy);
     store.add_schema(&schema()).unwrap();
     let sets: Vec<SetId> =
         (0..2).map(|i| store.add_set(&set_info(&format!("node{i}/meminfo"), i, 0)).unwrap()).collect();
@@ -249,7 +274,7 @@ fn child(path: &str) {
             assert_eq!(s.store_sample(id, &again).unwrap(), Stored::Duplicate);
         }
     }
-    ack("R");
+    ack(format!("R {policy}"));
     loop {
         for (i, &id) in sets.iter().enumerate() {
             let g = next[i];
@@ -271,23 +296,36 @@ fn kill_loop_loses_no_acknowledged_sample_and_duplicates_none() {
     let config = Config { create: CreateMode::Create, size: 4 << 20, max_size: 1 << 30, ..Config::new(&path) };
     MetricStore::open(&config).unwrap().close().unwrap();
     let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    // Per policy: rounds, and samples acknowledged in them.
+    let mut by_policy = [(0usize, 0usize); KILL_POLICIES.len()];
     let report = KillLoop::new("kill_loop_loses_no_acknowledged_sample_and_duplicates_none", 12).run(
-        |_| path.clone(),
-        |path, out| {
-            for a in out.acks.iter().filter(|a| *a != "R") {
+        |round| format!("{path}#{round}"),
+        |arg, out| {
+            let (path, policy) = kill_round(arg);
+            if out.acks.first() != Some(&format!("R {policy}")) {
+                return Err(format!("the child did not run under {policy}: {:?}", out.acks.first()));
+            }
+            for a in &out.acks[1..] {
                 let (set, g) = a.split_once(' ').unwrap();
                 acked.insert(set.to_owned(), g.parse().unwrap());
             }
-            let last = check_sets(path, &acked)?;
+            let last = check_sets(path, policy, &acked)?;
             // The next child carries on from what is there (an unacknowledged sample that made it
             // is kept, and acknowledged by being there).
             acked = last;
+            let counts = &mut by_policy[KILL_POLICIES.iter().position(|&p| p == policy).expect("one of them")];
+            counts.0 += 1;
+            counts.1 += out.acks.len() - 1;
             Ok(())
         },
     );
     eprintln!("{} rounds, {} kills, {} acks", report.rounds, report.kills, report.acks);
     report.assert_ok(6);
     assert!(acked.values().all(|&g| g > 10), "too few samples stored: {acked:?}");
+    for (policy, (rounds, samples)) in KILL_POLICIES.iter().zip(by_policy) {
+        eprintln!("{policy}: {rounds} rounds, {samples} samples acknowledged");
+        assert!(rounds >= 4 && samples >= 20, "{policy}: {rounds} rounds, {samples} samples acknowledged");
+    }
 }
 
 /// Stores `rounds` rounds of `per_round` samples with retention of the last `keep` (the engine's
@@ -419,4 +457,228 @@ fn a_catalog_that_does_not_hold_together_is_refused_with_the_file_untouched() {
         }
         assert!(std::fs::read(&path).unwrap() == before, "closed {closed}: the refused store's file was written");
     }
+}
+
+/// The power-loss runs' memory: room for the samples and the values they replace.
+const POWER_MAX_LEN: u64 = 16 << 20;
+
+/// A schema whose samples are several KiB (an array of 640 words), so that one spans pages.
+fn wide_schema() -> Schema {
+    Schema {
+        name: "percpu".into(),
+        metrics: vec![
+            Metric::meta("component_id", Scalar::U64),
+            Metric { name: "ticks".into(), scalar: Scalar::U64, array: Some(640), meta: false },
+        ],
+    }
+}
+
+/// The sets of the power-loss runs: two of small samples, one of wide ones.
+const POWER_SETS: [&str; 3] = ["node0/meminfo", "node1/meminfo", "node0/percpu"];
+
+/// A metric store with the schemas and sets of the power-loss runs, cleanly closed.
+fn power_setup() -> SimMem {
+    let mem = Arc::new(SimMem::new(0, POWER_MAX_LEN));
+    let config =
+        PoolConfig { initial_size: 1 << 20, max_size: POWER_MAX_LEN, chunk_size: 64 << 10, ..PoolConfig::default() };
+    let store = MetricStore::create_in(Pool::create_in(Arc::clone(&mem), &config).unwrap()).unwrap();
+    store.add_schema(&schema()).unwrap();
+    store.add_schema(&wide_schema()).unwrap();
+    for (i, name) in POWER_SETS.iter().enumerate() {
+        let (_, schema) = name.split_once('/').unwrap();
+        store.add_set(&SetInfo { schema: schema.into(), ..set_info(name, i as u64, 0) }).unwrap();
+    }
+    store.into_engine().into_pool().unwrap().close().unwrap();
+    Arc::into_inner(mem).unwrap()
+}
+
+/// `Periodic`'s background syncer waits an hour, so that the workload's own `MetricStore::sync`
+/// calls are the safe points, the same on every run.
+const PERIODIC: DurabilityPolicy = DurabilityPolicy::Periodic(Duration::from_secs(3600));
+
+/// A stored sample: simulator events when its store began and returned, its set (an index into
+/// `POWER_SETS`) and the sample.
+#[derive(Debug, Clone)]
+struct StoredSample {
+    start: u64,
+    end: u64,
+    set: usize,
+    sample: Sample,
+}
+
+/// What a power-loss workload did: its samples in the order stored, and its syncs (events before
+/// each began and when it returned).
+#[derive(Debug, Clone, Default)]
+struct PowerRecord {
+    samples: Vec<StoredSample>,
+    syncs: Vec<(u64, u64)>,
+}
+
+/// Opens the store (recovering: that syncs) under `policy` and stores `samples` samples, each of
+/// a set drawn at random, one thread, syncing after every `sync_every`; leaves the store as a
+/// power loss would.
+fn power_workload(mem: Arc<SimMem>, seed: u64, samples: u64, sync_every: u64, policy: DurabilityPolicy) -> PowerRecord {
+    let store = MetricStore::open_with(Pool::open_in(Arc::clone(&mem)).unwrap(), policy).unwrap();
+    assert_eq!(store.medium(), petra::mem::Durability::PageCache);
+    let ids: Vec<SetId> = POWER_SETS.iter().map(|n| store.set_id(n).expect("made by the setup")).collect();
+    let mut s = store.session().unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut next = [1u64; POWER_SETS.len()];
+    let mut record = PowerRecord::default();
+    for i in 1..=samples {
+        let set = rng.random_range(0..POWER_SETS.len());
+        let g = next[set];
+        next[set] += 1;
+        let sample = if POWER_SETS[set].ends_with("percpu") {
+            let ticks = (0..640).map(|_| Value::U(rng.random())).collect();
+            Sample {
+                timestamp: g * SEC,
+                duration: 10,
+                generation: g,
+                consistent: true,
+                values: vec![Value::U(0), Value::Array(ticks)],
+            }
+        } else {
+            sample(g, g * SEC, rng.random_range(0..1 << 40))
+        };
+        let start = mem.events();
+        assert_eq!(s.store_sample(ids[set], &sample).unwrap(), Stored::New);
+        record.samples.push(StoredSample { start, end: mem.events(), set, sample });
+        if i % sync_every == 0 {
+            let begin = mem.events();
+            store.sync().unwrap();
+            record.syncs.push((begin, mem.events()));
+        }
+    }
+    record
+}
+
+/// Recovers the image's store and checks each set's history: the samples stored of it among the
+/// first `k` of the workload, for one `k` from those acknowledged before the bound (under
+/// `Immediate` the crash, else the start of the last sync that completed before it) to those
+/// started before the crash. So each set's recovered samples are a prefix of those stored, none
+/// twice, at least those acknowledged before the bound; and the latest is the history's last.
+fn power_check(record: &PowerRecord, policy: DurabilityPolicy, image: &CrashImage, mem: SimMem) -> Result<(), String> {
+    let crash = image.point.event;
+    let bound = match policy {
+        DurabilityPolicy::Immediate => crash,
+        _ => record.syncs.iter().filter(|&&(_, end)| end <= crash).map(|&(begin, _)| begin).max().unwrap_or(0),
+    };
+    let least = record.samples.iter().filter(|x| x.end <= bound).count();
+    let most = record.samples.iter().filter(|x| x.start <= crash).count();
+    let pool = Pool::open_in(mem).map_err(|e| format!("refused: the pool does not open: {e}"))?;
+    let store = MetricStore::open_with(pool, policy).map_err(|e| format!("refused: the store does not open: {e}"))?;
+    let mut s = store.session().map_err(|e| format!("refused: {e}"))?;
+    let mut got = Vec::new();
+    for name in POWER_SETS {
+        let id = store.set_id(name).ok_or_else(|| format!("refused: the set {name} is gone"))?;
+        let h = s.range(id, 0, u64::MAX).map_err(|e| format!("refused: {name} reads: {e}"))?;
+        let latest = s.latest(id).map_err(|e| format!("refused: {name} reads: {e}"))?;
+        if latest.as_ref() != h.last() {
+            return Err(format!("not a state: {name}'s latest sample is not its history's last"));
+        }
+        got.push(h);
+    }
+    // The histories after the first `k` samples stored.
+    let after = |k: usize| -> Vec<Vec<Sample>> {
+        (0..POWER_SETS.len())
+            .map(|set| record.samples[..k].iter().filter(|x| x.set == set).map(|x| x.sample.clone()).collect())
+            .collect()
+    };
+    if (least..=most).any(|k| after(k) == got) {
+        return Ok(());
+    }
+    let gens = |h: &[Sample]| h.iter().map(|x| x.generation).collect::<Vec<_>>();
+    let (acked, started) = (after(least), after(most));
+    let mut why = Vec::new();
+    for (set, name) in POWER_SETS.iter().enumerate() {
+        let (g, a, m) = (&got[set], &acked[set], &started[set]);
+        let prefix = g.len() <= m.len() && m[..g.len()] == g[..];
+        if !prefix {
+            why.push(format!("{name}: generations {:?} not a prefix of those stored {:?}", gens(g), gens(m)));
+        } else if g.len() < a.len() {
+            why.push(format!("{name}: {} samples, {} acknowledged before event {bound}", g.len(), a.len()));
+        }
+    }
+    let label = if why.iter().any(|w| w.contains("acknowledged")) { "lost" } else { "not a state" };
+    if why.is_empty() {
+        why.push("each set a prefix, but of no one instant".into());
+    }
+    Err(format!("{label}: crash before event {crash}, {least} to {most} samples: {}", why.join("; ")))
+}
+
+/// A power-loss run's crash images: before every fence and sync, 40 points spread over it, 6
+/// images each besides the two extremes, each checked with `power_check`.
+fn power_run(seed: u64, sync_every: u64, policy: DurabilityPolicy) -> (Report, PowerRecord) {
+    let plan = CrashPlan { every_flush: false, ..CrashPlan::all(0.0, seed).with_syncs() };
+    let test = CrashTest {
+        model: MediaModel::PageCache,
+        plan,
+        exhaustive_bound: 0,
+        samples: 6,
+        max_points: 40,
+        ..CrashTest::new(seed)
+    };
+    let mut kept = None;
+    let report = test.run(
+        power_setup,
+        |mem| {
+            let record = power_workload(mem, seed, 90, sync_every, policy);
+            kept = Some(record.clone());
+            record
+        },
+        |record, image, mem| power_check(record, policy, image, mem),
+    );
+    eprintln!("{policy}: {} points, {} images, {} failing", report.points, report.images, report.failures.len());
+    (report, kept.expect("the workload ran"))
+}
+
+/// The workload stored what the runs are about: wide samples among the small ones, every set
+/// several times, and (where it syncs) several syncs.
+fn assert_power_covered(record: &PowerRecord, syncs: usize) {
+    for (set, name) in POWER_SETS.iter().enumerate() {
+        let n = record.samples.iter().filter(|x| x.set == set).count();
+        assert!(n >= 15, "{n} samples of {name}");
+    }
+    assert!(record.syncs.len() >= syncs, "{} syncs", record.syncs.len());
+}
+
+/// `Periodic`, with the workload's syncs as the only safe points: every image keeps, of each
+/// set, a prefix of its samples holding every one acknowledged before the last safe point that
+/// completed, the sets all at one instant of the run.
+#[test]
+fn power_loss_keeps_every_sample_acknowledged_before_the_last_safe_point() {
+    let (report, record) = power_run(21, 10, PERIODIC);
+    assert_power_covered(&record, 8);
+    assert!(report.images >= 300, "only {} images", report.images);
+    report.assert_ok();
+}
+
+/// `Immediate`: a sample is stored once the safe point that covers it completed, so every image
+/// keeps every sample acknowledged before the crash.
+#[test]
+fn power_loss_keeps_every_acknowledged_sample_under_immediate() {
+    let (report, record) = power_run(22, u64::MAX, DurabilityPolicy::Immediate);
+    assert_power_covered(&record, 0);
+    assert!(report.images >= 300, "only {} images", report.images);
+    report.assert_ok();
+}
+
+/// The checks above have teeth: the same workload and syncs under `Process`, which keeps no
+/// safe points, must give images that fail them.
+#[test]
+fn without_safe_points_power_loss_loses_synced_samples() {
+    let (report, record) = power_run(21, 10, DurabilityPolicy::Process);
+    assert_power_covered(&record, 8);
+    let of = |label: &str| report.failures.iter().filter(|f| f.message.starts_with(label)).count();
+    let (refused, lost, other) = (of("refused"), of("lost"), of("not a state"));
+    eprintln!("process: {} images, {refused} refused, {lost} lost, {other} not a state", report.images);
+    for label in ["refused", "lost", "not a state"] {
+        if let Some(f) = report.failures.iter().find(|f| f.message.starts_with(label)) {
+            eprintln!("first {label}: {f}");
+        }
+    }
+    assert!(!report.failures.is_empty(), "no image of {} failed without safe points", report.images);
+    // Every failure is the check's verdict, none a panic of recovery.
+    assert_eq!(refused + lost + other, report.failures.len(), "{:?}", report.failures.first());
 }

@@ -1,11 +1,20 @@
 //! Crash images of a store under batches of puts and removes of short and long keys: after
 //! recovery the store holds every acknowledged batch and, of the one in flight, all or nothing.
+//!
+//! Power loss on a file in the page cache too (the simulator's `MediaModel::PageCache`, pages
+//! written back in any order since the last sync), with long values among the short: under
+//! `Periodic` every batch acknowledged before the last `Store::sync` that completed is there,
+//! under `Immediate` every batch acknowledged, and the store is the one some instant between
+//! that bound and the crash had. Under `Process` the same workload must fail somewhere: the
+//! checks can tell.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::Duration;
 
-use petra::mem::{CrashPlan, SimMem};
+use petra::DurabilityPolicy;
+use petra::mem::{CrashImage, CrashPlan, MediaModel, SimMem};
 use petra::pool::{Pool, PoolConfig};
 use petra_kv::{Batch, Order, Store};
 use petra_recovery::crash::{CrashTest, Report};
@@ -16,9 +25,10 @@ const MAX_LEN: u64 = 16 << 20;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Changes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// An acknowledged batch: simulator events when it started and when it returned.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Acked {
     start: u64,
     end: u64,
@@ -45,13 +55,36 @@ fn random_key(rng: &mut StdRng) -> Vec<u8> {
     }
 }
 
-fn random_batch(rng: &mut StdRng) -> Changes {
+/// Up to four changes, 70% of them puts. With `long`, a third of the values are several KiB of
+/// random bytes (spanning pages), and one in ten over a chunk (64 KiB); else all under 40 bytes.
+fn random_batch(rng: &mut StdRng, long: bool) -> Changes {
     let mut changes = BTreeMap::new();
     for _ in 0..rng.random_range(1..=4) {
-        let value = rng.random_bool(0.7).then(|| vec![rng.random::<u8>(); rng.random_range(0..40)]);
+        let value = rng.random_bool(0.7).then(|| match long.then(|| rng.random_range(0..10)) {
+            Some(6..=8) => random_bytes(rng, 1 << 10..16 << 10),
+            Some(9) => random_bytes(rng, 64 << 10..80 << 10),
+            _ => vec![rng.random::<u8>(); rng.random_range(0..40)],
+        });
         changes.insert(random_key(rng), value);
     }
     changes.into_iter().collect()
+}
+
+fn random_bytes(rng: &mut StdRng, len: std::ops::Range<usize>) -> Vec<u8> {
+    let mut v = vec![0; rng.random_range(len)];
+    rng.fill(&mut v[..]);
+    v
+}
+
+fn batch_of(changes: &Changes) -> Batch {
+    let mut b = Batch::new();
+    for (k, v) in changes {
+        match v {
+            Some(v) => b.put(k, v),
+            None => b.remove(k),
+        };
+    }
+    b
 }
 
 fn workload(mem: Arc<SimMem>, batches: usize, seed: u64) -> Vec<Acked> {
@@ -60,14 +93,8 @@ fn workload(mem: Arc<SimMem>, batches: usize, seed: u64) -> Vec<Acked> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut acked = Vec::new();
     for _ in 0..batches {
-        let changes = random_batch(&mut rng);
-        let mut b = Batch::new();
-        for (k, v) in &changes {
-            match v {
-                Some(v) => b.put(k, v),
-                None => b.remove(k),
-            };
-        }
+        let changes = random_batch(&mut rng, false);
+        let b = batch_of(&changes);
         let start = mem.events();
         s.write(&b).unwrap();
         acked.push(Acked { start, end: mem.events(), changes });
@@ -84,12 +111,22 @@ fn apply(m: &mut Model, changes: &Changes) {
     }
 }
 
+/// The store's entries, in key order.
+fn contents<M: petra::mem::PMem>(store: &Store<M>) -> Result<Entries, petra_kv::KvError> {
+    let mut got: Entries = store.session()?.iter(Bound::Unbounded, Bound::Unbounded)?.collect();
+    got.sort();
+    Ok(got)
+}
+
+/// The store `setup` leaves.
+fn base() -> Model {
+    Model::from([(b"base".to_vec(), b"0".to_vec())])
+}
+
 fn check(acked: &[Acked], crash: u64, mem: SimMem) -> Result<(), String> {
     let store = Store::open_in(Pool::open_in(mem).map_err(|e| format!("open: {e}"))?).map_err(|e| format!("{e}"))?;
-    let mut s = store.session().unwrap();
-    let mut got: Vec<(Vec<u8>, Vec<u8>)> = s.iter(Bound::Unbounded, Bound::Unbounded).unwrap().collect();
-    got.sort();
-    let mut m = Model::from([(b"base".to_vec(), b"0".to_vec())]);
+    let got = contents(&store).map_err(|e| format!("read: {e}"))?;
+    let mut m = base();
     for a in acked.iter().filter(|a| a.end <= crash) {
         apply(&mut m, &a.changes);
     }
@@ -130,4 +167,206 @@ fn batches_are_all_or_nothing_in_every_crash_image() {
     eprintln!("{} crash points, {} images", total.points, total.images);
     total.assert_ok();
     assert!(total.images >= 2_000, "only {} crash images", total.images);
+}
+
+/// `Periodic`'s background syncer waits an hour, so that the workload's own `Store::sync` calls
+/// are the safe points, the same on every run.
+const PERIODIC: DurabilityPolicy = DurabilityPolicy::Periodic(Duration::from_secs(3600));
+
+/// A power-loss run: `batches` random batches with long values, on one thread (so the states
+/// are sequential, and the history and every image the same on every run), a `Store::sync`
+/// after every `sync_every` of them, under `policy`.
+#[derive(Debug, Clone, Copy)]
+struct PowerRun {
+    order: Order,
+    seed: u64,
+    batches: usize,
+    sync_every: usize,
+    policy: DurabilityPolicy,
+}
+
+/// What a power-loss workload did: its batches as they ran, and its syncs (simulator events
+/// before each began and when it returned).
+#[derive(Debug, Clone, Default)]
+struct Record {
+    batches: Vec<Acked>,
+    syncs: Vec<(u64, u64)>,
+}
+
+/// Opens the store (recovering: that syncs) under the run's policy and writes its batches,
+/// syncing as it says; leaves the store as a power loss would.
+fn power_workload(mem: Arc<SimMem>, run: PowerRun) -> Record {
+    let store = Store::open_with(Pool::open_in(Arc::clone(&mem)).unwrap(), run.policy).unwrap();
+    assert_eq!(store.medium(), petra::mem::Durability::PageCache);
+    let mut s = store.session().unwrap();
+    let mut rng = StdRng::seed_from_u64(run.seed);
+    let mut record = Record::default();
+    for i in 1..=run.batches {
+        let changes = random_batch(&mut rng, true);
+        let b = batch_of(&changes);
+        let start = mem.events();
+        s.write(&b).unwrap();
+        record.batches.push(Acked { start, end: mem.events(), changes });
+        if i % run.sync_every == 0 {
+            let begin = mem.events();
+            store.sync().unwrap();
+            record.syncs.push((begin, mem.events()));
+        }
+    }
+    record
+}
+
+/// What differs between two states: keys, and values by length (long ones would flood a message).
+fn differences(got: &Model, want: &Model) -> String {
+    let show = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+    let mut out = Vec::new();
+    for (k, v) in want {
+        match got.get(k) {
+            None => out.push(format!("{} missing", show(k))),
+            Some(g) if g != v => out.push(format!("{} holds {} bytes, not these {}", show(k), g.len(), v.len())),
+            Some(_) => {}
+        }
+    }
+    out.extend(got.keys().filter(|k| !want.contains_key(*k)).map(|k| format!("{} extra", show(k))));
+    out.join(", ")
+}
+
+/// Recovers the image's store and checks it: the state after `k` of the batches, in order, for
+/// a `k` from those acknowledged before the bound (under `Immediate` the crash, else the start
+/// of the last sync that completed before it) to those started before the crash.
+fn power_check(record: &Record, policy: DurabilityPolicy, image: &CrashImage, mem: SimMem) -> Result<(), String> {
+    let crash = image.point.event;
+    let bound = match policy {
+        DurabilityPolicy::Immediate => crash,
+        _ => record.syncs.iter().filter(|&&(_, end)| end <= crash).map(|&(begin, _)| begin).max().unwrap_or(0),
+    };
+    let least = record.batches.iter().filter(|b| b.end <= bound).count();
+    let most = record.batches.iter().filter(|b| b.start <= crash).count();
+    let pool = Pool::open_in(mem).map_err(|e| format!("refused: the pool does not open: {e}"))?;
+    let store = Store::open_with(pool, policy).map_err(|e| format!("refused: the store does not open: {e}"))?;
+    let got: Model = contents(&store).map_err(|e| format!("refused: the store reads: {e}"))?.into_iter().collect();
+    let mut states = vec![base()];
+    for b in &record.batches[..most] {
+        let mut next = states.last().expect("the base").clone();
+        apply(&mut next, &b.changes);
+        states.push(next);
+    }
+    if states[least..].contains(&got) {
+        return Ok(());
+    }
+    if let Some(k) = states[..least].iter().rposition(|s| *s == got) {
+        return Err(format!(
+            "lost: the state after {k} batches, but {least} were acknowledged before event {bound} (crash before \
+             event {crash}): {}",
+            differences(&got, &states[least])
+        ));
+    }
+    Err(format!(
+        "not a state: none after {least} to {most} batches (crash before event {crash}); against {least}: {}",
+        differences(&got, &states[least])
+    ))
+}
+
+/// The run's crash images: before every fence and sync, `points` of them spread over the run,
+/// `samples` images each besides the two extremes, each checked with `power_check`.
+fn power_run(run: PowerRun, points: usize, samples: usize) -> (Report, Record) {
+    let plan = CrashPlan { every_flush: false, ..CrashPlan::all(0.0, run.seed).with_syncs() };
+    let test = CrashTest {
+        model: MediaModel::PageCache,
+        plan,
+        exhaustive_bound: 0,
+        samples,
+        max_points: points,
+        ..CrashTest::new(run.seed)
+    };
+    let mut kept = None;
+    let report = test.run(
+        || setup(run.order),
+        |mem| {
+            let record = power_workload(mem, run);
+            kept = Some(record.clone());
+            record
+        },
+        |record, image, mem| power_check(record, run.policy, image, mem),
+    );
+    (report, kept.expect("the workload ran"))
+}
+
+/// The power-loss runs of a test: a sorted and an unsorted store, each under `policy`.
+fn power_runs(policy: DurabilityPolicy, sync_every: usize) -> (Report, Vec<Record>) {
+    let mut total = Report::default();
+    let mut records = Vec::new();
+    for (seed, order) in [(11, Order::Sorted), (12, Order::Unsorted { buckets: 8 })] {
+        let run = PowerRun { order, seed, batches: 60, sync_every, policy };
+        let (report, record) = power_run(run, 40, 6);
+        eprintln!(
+            "{order:?} under {policy}: {} points, {} images, {} failing",
+            report.points,
+            report.images,
+            report.failures.len()
+        );
+        total.merge(report);
+        records.push(record);
+    }
+    (total, records)
+}
+
+/// The workload wrote what the runs are about: values over a page and over a chunk, and (where
+/// it syncs) several syncs.
+fn assert_covered(records: &[Record], syncs: usize) {
+    for r in records {
+        let longest = |over: usize| {
+            r.batches
+                .iter()
+                .flat_map(|b| &b.changes)
+                .filter(|(_, v)| v.as_ref().is_some_and(|v| v.len() > over))
+                .count()
+        };
+        assert!(longest(4 << 10) >= 5 && longest(64 << 10) >= 1, "too few long values");
+        assert!(r.syncs.len() >= syncs, "{} syncs", r.syncs.len());
+    }
+}
+
+/// `Periodic`, with the workload's syncs as the only safe points: every image, at every crash
+/// point, recovers to the state after some number of batches from those acknowledged before the
+/// last safe point that completed to those started before the crash.
+#[test]
+fn power_loss_keeps_every_batch_acknowledged_before_the_last_safe_point() {
+    let (report, records) = power_runs(PERIODIC, 10);
+    assert_covered(&records, 6);
+    assert!(report.images >= 600, "only {} images", report.images);
+    report.assert_ok();
+}
+
+/// `Immediate`: a batch returns after the safe point that covers it, so every image holds every
+/// batch acknowledged before the crash, and of the one in flight all or nothing.
+#[test]
+fn power_loss_keeps_every_acknowledged_batch_under_immediate() {
+    let (report, records) = power_runs(DurabilityPolicy::Immediate, usize::MAX);
+    assert_covered(&records, 0);
+    assert!(report.images >= 600, "only {} images", report.images);
+    report.assert_ok();
+}
+
+/// The checks above have teeth: the same workload and syncs under `Process`, which keeps no
+/// safe points (a sync holds only until the next write: freed values are reused and descriptors
+/// written back without what they need), must give images that fail them.
+#[test]
+fn without_safe_points_power_loss_loses_synced_batches() {
+    let (report, records) = power_runs(DurabilityPolicy::Process, 10);
+    assert_covered(&records, 6);
+    let of = |label: &str| report.failures.iter().filter(|f| f.message.starts_with(label)).count();
+    let (refused, lost, other, panicked) = (of("refused"), of("lost"), of("not a state"), of("recovery panicked"));
+    eprintln!(
+        "process: {} images, {refused} refused, {lost} lost, {other} not a state, {panicked} panicked",
+        report.images
+    );
+    for label in ["refused", "lost", "not a state", "recovery panicked"] {
+        if let Some(f) = report.failures.iter().find(|f| f.message.starts_with(label)) {
+            eprintln!("first {label}: {f}");
+        }
+    }
+    assert!(!report.failures.is_empty(), "no image of {} failed without safe points", report.images);
+    // Every failure is the check's verdict, none a panic of recovery.
+    assert_eq!(refused + lost + other, report.failures.len(), "{:?}", report.failures.first());
 }

@@ -165,8 +165,11 @@ impl KillLoop {
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(item) = line.strip_prefix(ACK_PREFIX)
-                    && tx.send(item.to_owned()).is_err()
+                // libtest writes "test name ... " with no line end before it runs the test,
+                // so the child's first ack shares that line: an ack is what follows the prefix,
+                // wherever on its line it starts.
+                if let Some(at) = line.find(ACK_PREFIX)
+                    && tx.send(line[at + ACK_PREFIX.len()..].to_owned()).is_err()
                 {
                     break;
                 }
