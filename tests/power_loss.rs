@@ -380,6 +380,8 @@ struct SyncGate {
 #[derive(Debug, Default)]
 struct GateState {
     closed: bool,
+    /// Syncs fail (as on a disk that refuses writes) while set.
+    failing: bool,
     /// Syncs waiting at the gate now.
     held: usize,
     /// Syncs that passed it.
@@ -428,8 +430,13 @@ impl SyncGate {
         OpenOnDrop(self)
     }
 
-    /// What a sync does first: waits while the gate is closed.
-    fn pass(&self) {
+    /// Makes the syncs fail, or succeed again.
+    fn fail(&self, failing: bool) {
+        self.lock().failing = failing;
+    }
+
+    /// What a sync does first: waits while the gate is closed; then fails if told to.
+    fn pass(&self) -> std::io::Result<()> {
         let mut st = self.lock();
         st.held += 1;
         self.changed.notify_all();
@@ -438,6 +445,10 @@ impl SyncGate {
         }
         st.held -= 1;
         st.passed += 1;
+        if st.failing {
+            return Err(std::io::Error::other("the disk refused the write"));
+        }
+        Ok(())
     }
 }
 
@@ -499,7 +510,7 @@ impl petra::mem::PMem for Gated {
         self.inner.boot()
     }
     fn sync(&self) -> std::io::Result<()> {
-        self.gate.pass();
+        self.gate.pass()?;
         self.inner.sync()
     }
 }
@@ -558,4 +569,39 @@ fn concurrent_immediate_writers_share_one_safe_point() {
         let got = petra_recovery::battery::entries(&recovered, s).unwrap().into_iter().find(|e| e.0 == k);
         assert_eq!(got, Some((k, value(k))), "write {k} returned before a safe point covered it");
     }
+}
+
+/// A background safe point that fails is reported, once, by `safe_point_failure` (no write
+/// reports it), and by the next `sync`; once the disk takes writes again, safe points go on.
+#[test]
+fn a_failed_background_safe_point_is_reported_and_the_next_one_succeeds() {
+    let mem = Arc::new(setup().with_model(MediaModel::PageCache));
+    let gate = Arc::new(SyncGate::default());
+    let pool = Pool::open_in(Gated { inner: Arc::clone(&mem), gate: Arc::clone(&gate) }).unwrap();
+    let every = std::time::Duration::from_millis(5);
+    let (engine, _) = Engine::open(pool, config_of(DurabilityPolicy::Periodic(every))).unwrap();
+    let mut h = engine.handle().unwrap();
+    assert!(petra_recovery::battery::execute(&mut h, Transaction::new().put(ALL[0], 1u64, 2)).unwrap().is_committed());
+    assert!(engine.safe_point_failure().is_none());
+    gate.fail(true);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let failure = loop {
+        if let Some(e) = engine.safe_point_failure() {
+            break e;
+        }
+        assert!(std::time::Instant::now() < end, "no failure reported");
+        std::thread::sleep(every);
+    };
+    assert_eq!(failure.to_string(), "the disk refused the write");
+    // A write still commits (it survives the death of the process), and the next safe point the
+    // syncer tries fails too: `sync` reports that one, or its own.
+    assert!(petra_recovery::battery::execute(&mut h, Transaction::new().put(ALL[0], 1u64, 3)).unwrap().is_committed());
+    assert!(engine.sync().is_err());
+    gate.fail(false);
+    let made = engine.safe_points();
+    // A failure kept before the disk came back may still be reported once; then syncs succeed.
+    let _ = engine.sync();
+    engine.sync().unwrap();
+    assert!(engine.safe_points() > made);
+    assert!(engine.safe_point_failure().is_none());
 }
