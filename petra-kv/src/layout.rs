@@ -107,15 +107,49 @@ pub(crate) struct Bucket<'a> {
 }
 
 impl<'a> Bucket<'a> {
-    /// Reads a bucket blob. A blob that does not parse is a bug or corruption that recovery's
-    /// hash check would have caught: it panics with what it found.
-    pub(crate) fn new(bytes: &'a [u8]) -> Bucket<'a> {
-        assert!(bytes.len() >= BUCKET_HEADER, "a bucket blob of {} bytes", bytes.len());
-        Bucket { bytes }
+    /// Reads a bucket blob, checking that it parses whole: its entries within it, in key order
+    /// (see also [`of_slot`](Bucket::of_slot)). A blob that fails is damage (recovery checks a value against the place
+    /// it was written to, not against the key that names it: after a power loss without safe
+    /// points a bucket may name a block that another value took since): why, as text.
+    pub(crate) fn new(bytes: &'a [u8]) -> Result<Bucket<'a>, String> {
+        let word = |i: usize| -> Result<usize, String> {
+            let w =
+                bytes.get(i..i + 4).ok_or_else(|| format!("a bucket of {} bytes ends inside an entry", bytes.len()))?;
+            Ok(u32::from_le_bytes(w.try_into().expect("four bytes")) as usize)
+        };
+        let count = word(0)?;
+        let mut at = BUCKET_HEADER;
+        let mut last: Option<&[u8]> = None;
+        for i in 0..count {
+            let (klen, vlen) = (word(at)?, word(at + 4)?);
+            let end = (at + ENTRY_HEADER).checked_add(klen).and_then(|e| e.checked_add(vlen));
+            let Some(end) = end.filter(|&e| e <= bytes.len()) else {
+                return Err(format!("entry {i} of {count} runs past the bucket's {} bytes", bytes.len()));
+            };
+            let key = &bytes[at + ENTRY_HEADER..at + ENTRY_HEADER + klen];
+            if last.is_some_and(|l| l >= key) {
+                return Err(format!("entry {i}'s key is not above the one before it"));
+            }
+            last = Some(key);
+            at = end;
+        }
+        if at != bytes.len() {
+            return Err(format!("{} bytes after the bucket's {count} entries", bytes.len() - at));
+        }
+        Ok(Bucket { bytes })
+    }
+
+    /// Checks that every key of the bucket belongs in the slot `bits` under `placement`.
+    pub(crate) fn of_slot(self, placement: Placement, bits: u128) -> Result<Bucket<'a>, String> {
+        match self.entries().position(|(k, _)| placement.slot(k).bits() != bits) {
+            Some(i) => Err(format!("entry {i}'s key belongs in another slot")),
+            None => Ok(self),
+        }
     }
 
     /// The entries, in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        // `new` checked that every entry lies within the blob.
         let b = self.bytes;
         let count = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
         let mut at = BUCKET_HEADER;
@@ -142,10 +176,9 @@ pub(crate) struct BucketEdit {
 }
 
 impl BucketEdit {
-    /// The entries of a bucket blob (or none).
-    pub(crate) fn from_blob(blob: Option<&[u8]>) -> BucketEdit {
-        let entries = blob.map(|b| Bucket::new(b).entries().map(|(k, v)| (k.to_vec(), v.to_vec())).collect());
-        BucketEdit { entries: entries.unwrap_or_default() }
+    /// The entries of a bucket.
+    pub(crate) fn of(bucket: &Bucket<'_>) -> BucketEdit {
+        BucketEdit { entries: bucket.entries().map(|(k, v)| (k.to_vec(), v.to_vec())).collect() }
     }
 
     /// Sets `key` to `value`, or removes it (`None`). Returns whether `key` was there.
@@ -231,6 +264,16 @@ mod tests {
             prop_assert_eq!(is_bucket(sa.bits()), a.len() > 15);
         }
 
+        /// Any bytes: a bucket that parses reads without a panic, and one that does not is an
+        /// error, never a slice out of range.
+        #[test]
+        fn any_bytes_parse_as_a_bucket_or_are_refused(bytes in proptest::collection::vec(0u8..24, 0..80)) {
+            if let Ok(b) = Bucket::new(&bytes) {
+                let read: usize = b.entries().map(|(k, v)| ENTRY_HEADER + k.len() + v.len()).sum();
+                prop_assert_eq!(read + BUCKET_HEADER, bytes.len());
+            }
+        }
+
         #[test]
         fn buckets_round_trip(
             edits in proptest::collection::vec((proptest::collection::vec(0u8..4, 0..4), proptest::option::of(proptest::collection::vec(any::<u8>(), 0..6))), 0..20),
@@ -240,7 +283,7 @@ mod tests {
             let mut blob = Vec::new();
             for (k, v) in &edits {
                 // Write back and re-read after every edit, as a store does.
-                edit = BucketEdit::from_blob((!blob.is_empty()).then_some(&blob[..]));
+                edit = if blob.is_empty() { BucketEdit::default() } else { BucketEdit::of(&Bucket::new(&blob).unwrap()) };
                 edit.set(k, v.as_deref());
                 match v {
                     Some(v) => { model.insert(k.clone(), v.clone()); }
@@ -250,7 +293,7 @@ mod tests {
                 prop_assert_eq!(blob.len(), edit.encoded_len());
             }
             let got: Vec<(Vec<u8>, Vec<u8>)> = if blob.is_empty() { vec![] } else {
-                Bucket::new(&blob).entries().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+                Bucket::new(&blob).unwrap().entries().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
             };
             prop_assert_eq!(got, model.into_iter().collect::<Vec<_>>());
             prop_assert_eq!(edit.is_empty(), blob.len() <= BUCKET_HEADER);
@@ -268,5 +311,34 @@ mod tests {
         let mut out = Vec::new();
         short_key(Placement::Hashed.slot(b"node7").bits(), &mut out);
         assert_eq!(out, b"node7");
+    }
+
+    /// A blob that is not a whole bucket, or a bucket in the wrong slot, is refused with why.
+    #[test]
+    fn a_bucket_that_does_not_hold_is_refused() {
+        let (k1, k2) = (b"a long key, number one".to_vec(), b"a long key, number two".to_vec());
+        let mut edit = BucketEdit::default();
+        edit.set(&k1, Some(b"v1"));
+        edit.set(&k2, Some(b"v2"));
+        let mut blob = Vec::new();
+        edit.encode(&mut blob);
+        let slot = Placement::Sorted.slot(&k1).bits();
+        assert!(Bucket::new(&blob).unwrap().of_slot(Placement::Sorted, slot).is_ok());
+        let err = |bytes: &[u8]| Bucket::new(bytes).err().expect("refused");
+        assert!(err(&blob[..blob.len() - 1]).contains("runs past"));
+        assert!(err(&[blob.as_slice(), b"x"].concat()).contains("after the bucket"));
+        assert!(err(&[0, 0]).contains("ends inside"));
+        // The entries swapped: out of key order.
+        let (first, second) = blob[BUCKET_HEADER..].split_at(ENTRY_HEADER + k1.len() + 2);
+        assert!(err(&[&blob[..BUCKET_HEADER], second, first].concat()).contains("not above"));
+        // A value's bytes where a bucket was: a count far beyond what the bytes hold.
+        assert!(err(&[0xFF; 100]).contains("runs past"));
+        // A bucket of another slot (hashed placement: each long key has a slot of its own).
+        let other = Placement::Hashed.slot(&k2).bits();
+        let mut one = BucketEdit::default();
+        one.set(&k1, Some(b"v1"));
+        one.encode(&mut blob);
+        let refused = Bucket::new(&blob).unwrap().of_slot(Placement::Hashed, other).err().expect("refused");
+        assert!(refused.contains("another slot"), "{refused}");
     }
 }

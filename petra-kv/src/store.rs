@@ -283,12 +283,16 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
     pub fn get_with<R>(&mut self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         check_key(key)?;
         let slot = self.store.placement.slot(key);
-        if !self.read_blob(slot.bits())? {
+        let (data, bits, buf) = (self.store.data, slot.bits(), &mut self.buf);
+        let read = self
+            .h
+            .get_with(data, bits, |state, blobs| state.map(|w| blobs.read_into(w, buf).map(|()| w)).transpose())?;
+        let Some(word) = read.map_err(|d| format::of_entry(data, bits, d))? else {
             return Ok(None);
-        }
+        };
         Ok(match slot {
             Slot::Own(_) => Some(f(&self.buf)),
-            Slot::Bucket(_) => Bucket::new(&self.buf).get(key).map(f),
+            Slot::Bucket(_) => bucket(&self.buf, self.store.placement, (data, bits, word))?.get(key).map(f),
         })
     }
 
@@ -385,12 +389,6 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         format::run_total(&mut self.h, &self.tx, f)
     }
 
-    /// Reads the engine entry `bits` (a single read, no transaction); copies its value's blob
-    /// into `self.buf`. Returns whether it is present.
-    fn read_blob(&mut self, bits: u128) -> Result<bool> {
-        format::read_into(&mut self.h, self.store.data, bits, &mut self.buf)
-    }
-
     /// Walks the engine entries that can hold keys within `lo`..`hi`, calling `f` with each key
     /// within them and (if `values`) its value.
     fn walk(
@@ -410,13 +408,13 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             return Ok(());
         }
         let (key, buf) = (&mut self.key, &mut self.buf);
-        let data = self.store.data;
+        let (data, placement) = (self.store.data, self.store.placement);
         let walked = self.h.range_with::<u128, _>(data, elo..=ehi, |entries, blobs| {
             for (bits, word) in entries {
                 let read = |buf: &mut Vec<u8>| blobs.read_into(word, buf).map_err(|d| format::of_entry(data, bits, d));
                 if is_bucket(bits) {
                     read(buf)?;
-                    for (k, v) in Bucket::new(buf).entries() {
+                    for (k, v) in bucket(buf, placement, (data, bits, word))?.entries() {
                         if within(k, lo, hi) && f(k, Some(v)).is_break() {
                             return Ok(());
                         }
@@ -531,7 +529,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
             self.tx.get(self.store.data, b);
         }
         let mut buf = std::mem::take(&mut self.buf);
-        let data = self.store.data;
+        let (data, placement) = (self.store.data, self.store.placement);
         let edits = self.run(|results, blobs| {
             results
                 .iter()
@@ -539,7 +537,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
                 .map(|(r, &bits)| match r {
                     Some(word) => {
                         blobs.read_into(*word, &mut buf).map_err(|d| format::of_entry(data, bits, d))?;
-                        Ok(BucketEdit::from_blob(Some(&buf)))
+                        Ok(BucketEdit::of(&bucket(&buf, placement, (data, bits, *word))?))
                     }
                     None => Ok(BucketEdit::default()),
                 })
@@ -548,4 +546,20 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         self.buf = buf;
         Ok(edits??)
     }
+}
+
+/// The bucket in `bytes`, the value (word `word`) of engine entry `bits` of structure `data`:
+/// damage if it does not parse, or holds a key of another slot.
+fn bucket(
+    bytes: &[u8],
+    placement: Placement,
+    (data, bits, word): (StructId, u128, u64),
+) -> Result<Bucket<'_>, petra::error::Damage> {
+    Bucket::new(bytes).and_then(|b| b.of_slot(placement, bits)).map_err(|why| {
+        format::of_entry(
+            data,
+            bits,
+            petra::error::Damage { what: format!("a bucket that does not hold: {why}"), at: word },
+        )
+    })
 }
