@@ -25,8 +25,6 @@ const SCHEMA_TAG: u64 = 1 << 56;
 const SET_TAG: u64 = 2 << 56;
 /// Words of a sample before its values.
 const HEADER_WORDS: usize = 5;
-/// Bytes of a sample blob's header: a blob is never shorter.
-pub(super) const HEADER_BYTES: usize = HEADER_WORDS * 8;
 const FLAG_CONSISTENT: u64 = 1;
 const FLAG_PREVIOUS: u64 = 2;
 
@@ -78,6 +76,31 @@ pub(super) fn previous_timestamp(bytes: &[u8]) -> Option<u64> {
 /// Word `i` of a sample's blob.
 fn word(bytes: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
+
+/// Damage unless a sample's blob is `len` bytes, its schema's sample length: the decoders read
+/// it at the schema's offsets. (Its check ties a blob to its place, not to its key: after a power
+/// loss without safe points a history entry may name a block another value took since.)
+pub(super) fn check_len(bytes: &[u8], len: usize) -> Result<(), BadLength> {
+    if bytes.len() == len {
+        return Ok(());
+    }
+    Err(BadLength { found: bytes.len(), len })
+}
+
+/// A sample's blob of the wrong length: see [`check_len`].
+#[derive(Debug)]
+pub(super) struct BadLength {
+    found: usize,
+    len: usize,
+}
+
+impl BadLength {
+    /// The damage, at the blob's offset `at`.
+    pub(super) fn at(self, at: u64) -> petra::error::Damage {
+        let what = format!("a sample of {} bytes, where its schema's take {}", self.found, self.len);
+        petra::error::Damage { what, at }
+    }
 }
 
 /// Decodes a sample from its blob.
@@ -257,6 +280,22 @@ mod tests {
         let mut reused = sample();
         decode_into(&schema(), &blob, &mut reused, true);
         assert_eq!(reused, Sample { consistent: false, ..sample() });
+    }
+
+    /// Only a blob of the schema's sample length passes `check_len`, and any bytes of that length
+    /// decode without a panic (the decoders read at the schema's offsets).
+    #[test]
+    fn only_a_blob_of_the_sample_length_is_decoded() {
+        let len = sample_len(&schema());
+        for n in [0, 8, HEADER_WORDS * 8, len - 1, len + 1, 7049] {
+            let err = check_len(&vec![0xA5; n], len).expect_err("refused").at(64);
+            assert_eq!((err.at, err.what.contains(&format!("{n} bytes"))), (64, true), "{}", err.what);
+        }
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 37) as u8).collect();
+        check_len(&bytes, len).unwrap();
+        let mut reused = sample();
+        decode_into(&schema(), &bytes, &mut reused, true);
+        assert_eq!(decode(&schema(), &bytes), reused);
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
     pub fn previous(&mut self, set: SetId) -> Result<Option<Sample>> {
         let entry = self.store.entry(set)?;
         let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
-        if !read_sample(&mut self.h, set, ts, &mut self.buf)? {
+        if !read_sample(&mut self.h, (set, ts), codec::sample_len(&entry.schema), &mut self.buf)? {
             return Ok(None);
         }
         match codec::previous_timestamp(&self.buf) {
@@ -133,7 +133,9 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
 
     /// The sample of `entry`'s set at `ts`, if the history has it.
     fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
-        Ok(read_sample(&mut self.h, entry.id, ts, &mut self.buf)?.then(|| codec::decode(&entry.schema, &self.buf)))
+        let len = codec::sample_len(&entry.schema);
+        Ok(read_sample(&mut self.h, (entry.id, ts), len, &mut self.buf)?
+            .then(|| codec::decode(&entry.schema, &self.buf)))
     }
 
     /// The set's samples with timestamps in `from..=to`, oldest first, until `f` breaks.
@@ -190,6 +192,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
                         blobs.prefetch(next, sample_bytes);
                     }
                     blobs.read_into(w, buf).map_err(|d| crate::format::of_entry(HISTORY, k, d))?;
+                    codec::check_len(buf, sample_bytes).map_err(|d| crate::format::of_entry(HISTORY, k, d.at(w)))?;
                     if f(&entry, buf).is_break() {
                         return Ok(());
                     }

@@ -320,9 +320,8 @@ fn read_catalog(contents: &Contents<'_>) -> Result<Catalog> {
                     .get(HISTORY, key)
                     .ok_or_else(|| corrupt(format!("set {}'s latest sample is missing", info.instance)))?;
                 contents.read_into(word, &mut buf).map_err(|d| format::of_entry(HISTORY, key, d))?;
-                if buf.len() < codec::HEADER_BYTES {
-                    return Err(corrupt(format!("set {}'s latest sample is {} bytes", info.instance, buf.len())));
-                }
+                let len = codec::sample_len(&schema);
+                codec::check_len(&buf, len).map_err(|d| format::of_entry(HISTORY, key, d.at(word)))?;
                 Some((ts, codec::generation(&buf)))
             }
             None => None,
@@ -336,14 +335,22 @@ fn read_catalog(contents: &Contents<'_>) -> Result<Catalog> {
     Ok(catalog)
 }
 
-/// Reads the blob of set `set`'s sample at `ts`.
+/// Reads the blob of set `set`'s sample at `ts`, which must be `len` bytes long (its schema's
+/// sample): damage if it is not.
 pub(super) fn read_sample<M: PMem + 'static>(
     h: &mut Handle<M>,
-    set: SetId,
-    ts: u64,
+    (set, ts): (SetId, u64),
+    len: usize,
     buf: &mut Vec<u8>,
 ) -> Result<bool> {
-    format::read_into(h, HISTORY, codec::history_key(set, ts), buf)
+    let key = codec::history_key(set, ts);
+    let read =
+        h.get_with(HISTORY, key, |state, blobs| state.map(|w| blobs.read_into(w, buf).map(|()| w)).transpose())?;
+    let Some(word) = read.map_err(|d| format::of_entry(HISTORY, key, d))? else {
+        return Ok(false);
+    };
+    codec::check_len(buf, len).map_err(|d| format::of_entry(HISTORY, key, d.at(word)))?;
+    Ok(true)
 }
 
 /// A thread's access to a [`MetricStore`].
