@@ -40,9 +40,10 @@ pub(crate) struct Shared<M: PMem> {
 }
 
 impl<M: PMem + 'static> Shared<M> {
-    /// Makes a power-safe point now, if the engine keeps them (see `safe`), and returns its txid.
+    /// Makes power-safe points until everything committed before the call survives a power
+    /// loss (see `safe`), and returns the safe txid.
     pub(crate) fn safe_point(&self) -> std::io::Result<u64> {
-        self.core.safe.make(&self.core, &self.rings)
+        self.core.safe.make_all(&self.core, &self.rings)
     }
 
     /// Returns once the transaction that `out` says committed survives a power loss, as the
@@ -53,7 +54,7 @@ impl<M: PMem + 'static> Shared<M> {
             && safe.on()
             && safe.policy() == crate::DurabilityPolicy::Immediate
         {
-            safe.wait(txid, || self.safe_point())?;
+            safe.wait(txid, || safe.make(&self.core, &self.rings))?;
         }
         Ok(())
     }

@@ -8,15 +8,21 @@
 //! promises anything. So the engine keeps **safe points** there: a sync after which a power loss
 //! brings the pool back to exactly that point, a prefix of the transactions in txid order.
 //!
-//! A safe point ([`SafePoints::make`]), one at a time:
+//! A safe point ([`SafePoints::make`]), one at a time, is one sync:
 //! 1. `s`, the last txid handed out, is read; each ring's newest descriptor is persisted if it is
 //!    committed and not yet (only a ring's newest can be: a handle writes its next descriptor
 //!    after its last one returned). Every committed writer at or below `s` is then in memory,
 //!    its descriptor and byte values whole.
-//! 2. Sync: they are on the disk, and so are the records of the rounds that folded before the
-//!    safe point began.
-//! 3. `s` is stored in the meta region's safe txid, with those rounds' checkpoint txid, and
-//!    synced.
+//! 2. What the safe point before synced is recorded in the meta region: its `s` as the safe txid,
+//!    and the checkpoint txid of the rounds whose records it synced (those that folded before it
+//!    began).
+//! 3. Sync: the record is on the disk, and so is every writer at or below `s`, with the records of
+//!    the rounds that folded before this safe point began, for the next safe point to record.
+//!
+//! So a writer survives a power loss once the second safe point after its commit completes: the
+//! first syncs it, the second records it (`Immediate` writers wait for that, sharing both with the
+//! writers that commit meanwhile; [`SafePoints::make_all`] makes both). Recording one safe point
+//! in the next one's sync, rather than in a sync of its own, halves the syncs under steady writers.
 //!
 //! After a power loss (the pool was last in use in another boot, see `Pool::same_boot`),
 //! recovery reads only the descriptors at or below the safe txid; after the death of the process
@@ -29,10 +35,10 @@
 //!   below the safe txid), or holds a state a reader resolves to from a FINAL word, or (a node
 //!   taken on by a newer transaction) a newer state whose key a batch writer also names. A
 //!   round's read op whose node moved on writes no record.
-//! - **`C` advances with a safe point**: a round stores no `C`; the first safe point begun after
-//!   its records were written (so they, and every transaction they reflect, are on the disk after
-//!   its first sync) stores it, between its syncs. Whenever the kernel writes that page back, the
-//!   records it vouches for are there.
+//! - **`C` advances a safe point late**: a round stores no `C`; the first safe point begun after
+//!   its records were written syncs them (and every transaction they reflect), and the one after
+//!   it stores `C`. Whenever the kernel writes that page back, the records it vouches for are
+//!   there.
 //! - **Slots are recycled once that safe point completes**: a folded batch's slots are reused
 //!   only once the `C` above it is on the disk, so that recovery never needs a descriptor that
 //!   was written over.
@@ -136,7 +142,9 @@ pub(crate) struct SafePoints {
     /// which would cost the writers more (see [`ASKED_GAP`]).
     budget: u64,
     /// Held while a safe point is made: one at a time.
-    making: Mutex<()>,
+    /// Held while a safe point is made, with what the last one synced: its txid and the
+    /// checkpoint txid of the rounds whose records it synced (the next one records them).
+    making: Mutex<Synced>,
     /// The safe txid on the disk (0: none yet this run).
     durable: AtomicU64,
     /// Safe points completed this run.
@@ -218,6 +226,15 @@ impl Wake {
     }
 }
 
+/// What the last safe point synced, for the next one to record.
+#[derive(Debug, Default)]
+struct Synced {
+    /// Every committed writer at or below it is on the disk.
+    txid: u64,
+    /// The records of the rounds that folded up to it are on the disk.
+    checkpoint: u64,
+}
+
 /// What waits for safe points: checkpoint txids and ring slots.
 #[derive(Debug, Default)]
 struct Gate {
@@ -240,7 +257,7 @@ impl SafePoints {
             policy,
             on,
             budget: max_len / 16,
-            making: Mutex::new(()),
+            making: Mutex::new(Synced::default()),
             durable: AtomicU64::new(0),
             made: AtomicU64::new(0),
             last: Mutex::new(None),
@@ -337,13 +354,14 @@ impl SafePoints {
         ring.tail.store(end, Ordering::Release);
     }
 
-    /// Makes a safe point now (see the [module docs](self)) and returns its txid, waiting for one
-    /// in progress to end first. Only while safe points are kept.
+    /// Makes a safe point now (see the [module docs](self)), waiting for one in progress to end
+    /// first, and returns the safe txid it made durable. One sync: it records what the last one
+    /// synced. Only while safe points are kept.
     pub(crate) fn make<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
-        let _one = self.making.lock();
+        let mut synced = self.making.lock();
         debug_assert!(self.on);
         let mem = core.mem();
-        // The rounds whose records are written: this safe point's first sync puts them on the disk.
+        // The rounds whose records are written: this safe point's sync puts them on the disk.
         let folded = std::mem::take(&mut self.gate.lock().folded);
         // 1. Every writer with a txid at or below `s` is committed and has its txid; persisting
         // a descriptor stores its check word and flushes: here, the stores are what matter.
@@ -355,23 +373,28 @@ impl SafePoints {
                 core.persist(d);
             }
         });
-        // 2.
-        mem.sync()?;
-        // 3. With the safe txid, the checkpoint txid of the rounds that folded before this safe
-        // point began: their records are on the disk, with every transaction they reflect (at or
-        // below `s`, their batches being bounded by an earlier safe txid).
-        core.meta.set_safe_txid(mem, s);
+        // 2. What the last safe point synced is recorded: the writers at or below its txid, and
+        // the records of the rounds whose checkpoint txid it took (their batches bounded by an
+        // earlier safe txid, so every transaction they reflect is at or below it), are on the
+        // disk. Whenever the kernel writes this page back, they are there.
+        let safe = synced.txid;
         let c = {
             let gate = self.gate.lock();
-            (folded > gate.durable).then_some(folded)
+            (synced.checkpoint > gate.durable).then_some(synced.checkpoint)
         };
+        if safe > self.durable.load(Ordering::Relaxed) {
+            core.meta.set_safe_txid(mem, safe);
+        }
         if let Some(c) = c {
             core.meta.set_checkpoint_txid(mem, c);
         }
+        // 3. One sync: the record is on the disk, and so is everything at or below `s`, which the
+        // next safe point records.
         mem.sync()?;
+        *synced = Synced { txid: s, checkpoint: folded.max(synced.checkpoint) };
         // Release: what waits for the safe txid (an Immediate writer, a freed value's reuse) comes
-        // after its syncs.
-        self.durable.fetch_max(s, Ordering::Release);
+        // after the sync.
+        self.durable.fetch_max(safe, Ordering::Release);
         // Relaxed: a count for reports.
         self.made.fetch_add(1, Ordering::Relaxed);
         *self.last.lock() = Some(std::time::Instant::now());
@@ -388,8 +411,20 @@ impl SafePoints {
                 false
             });
         }
-        core.reclaim.release_held(&core.pool, s);
-        Ok(s)
+        core.reclaim.release_held(&core.pool, safe);
+        Ok(self.safe())
+    }
+
+    /// Makes safe points until every writer committed before the call survives a power loss
+    /// (two when none was under way: the first syncs them, the second records it), and returns
+    /// the safe txid.
+    pub(crate) fn make_all<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
+        let s = core.next_txid() - 1;
+        let mut safe = self.make(core, rings)?;
+        while safe < s {
+            safe = self.make(core, rings)?;
+        }
+        Ok(safe)
     }
 
     /// Returns once the committed writer `txid` survives a power loss: at once if safe points are
