@@ -57,7 +57,8 @@ const DATA_OFF_AT: usize = 40;
 const ROOT_TABLE_AT: usize = 1024;
 const ROOT_ENTRY: usize = 64;
 const ROOT_ENTRIES: usize = 48;
-/// The header's fixed fields: magic to the checkpoint txid.
+/// The header bytes a flip aims at: its fixed fields, the shutdown word and half the boot id (the
+/// seeds were drawn with this bound).
 const HEADER_FIELDS: usize = 144;
 const SEC: u64 = 1_000_000_000;
 
@@ -102,15 +103,17 @@ impl Kind {
     }
 
     /// The configuration the stores of this battery are made and opened with: a maximum size small
-    /// enough for a chunk table of one page, large enough for the stores' few tens of MiB.
+    /// enough for a chunk table of one page, large enough for the stores' few tens of MiB; the
+    /// default durability policy (safe points, so that rounds fold only what a safe point covers
+    /// and the unclosed files hold what a kill leaves under it).
     fn config(self, path: &Path, create: CreateMode) -> Config {
-        // Without safe points: the files these seeds were drawn on. Under the default policy
-        // (a safe point every second) the files differ, and one case of twelve swapped-line
-        // cases of the unclosed sorted store (`sorted/unclosed/swap-lines#1` with
-        // `PETRA_CORRUPTION_CASES=12`) opens with a key lost: an open gap of the checks, to be
-        // closed, not a case to drop.
-        let durability = petra_kv::DurabilityPolicy::Process;
-        Config { create, order: self.order(), size: 2 << 20, max_size: 64 << 20, durability, ..Config::new(path) }
+        // An open gap, to be closed, not a case to drop: a damaged boot id in the state line of an
+        // unclosed file (`unsorted/unclosed/flip-header#4` with `PETRA_CORRUPTION_CASES=12`) reads
+        // as a power loss, which brings the pool back to its last safe point: the writes
+        // acknowledged after it are gone without an error. Without safe points (`Process`) the
+        // same file opens intact. The header's state line is the only word of which boot the
+        // pool was last in use in, and a torn one is what a power loss in `mark_in_use` leaves.
+        Config { create, order: self.order(), size: 2 << 20, max_size: 64 << 20, ..Config::new(path) }
     }
 }
 
@@ -465,9 +468,9 @@ fn chunk_size(header: &[u8]) -> usize {
 }
 
 /// Writes a store of `kind` at `path` with the workload of `seed`. The unclosed image is the file
-/// as it is after the last write, the store still open (what a kill at that moment leaves; no
-/// thread of the store writes in the background); the closed one is the file after
-/// [`Store::close`].
+/// as it is after the last write, the store still open (what a kill at that moment leaves: only
+/// the background syncer may still store, the safe and checkpoint txids of a safe point, which a
+/// kill may interrupt too); the closed one is the file after [`Store::close`].
 fn write_store(kind: Kind, seed: u64, scale: Scale, path: &Path) -> Images {
     let config = kind.config(path, CreateMode::Create);
     let mut older = Vec::new();
@@ -1002,8 +1005,9 @@ fn region(bytes: &[u8], off: usize) -> String {
     match off {
         0..128 => "the header's fixed fields".into(),
         128..136 => "the shutdown word".into(),
-        136..144 => "the checkpoint txid".into(),
-        144..ROOT_TABLE_AT => "reserved header bytes".into(),
+        136..152 => "the boot id".into(),
+        152..160 => "the state line's check word".into(),
+        160..ROOT_TABLE_AT => "reserved header bytes".into(),
         ROOT_TABLE_AT..PAGE => format!("root entry {}", (off - ROOT_TABLE_AT) / ROOT_ENTRY),
         _ if bytes.len() < PAGE => "past the header".into(),
         _ if off < data_off(bytes) => format!("the chunk table, chunk {}'s entry", (off - PAGE) / 8),

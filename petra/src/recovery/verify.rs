@@ -120,9 +120,40 @@ impl<M: PMem> Reader<'_, M> {
         // Relaxed (every load): recovery runs alone.
         let info = Info(self.mem().load(node + INFO, std::sync::atomic::Ordering::Relaxed));
         if info.is_marked() {
+            self.check_marked(info, node)?;
             return Ok(None);
         }
         self.resolve(info, node + INFO)
+    }
+
+    /// Checks the marked info word `info` of `node`, which says the node is being removed, and so
+    /// absent: a mark read off a damaged word would pass a key over, and with it the damage that
+    /// took the key's record. A marked word is one of two: FINAL absent, naming `node` itself (a
+    /// removal a checkpoint round queued); or an op reference into a descriptor slot of a ring
+    /// (a finished op that left the key absent). The slot's descriptor is not read: a checkpoint
+    /// round passes marked nodes over, so the slot may have been recycled while the removal was
+    /// under way.
+    fn check_marked(&self, info: Info, node: u64) -> Result<(), Damage> {
+        let at = node + INFO;
+        if info.is_final() {
+            if info.final_present() || info.final_node() != node {
+                return Err(Damage {
+                    what: format!("a marked FINAL word of node {node:#x} that is not its absence"),
+                    at,
+                });
+            }
+            return Ok(());
+        }
+        match self.slot(info.desc()) {
+            Some(_) => Ok(()),
+            None => Err(Damage {
+                what: format!(
+                    "a marked info word names a descriptor at {:#x}, which is no slot of a ring",
+                    info.desc()
+                ),
+                at,
+            }),
+        }
     }
 
     /// The state the info word `cur`, read at `at`, stands for (Algorithm 5.2, as
@@ -177,17 +208,14 @@ impl<M: PMem> Reader<'_, M> {
     /// The descriptor at `d` that an info word names as having op `j`, checked: a descriptor of
     /// the epoch where one can be, in a ring, with op `j` and valid ops. Why not otherwise.
     fn descriptor(&self, d: u64, j: usize) -> Result<Desc<'_, M>, String> {
-        let Some(&(ring, len)) = self.rings.iter().find(|&&(r, len)| d >= r + CACHE_LINE && d < r + len) else {
-            return Err(format!("an info word names a descriptor at {d:#x}, outside every ring"));
+        let Some((ring, len)) = self.slot(d) else {
+            return Err(format!("an info word names a descriptor at {d:#x}, which is no slot of a ring"));
         };
         let desc = Desc::new(self.mem(), d);
         let header = desc.header();
         let nops = desc.nops();
         let bad = |why: &str| Err(format!("the descriptor at {d:#x} an info word names {why}"));
-        if (d - ring).is_multiple_of(CACHE_LINE)
-            && header >> 48 == DESC_TAG
-            && (header >> 16) as u32 == self.epoch as u32
-        {
+        if header >> 48 == DESC_TAG && (header >> 16) as u32 == self.epoch as u32 {
             if nops == 0 || nops > MAX_OPS || j >= nops || d + desc_bytes(nops, desc.wide()) > ring + len {
                 return bad("has no such op");
             }
@@ -197,6 +225,15 @@ impl<M: PMem> Reader<'_, M> {
             return Ok(desc);
         }
         bad("is none")
+    }
+
+    /// The ring (offset, bytes) of which `d` is a slot, where a descriptor can start: a line of
+    /// the ring after its first.
+    fn slot(&self, d: u64) -> Option<(u64, u64)> {
+        self.rings
+            .iter()
+            .copied()
+            .find(|&(r, len)| d >= r + CACHE_LINE && d < r + len && (d - r).is_multiple_of(CACHE_LINE))
     }
 
     /// Whether recovery counts the committed descriptor at `d`: it writes, has a txid, and its
