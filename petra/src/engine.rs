@@ -94,7 +94,7 @@ impl EngineConfig {
 }
 
 /// The background thread that makes a safe point every interval (see [`DurabilityPolicy`]), and
-/// at once when one is asked for ([`SafePoints::ask`](crate::safe::SafePoints::ask)).
+/// soon when one is asked for ([`SafePoints::ask`](crate::safe::SafePoints::ask)).
 #[derive(Debug)]
 pub(crate) struct Syncer {
     /// Its wake-up, and the run it belongs to.
@@ -258,8 +258,8 @@ impl<M: PMem + 'static> Engine<M> {
     }
 
     /// The error of a safe point that failed with nobody waiting for it (the background
-    /// syncer's, or one a round or a writer made early) since the last call or [`sync`](Engine::sync),
-    /// if any: taken. No write reports such a failure, so a long-running user should look here
+    /// syncer's, or one a round or a writer made early) since the last call or
+    /// [`sync`](Engine::sync), if any: taken. No write reports such a failure, so a long-running user should look here
     /// now and then: until a later safe point succeeds, what was written since the last one
     /// would not survive a power loss.
     pub fn safe_point_failure(&self) -> Option<std::io::Error> {

@@ -141,8 +141,7 @@ pub(crate) struct SafePoints {
     /// interval they grow: to this, rather than by an early safe point each time a ring fills,
     /// which would cost the writers more (see [`ASKED_GAP`]).
     budget: u64,
-    /// Held while a safe point is made: one at a time.
-    /// Held while a safe point is made, with what the last one synced: its txid and the
+    /// Held while a safe point is made (one at a time), with what the last one synced: its txid and the
     /// checkpoint txid of the rounds whose records it synced (the next one records them).
     making: Mutex<Synced>,
     /// The safe txid on the disk (0: none yet this run).
@@ -455,8 +454,9 @@ impl SafePoints {
     }
 
     /// Asks for a safe point soon, without waiting for it: under `Periodic` the background
-    /// syncer makes one as soon as the least gap between them allows; under `Immediate` the next writer's is it. For what needs one
-    /// to move on (a round's checkpoint txid and ring slots, held values), not for a writer.
+    /// syncer makes one as soon as the least gap between them allows; under `Immediate` the next
+    /// writer's is it. For what needs one to move on (a round's checkpoint txid and ring slots,
+    /// held values), not for a writer.
     pub(crate) fn ask(&self) {
         if self.interval().is_some() {
             self.wake.ask();
