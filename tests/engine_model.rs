@@ -480,12 +480,13 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
     let mem = engine.pool().mem();
     // The first node of each structure, given a key that belongs elsewhere: the list's and the
     // skiplist's first node (the head's `next` at +40), the hash map's first in a bucket (its
-    // array of link words), the MDList head's first child (+56). See each structure's layout.
+    // array of link words), the MDList head's first child (`child[0]`, the last of its 32 slots
+    // from +56: +304). See each structure's layout.
     for (i, &s) in structures.iter().enumerate() {
         let root = engine.pool().root(s.0 as usize).unwrap().params[0];
         let first = match i {
             1 => (0..8).map(|b| mem.load(root + 8 * b, Ordering::Relaxed)).find(|&n| n != 0).unwrap(),
-            3 => mem.load(root + 56, Ordering::Relaxed),
+            3 => mem.load(root + 304, Ordering::Relaxed),
             _ => mem.load(root + 40, Ordering::Relaxed),
         };
         let key = mem.load(first, Ordering::Relaxed);

@@ -69,7 +69,8 @@ fn the_mdlist_keeps_absent_nodes_until_recovery_drops_them() {
         assert!(h.execute(Transaction::new().delete(s, k)).unwrap().is_committed());
     }
     assert_eq!(live(&engine), grown, "absent nodes are taken over, not duplicated");
-    assert!(grown - before >= 10, "5 000 nodes of 184 bytes fill {} chunks", grown - before);
+    // Keys below 2^13 are reached through dimension 25 or higher: nodes of 64 to 112 bytes.
+    assert!(grown - before >= 5, "5 000 nodes of 64 bytes or more fill {} chunks", grown - before);
     drop(h);
     let pool = engine.into_pool().unwrap();
     let (engine, report) = Engine::open(pool, EngineConfig::rings(16 << 20)).unwrap();

@@ -98,12 +98,13 @@ fn every_kind_of_bad_file_is_refused_untouched() {
 
     // Files of the previous formats (check words mixed differently; version 2 without the checks
     // of chunk table entries, blob values and engine words; version 3 with value checks not tied
-    // to their place; version 4 without the engine's safe point) are refused.
-    for old in [1u32, 2, 3, 4] {
+    // to their place; version 4 without the engine's safe point; version 5 with MDList nodes of
+    // base-16 coordinates) are refused.
+    for old in [1u32, 2, 3, 4, 5] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&old.to_le_bytes());
         std::fs::write(&bad, &b).unwrap();
-        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 5 } if found == old));
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 6 } if found == old));
     }
 
     let mut b = good.clone();

@@ -8,7 +8,7 @@
 //! descriptor that names a two-word key stores 32-byte ops instead of 24: structures of one-word
 //! keys pay nothing for the wider ones.
 //!
-//! The multi-dimensional list maps a key to 16 base-16 digits, so it takes one-word keys only.
+//! The multi-dimensional list maps a key to 32 base-4 digits, so it takes one-word keys only.
 
 use std::fmt;
 

@@ -532,7 +532,7 @@ impl<M: PMem + 'static> Executor<'_, M> {
                             continue;
                         }
                     }
-                    let bytes = set.node_bytes(op.key);
+                    let bytes = set.node_bytes(op.key, &pos);
                     let pool = &self.cx.core.pool;
                     let node = match pool.alloc(self.cache, bytes) {
                         Ok(n) => n.get(),

@@ -154,28 +154,31 @@ fn a_helping_cycle_ends_with_a_serial_outcome() {
 
 #[test]
 fn an_mdlist_insert_that_adopts_children_loses_none() {
-    // Two whole transactions over 16 dimensions: bound 1 by default (about a minute), unless
+    // Two whole transactions over 32 dimensions: bound 1 by default (about a minute), unless
     // LOOM_MAX_PREEMPTIONS says otherwise.
     let mut builder = builder();
     if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
         builder.preemption_bound = Some(1);
     }
     builder.check(|| {
-        // 0x210 has 0x310 as its child at dimension 13 (the first digit where they differ, counting
-        // 16 digits from the most significant). Inserting 0x200 (smaller than 0x210 first at
-        // dimension 14) pushes 0x210 down and adopts 0x310; meanwhile 0x300 goes into the very
-        // slot being adopted.
-        let (engine, s) = engine_with(&[(0x210, 1), (0x310, 2)], |e| e.create_mdlist());
+        // Base-4 digits, dimensions 26 to 31 for these 12-bit keys. 0x610 hangs off 0 at dimension
+        // 26 and has 0x710 as its child at dimension 27 (the first digit where they differ).
+        // Inserting 0x600 (smaller than 0x610 first at dimension 29) pushes 0x610 down and adopts
+        // its slots 26 to 28, 0x710 among them; meanwhile 0x700 goes into the very slot being
+        // adopted. (Hanging it all off 0 at dimension 26 keeps the adoption to three slots, not
+        // the 29 an adoption from the head would freeze, so the model stays small.)
+        let (engine, s) = engine_with(&[(0, 5), (0x610, 1), (0x710, 2)], |e| e.create_mdlist());
         let (a, b) = run2(
             &engine,
-            Transaction::new().insert(s, 0x200u64, 3).clone(),
-            Transaction::new().insert(s, 0x300u64, 4).clone(),
+            Transaction::new().insert(s, 0x600u64, 3).clone(),
+            Transaction::new().insert(s, 0x700u64, 4).clone(),
         );
         committed(&a);
         committed(&b);
-        assert_eq!(engine.entries::<u64>(s).unwrap(), vec![(0x200, 3), (0x210, 1), (0x300, 4), (0x310, 2)]);
+        let want = [(0u64, 5), (0x600, 3), (0x610, 1), (0x700, 4), (0x710, 2)];
+        assert_eq!(engine.entries::<u64>(s).unwrap(), want);
         let mut h = engine.handle().unwrap();
-        for (k, v) in [(0x200u64, 3), (0x210, 1), (0x300, 4), (0x310, 2)] {
+        for (k, v) in want {
             let out = h.execute(Transaction::new().get(s, k)).unwrap();
             assert_eq!(out, Outcome::Committed { results: vec![Some(v)], txid: None }, "key {k:#x}");
         }

@@ -70,12 +70,12 @@ use crate::hash::check_words;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads. 5: the engine records its last power-safe
-/// point. 4: a byte value's check is tied to its place
+/// The format version this build writes and reads. 6: an MDList node holds base-4 coordinates'
+/// slots from its own dimension up. 5: the engine records its last power-safe point. 4: a byte value's check is tied to its place
 /// and to the pool. 3: the chunk table, byte values, the state line and the engine's words are
 /// checked. 2: the check words of descriptors and node records and the hashes of byte values are
 /// XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offset of the shutdown word.
@@ -451,7 +451,7 @@ mod tests {
         assert!(matches!(Header::decode(&p), Err(OpenError::BadMagic { .. })));
         let mut p = good.clone();
         p[8] = 1;
-        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 5 })));
+        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 6 })));
         let mut p = good.clone();
         p[50] ^= 1;
         assert!(matches!(Header::decode(&p), Err(OpenError::HeaderChecksum { .. })));

@@ -210,7 +210,11 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
     let tight = !clean && room < counts.node;
     if !clean && !tight {
-        let nodes = found.present.iter().map(|&(slot, key, _)| (structures[slot as usize].node_bytes::<M>(key), 1));
+        // `present` is in (structure, key) order: the key before each of a structure's.
+        let nodes = found.present.iter().enumerate().map(|(i, &(slot, key, _))| {
+            let prev = i.checked_sub(1).map(|p| found.present[p]).filter(|p| p.0 == slot).map(|p| p.1);
+            (structures[slot as usize].built_bytes::<M>(prev, key), 1)
+        });
         let need = pool.chunks_for_nodes(nodes);
         pool.reserve_chunks(need).map_err(EngineError::from)?;
     }

@@ -40,12 +40,14 @@ pub(super) fn rewrite<M: PMem + 'static>(
         let slot = slot as u8;
         let from = present.partition_point(|p| p.0 < slot);
         let present = &present[from..from + present[from..].partition_point(|p| p.0 == slot)];
-        let bytes = |key| structure.node_bytes::<M>(key);
         let wide = structure.wide();
-        // (node, key), in key order.
+        // (node, key, bytes), in key order.
         let mut nodes = Vec::with_capacity(present.len());
-        for &(_, key, value) in present {
-            let node = pool.alloc(&mut cache, bytes(key))?.get();
+        let mut sizes = Vec::with_capacity(present.len());
+        for (i, &(_, key, value)) in present.iter().enumerate() {
+            let bytes = structure.built_bytes::<M>(i.checked_sub(1).map(|p| present[p].1), key);
+            let node = pool.alloc(&mut cache, bytes)?.get();
+            sizes.push(bytes);
             write_normalised(mem, node, key, wide, value, slot, new_epoch);
             nodes.push((node, key));
             live.push(POff::new(node));
@@ -55,8 +57,8 @@ pub(super) fn rewrite<M: PMem + 'static>(
             }
         }
         structure.build(mem, &nodes);
-        for &(node, key) in &nodes {
-            mem.flush_range(node, bytes(key));
+        for (&(node, _), &bytes) in nodes.iter().zip(&sizes) {
+            mem.flush_range(node, bytes);
         }
         // The head sentinel, or the map's bucket array (a region, not a block).
         let (root, root_bytes) = structure.root::<M>();

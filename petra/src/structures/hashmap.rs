@@ -73,7 +73,11 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         self.wide
     }
 
-    fn node_bytes(&self, _key: u128) -> u64 {
+    fn node_bytes(&self, _key: u128, _pos: &ChainPos) -> u64 {
+        node_bytes(self.wide)
+    }
+
+    fn built_bytes(&self, _prev: Option<u128>, _key: u128) -> u64 {
         node_bytes(self.wide)
     }
 

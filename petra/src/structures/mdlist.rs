@@ -1,6 +1,12 @@
 //! The multi-dimensional list (MDList) of Zhang and Dechev (ICDCS 2016, the dissertation's
-//! reference [154]): a key is a vector of [`DIMS`] coordinates, its base-16 digits, most
+//! reference [154]): a key is a vector of [`DIMS`] coordinates, its base-4 digits, most
 //! significant first, and a node has one child list per dimension.
+//!
+//! Why base 4: a search passes, in each dimension, the siblings whose coordinate is below its
+//! own, about a third of the base, so it visits about `dims x base / 3` nodes, fewest for a base
+//! near 3 (Zhang and Dechev choose the dimension for the key range in the same way). Keys of a
+//! million (20 bits) visit about 33 nodes in base 16 (5 dimensions) and about 15 in base 4 (10),
+//! and each visit is a cache miss once the list outgrows the cache.
 //!
 //! A node `c` in `n`'s child list at dimension `d` has the same coordinates as `n` in dimensions
 //! `0..d` and a larger one at `d`; following `child[d]` from there walks that list in increasing
@@ -21,11 +27,18 @@
 //! absent through its info word, and a later insert of the key takes the same node over. Absent
 //! nodes are dropped by the next recovery, which rebuilds the list from the present keys only.
 //!
+//! A node reached through dimension `dp` uses its slots `dp..` only, and is only ever pushed to
+//! higher dimensions, so it is allocated with those slots alone: they are kept from the last
+//! dimension down, so that the block ends after `child[dp]`. Keys below 2^20 are reached through
+//! dimension 22 or higher (all their earlier digits are 0), so their nodes hold 10 slots, not 32.
+//! The dimension a node was linked through, its *base*, is the low byte of its `dims` word,
+//! written before it is published and never changed.
+//!
 //! ```text
-//! +0..+40      the common node header (see `node`)
-//! +40          adopt: the node whose children this node is adopting (0: none, or done)
-//! +48          dims: dp | dc << 8 of that adoption
-//! +56 + 8 d    child[d] for d in 0..16: node offset | frozen (bit 0)
+//! +0..+40          the common node header (see `node`)
+//! +40              adopt: the node whose children this node is adopting (0: none, or done)
+//! +48              dims: dp | dc << 8: the node's base dp, and the adoption's last dimension dc
+//! +56 + 8 (31-d)   child[d] for d in base..32: node offset | frozen (bit 0)
 //! ```
 
 use std::sync::atomic::Ordering;
@@ -36,29 +49,47 @@ use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
 
-/// Dimensions: base-16 digits of a 64-bit key.
-pub(crate) const DIMS: usize = 16;
+/// Bits of a key per coordinate: base-4 digits.
+const BITS: usize = 2;
+/// Dimensions: the base-4 digits of a 64-bit key.
+pub(crate) const DIMS: usize = 64 / BITS;
 const FROZEN: u64 = 1;
 const ADOPT: u64 = LINKS;
 const ADOPT_DIMS: u64 = LINKS + 8;
 const CHILDREN: u64 = LINKS + 16;
-/// Bytes of a node (every node, the head included).
-pub(crate) const NODE_BYTES: u64 = CHILDREN + 8 * DIMS as u64;
+/// Bytes of the head sentinel: every slot.
+pub(crate) const HEAD_BYTES: u64 = node_bytes_from(0);
 
-/// Offset of `child[d]` in a node.
+/// Offset of `child[d]` in a node (whose base is `d` or lower).
 pub(crate) fn child(d: usize) -> u64 {
-    CHILDREN + 8 * d as u64
+    CHILDREN + 8 * (DIMS - 1 - d) as u64
+}
+
+/// Bytes of a node of base `base`: its slots `base..DIMS`.
+pub(crate) const fn node_bytes_from(base: usize) -> u64 {
+    CHILDREN + 8 * (DIMS - base) as u64
 }
 
 /// Coordinate `d` of `key`.
 fn coord(key: u64, d: usize) -> u64 {
-    (key >> (60 - 4 * d)) & 0xF
+    (key >> (64 - BITS * (d + 1))) & ((1 << BITS) - 1)
+}
+
+/// The first dimension at which two different keys differ.
+fn first_difference(a: u64, b: u64) -> usize {
+    (a ^ b).leading_zeros() as usize / BITS
 }
 
 /// The largest key reachable from a node with key `key` reached through dimension `d`: every
 /// such key shares the node's coordinates `0..d`.
 fn reach_max(key: u64, d: usize) -> u64 {
-    if d == 0 { u64::MAX } else { key | (u64::MAX >> (4 * d)) }
+    if d == 0 { u64::MAX } else { key | (u64::MAX >> (BITS * d)) }
+}
+
+/// The base of `node`: the dimension it was linked through (0 for the head).
+fn base_of<M: PMem>(mem: &M, node: u64) -> usize {
+    // Relaxed: written before the node was published, never changed.
+    (mem.load(node + ADOPT_DIMS, Ordering::Relaxed) & 0xFF) as usize
 }
 
 /// Where a key is, or would go: the predecessor and the dimension of its slot, the node in that
@@ -82,7 +113,7 @@ pub(crate) struct MdList {
 impl MdList {
     /// Allocates and persists an empty MDList's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>) -> Result<MdList, AllocError> {
-        Ok(MdList { head: create_head(pool, NODE_BYTES, &[])? })
+        Ok(MdList { head: create_head(pool, HEAD_BYTES, &[])? })
     }
 
     /// Finds where `key` is or would go, finishing the adoptions it passes through.
@@ -101,7 +132,7 @@ impl MdList {
                 dc = DIMS;
                 break;
             }
-            dc = (diff.leading_zeros() / 4) as usize;
+            dc = diff.leading_zeros() as usize / BITS;
             if coord(key, dc) < coord(key ^ diff, dc) {
                 break;
             }
@@ -162,16 +193,11 @@ fn freeze<M: PMem>(mem: &M, at: u64) -> u64 {
     w & !FROZEN
 }
 
-/// Writes the child slots and adoption words of an unpublished `node` for position `pos`.
+/// Writes the child slots and adoption words of an unpublished `node` of base `pos.dp` for
+/// position `pos`.
 fn fill<M: PMem>(mem: &M, node: u64, pos: &MdPos) {
-    for d in 0..DIMS {
-        let v = if d < pos.dp {
-            FROZEN // never used: a node reached through dimension dp uses slots dp.. only
-        } else if d == pos.dc && pos.curr != 0 {
-            pos.curr
-        } else {
-            0
-        };
+    for d in pos.dp..DIMS {
+        let v = if d == pos.dc && pos.curr != 0 { pos.curr } else { 0 };
         mem.store(node + child(d), v, Ordering::Relaxed);
     }
     let adopts = pos.curr != 0 && pos.dp < pos.dc;
@@ -187,8 +213,17 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
         false
     }
 
-    fn node_bytes(&self, _key: u128) -> u64 {
-        NODE_BYTES
+    /// A node linked at `pos` is reached through dimension `pos.dp`.
+    fn node_bytes(&self, _key: u128, pos: &MdPos) -> u64 {
+        node_bytes_from(pos.dp)
+    }
+
+    /// Built in increasing key order, the node of `key` is linked through the first dimension at
+    /// which it differs from `prev`: `prev` has the longest common prefix with `key` of every
+    /// key built before it, and a search for `key` follows the search for `prev` to the last
+    /// node sharing that prefix, whose slot there is empty (see `build`, which checks it).
+    fn built_bytes(&self, prev: Option<u128>, key: u128) -> u64 {
+        node_bytes_from(prev.map_or(0, |p| first_difference(p as u64, key as u64)))
     }
 
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (MdPos, Option<u64>) {
@@ -268,16 +303,22 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
             mem.store(self.head + child(d), 0, Ordering::Relaxed);
         }
         mem.store(self.head + ADOPT, 0, Ordering::Relaxed);
-        for &(node, key) in nodes {
+        for (i, &(node, key)) in nodes.iter().enumerate() {
             let pos = self.locate(mem, key as u64);
             debug_assert!(pos.curr == 0, "keys are built in increasing order");
+            // The block was sized by `built_bytes`: slots below its base are not in it.
+            let base = i.checked_sub(1).map_or(0, |p| first_difference(nodes[p].1 as u64, key as u64));
+            assert_eq!(
+                pos.dp, base,
+                "the node of key {key:#x} is built through another dimension than it was sized for"
+            );
             fill(mem, node, &pos);
             mem.store(pos.pred + child(pos.dp), node, Ordering::Relaxed);
         }
     }
 
     fn root(&self) -> (u64, u64) {
-        (self.head, NODE_BYTES)
+        (self.head, HEAD_BYTES)
     }
 
     /// Every node where its coordinates put it: in the list at dimension `d` of a node whose
@@ -305,10 +346,18 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
                 if w == 0 {
                     continue;
                 }
-                let c = checked_node(cx, slot, w, NODE_BYTES)?;
+                // Reached through dimension d, the node must hold the slots d.. (all this walk
+                // reads of it) and have been linked through d or below.
+                let c = checked_node(cx, slot, w, node_bytes_from(d))?;
                 let ck = mem.load(c + KEY, Ordering::Relaxed);
+                if base_of(mem, c) > d {
+                    return Err(fault(
+                        c + ADOPT_DIMS,
+                        format!("node {c:#x} of base {} in dimension {d}", base_of(mem, c)),
+                    ));
+                }
                 if let Some(k) = key {
-                    let shares = d == 0 || (ck ^ k) >> (64 - 4 * d) == 0;
+                    let shares = d == 0 || (ck ^ k) >> (64 - BITS * d) == 0;
                     if !shares || coord(ck, d) <= coord(k, d) {
                         return Err(fault(slot, format!("key {ck:#x} in dimension {d} below key {k:#x}")));
                     }
@@ -332,12 +381,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn coordinates_are_the_hex_digits_most_significant_first() {
-        let key = 0x0123_4567_89AB_CDEF;
+    fn coordinates_are_the_base_4_digits_most_significant_first() {
+        // 0x1B = 0b01_10_11: digits 1, 2, 3 in the last three dimensions.
+        let key = 0x1Bu64 << 58 | 0x1B;
         let digits: Vec<u64> = (0..DIMS).map(|d| coord(key, d)).collect();
-        assert_eq!(digits, (0..16).collect::<Vec<u64>>());
-        assert_eq!(reach_max(0x1200_0000_0000_0000, 2), 0x12FF_FFFF_FFFF_FFFF);
+        let mut want = vec![0; DIMS];
+        want[..3].copy_from_slice(&[1, 2, 3]);
+        want[DIMS - 3..].copy_from_slice(&[1, 2, 3]);
+        assert_eq!(digits, want);
+        // The dimensions `petra/tests/loom.rs` relies on.
+        assert_eq!(first_difference(0, 0x610), 26);
+        assert_eq!(first_difference(0x610, 0x710), 27);
+        assert_eq!(first_difference(0x600, 0x610), 29);
+        assert_eq!(first_difference(0x700, 0x710), 29);
+        assert_eq!(reach_max(0x1200_0000_0000_0000, 4), 0x12FF_FFFF_FFFF_FFFF);
         assert_eq!(reach_max(5, 0), u64::MAX);
-        assert_eq!(reach_max(0xAB, 15), 0xAF);
+        assert_eq!(reach_max(0xAB, 31), 0xAB);
+        assert_eq!(reach_max(0xA8, 30), 0xAF);
+    }
+
+    #[test]
+    fn a_node_holds_the_slots_of_its_base_and_above_and_ends_after_the_lowest() {
+        assert_eq!(child(DIMS - 1), CHILDREN);
+        assert_eq!(HEAD_BYTES, CHILDREN + 8 * DIMS as u64);
+        for base in 0..DIMS {
+            assert_eq!(child(base) + 8, node_bytes_from(base));
+        }
+        // Keys below 2^20 are reached through dimension 22 or higher: 10 slots, a 136-byte node.
+        assert_eq!(first_difference(0, (1 << 20) - 1), 22);
+        assert_eq!(node_bytes_from(22), 136);
     }
 }

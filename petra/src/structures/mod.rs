@@ -64,8 +64,11 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     type Pos;
     /// Whether keys are two words (see [`node::KEY_HI`]).
     fn wide(&self) -> bool;
-    /// Bytes of a node for `key`.
-    fn node_bytes(&self, key: u128) -> u64;
+    /// Bytes of a new node for `key`, to be linked at `pos`.
+    fn node_bytes(&self, key: u128, pos: &Self::Pos) -> u64;
+    /// Bytes of the node of `key` that [`build`](LinkedSet::build) links right after the node of
+    /// `prev` (the key before it in key order; `None` for the first).
+    fn built_bytes(&self, prev: Option<u128>, key: u128) -> u64;
     /// Initialises the structure's own words of a new node for `key` (before [`link`]).
     ///
     /// [`link`]: LinkedSet::link

@@ -178,9 +178,10 @@ impl Structure {
         Ok(structure)
     }
 
-    /// Bytes of a node for `key`.
-    pub(crate) fn node_bytes<M: PMem + 'static>(&self, key: u128) -> u64 {
-        on_set!(&self.set, set => LinkedSet::<M>::node_bytes(set, key))
+    /// Bytes of the node of `key` that recovery's rebuild links right after the node of `prev`
+    /// (see [`LinkedSet::built_bytes`]).
+    pub(crate) fn built_bytes<M: PMem + 'static>(&self, prev: Option<u128>, key: u128) -> u64 {
+        on_set!(&self.set, set => LinkedSet::<M>::built_bytes(set, prev, key))
     }
 
     /// Starts loading the first word a search for `key` reads, if known (see

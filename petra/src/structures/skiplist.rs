@@ -170,7 +170,11 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         self.wide
     }
 
-    fn node_bytes(&self, key: u128) -> u64 {
+    fn node_bytes(&self, key: u128, _pos: &Towers) -> u64 {
+        node_bytes_of(height_of(key), self.wide)
+    }
+
+    fn built_bytes(&self, _prev: Option<u128>, key: u128) -> u64 {
         node_bytes_of(height_of(key), self.wide)
     }
 
