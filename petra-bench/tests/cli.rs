@@ -33,6 +33,7 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["lftt", "3", "1", "10", "17", "64", "40", "30", "10"], "outside 1 to 16"),
         (&["micro", "--prefill", "most"], "give harness or a share"),
         (&["micro", "--prefill", "1.5"], "outside 0 to 1"),
+        (&["overview", "--tx-size", "17"], "outside 1 to 16"),
         (&["micro", "--modes", "stm"], "unknown mode"),
         (&["tatp", "--threads", "0"], "at least 1"),
         (&["tatp", "--modes", "fast"], "unknown mode"),
