@@ -4,6 +4,7 @@
 # same harness), systems interleaved in each repetition; prints the medians and the ratios.
 #
 # Usage: side-by-side.sh NAME=BINARY... (e.g. petra=~/cpp/trans romuluslr=~/cpp/transRomulus)
+#        side-by-side.sh --table RAW.tsv (the table again, from the raw results of a run)
 #
 # Each BINARY takes the harness's arguments, SET_TYPE THREADS TEST_SIZE TX_SIZE KEY_RANGE INSERT%
 # DELETE% [UPDATE%], and prints its "Wall Time: Ns"; this script runs it in a scratch directory
@@ -23,7 +24,58 @@
 # Trans* romuluslr_shared ponefilelf_shared), MODE (petra-bench's --mode, default durable),
 # OUT (the raw results, default side-by-side-RAW.tsv in the current directory).
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,28p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
+
+# table RAW SYSTEMS: the medians per cell and system of the raw results RAW, and petra-bench over
+# each C++ system (with the geometric mean of each ratio over the cells both ran).
+table() {
+    awk -F'\t' -v systems="$2" '
+NR == 1 { next }
+{
+    key = $3 SUBSEP $7 SUBSEP $4 SUBSEP $5
+    if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
+    if ($8 != "nan") { n[key, $2]++; v[key, $2, n[key, $2]] = $8 }
+}
+function median(key, s,    m, i, j, t, a) {
+    m = n[key, s]
+    if (m == 0) return -1
+    for (i = 1; i <= m; i++) a[i] = v[key, s, i]
+    for (i = 2; i <= m; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+}
+END {
+    ns = split(systems, sys, " ")
+    split("list skiplist mdlist hashmap", sname, " ")
+    printf "%-9s %-12s %3s %3s", "structure", "mix", "thr", "tx"
+    for (i = 1; i <= ns; i++) printf " %12s", sys[i]
+    for (i = 2; i <= ns; i++) printf " %14s", "/" sys[i]
+    printf "\n"
+    for (k = 1; k <= nk; k++) {
+        split(keys[k], f, SUBSEP)
+        printf "%-9s %-12s %3s %3s", sname[f[1] + 1], f[2], f[3], f[4]
+        r = median(keys[k], sys[1])
+        for (i = 1; i <= ns; i++) { m = median(keys[k], sys[i]); if (m < 0) printf " %12s", "-"; else printf " %12.0f", m }
+        for (i = 2; i <= ns; i++) {
+            m = median(keys[k], sys[i])
+            if (m <= 0 || r <= 0) { printf " %14s", "-"; continue }
+            printf " %14.2f", r / m
+            lg[i] += log(r / m); cnt[i]++
+        }
+        printf "\n"
+    }
+    printf "%-31s", "geometric mean of the ratios"
+    for (i = 1; i <= ns; i++) printf " %12s", ""
+    for (i = 2; i <= ns; i++) if (cnt[i]) printf " %14.2f", exp(lg[i] / cnt[i]); else printf " %14s", "-"
+    printf "\n"
+}' "$1"
+}
+
+if [ "$1" = --table ]; then
+    raw=${2:?usage: side-by-side.sh --table RAW.tsv}
+    # The systems in the order of their first run, petra-bench first.
+    table "$raw" "petra-bench $(awk -F'\t' 'NR > 1 && $2 != "petra-bench" && !seen[$2]++ { printf "%s ", $2 }' "$raw")"
+    exit
+fi
 reps=${REPS:-3}
 txs=${TXS:-20000}
 cells=${CELLS:-0 1 2 3}
@@ -78,7 +130,7 @@ for rep in $(seq "$reps"); do
         if [ "$st" = 3 ]; then mixes=("40 30 10" "10 10 5"); else mixes=("40 40" "10 10"); fi
         for mix in "${mixes[@]}"; do
             # shellcheck disable=SC2086
-            label="${mix// //}/$((100 - $(echo $mix | tr ' ' '+')))"
+            label="${mix// //}/$((100 - ($(echo $mix | tr ' ' '+'))))"
             for threads in 1 2; do
                 for tx in 1 4; do
                     for system in "${order[@]}"; do
@@ -93,44 +145,4 @@ for rep in $(seq "$reps"); do
     done
 done
 
-# Medians per cell and system, and petra-bench over each C++ system (with the geometric mean of
-# each ratio over the cells both ran).
-awk -F'\t' -v systems="${names[*]}" '
-NR == 1 { next }
-{
-    key = $3 SUBSEP $7 SUBSEP $4 SUBSEP $5
-    if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
-    if ($8 != "nan") { n[key, $2]++; v[key, $2, n[key, $2]] = $8 }
-}
-function median(key, s,    m, i, j, t, a) {
-    m = n[key, s]
-    if (m == 0) return -1
-    for (i = 1; i <= m; i++) a[i] = v[key, s, i]
-    for (i = 2; i <= m; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-    return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
-}
-END {
-    ns = split(systems, sys, " ")
-    split("list skiplist mdlist hashmap", sname, " ")
-    printf "%-9s %-12s %3s %3s", "structure", "mix", "thr", "tx"
-    for (i = 1; i <= ns; i++) printf " %12s", sys[i]
-    for (i = 2; i <= ns; i++) printf " %14s", "/" sys[i]
-    printf "\n"
-    for (k = 1; k <= nk; k++) {
-        split(keys[k], f, SUBSEP)
-        printf "%-9s %-12s %3s %3s", sname[f[1] + 1], f[2], f[3], f[4]
-        r = median(keys[k], sys[1])
-        for (i = 1; i <= ns; i++) { m = median(keys[k], sys[i]); if (m < 0) printf " %12s", "-"; else printf " %12.0f", m }
-        for (i = 2; i <= ns; i++) {
-            m = median(keys[k], sys[i])
-            if (m <= 0 || r <= 0) { printf " %14s", "-"; continue }
-            printf " %14.2f", r / m
-            lg[i] += log(r / m); cnt[i]++
-        }
-        printf "\n"
-    }
-    printf "%-31s", "geometric mean of the ratios"
-    for (i = 1; i <= ns; i++) printf " %12s", ""
-    for (i = 2; i <= ns; i++) if (cnt[i]) printf " %14.2f", exp(lg[i] / cnt[i]); else printf " %14s", "-"
-    printf "\n"
-}' "$out"
+table "$out" "${names[*]}"
