@@ -1,7 +1,7 @@
 //! `petra-bench`: see `petra-bench --help`.
 
 use clap::{Parser, Subcommand};
-use petra_bench::{fsync, kv, lftt, metrics, micro, reopen, steady, tatp};
+use petra_bench::{fsync, kv, lftt, metrics, micro, overview, reopen, steady, tatp};
 
 /// Benchmarks of PETRA, the persistent transactional lock-free structures.
 #[derive(Debug, Parser)]
@@ -14,6 +14,7 @@ struct Cli {
 /// The subcommands; each module documents its own and owns its arguments.
 #[derive(Debug, Subcommand)]
 enum Command {
+    Overview(overview::OverviewArgs),
     Micro(micro::MicroArgs),
     Kv(kv::KvArgs),
     Metrics(metrics::MetricsArgs),
@@ -26,9 +27,11 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    // With no subcommand, the default suite: `micro` with its defaults.
-    let command = cli.command.or_else(|| Cli::parse_from(["petra-bench", "micro"]).command).expect("micro parses");
+    // With no subcommand, the main job: `overview` with its defaults.
+    let command =
+        cli.command.or_else(|| Cli::parse_from(["petra-bench", "overview"]).command).expect("overview parses");
     let result = match command {
+        Command::Overview(args) => overview::run(args),
         Command::Micro(args) => micro::run(args),
         Command::Kv(args) => kv::run(args),
         Command::Metrics(args) => metrics::run(args),

@@ -1,4 +1,5 @@
-//! Workload generators: the dissertation's operation mixes over a uniform key range.
+//! Workload generators: the dissertation's operation mixes over a uniform key range, and the
+//! prefills that come before them.
 
 use petra::OpKind;
 use rand::Rng;
@@ -77,6 +78,56 @@ impl std::fmt::Display for Mix {
     }
 }
 
+/// What a structure holds before timing starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Prefill {
+    /// As the C++ harness of the dissertation (`bench/main.cc` of PETRA and of LFTT) does it:
+    /// KEY_RANGE transactions of one strict Insert each, of a key uniform in the range, run one
+    /// after the other on one thread; an Insert of a key already present fails its transaction.
+    /// The keys present number KEY_RANGE * (1 - (1 - 1/KEY_RANGE)^KEY_RANGE), about 1 - 1/e =
+    /// 63.2% of the range.
+    Harness,
+    /// Puts of uniform keys, 16 to a transaction, until this share of the range is present.
+    Share(f64),
+}
+
+impl Prefill {
+    /// The share of the key range a prefill of `key_range` leaves present: exact for
+    /// [`Prefill::Share`], the expectation for [`Prefill::Harness`].
+    pub(crate) fn expected_share(self, key_range: u64) -> f64 {
+        match self {
+            Prefill::Share(s) => s,
+            Prefill::Harness => 1.0 - (1.0 - 1.0 / key_range.max(1) as f64).powf(key_range as f64),
+        }
+    }
+}
+
+/// `harness`, or a share of the key range from 0 to 1.
+impl std::str::FromStr for Prefill {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Prefill, String> {
+        if s == "harness" {
+            return Ok(Prefill::Harness);
+        }
+        match s.parse::<f64>() {
+            Ok(share) if (0.0..=1.0).contains(&share) => Ok(Prefill::Share(share)),
+            Ok(share) => Err(format!("prefill {share} is outside 0 to 1")),
+            Err(_) => Err(format!("prefill {s:?}: give harness or a share of the key range from 0 to 1")),
+        }
+    }
+}
+
+/// As the command line spells it.
+impl std::fmt::Display for Prefill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Prefill::Harness => f.write_str("harness"),
+            Prefill::Share(s) => write!(f, "{s}"),
+        }
+    }
+}
+
 /// One operation of a generated transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GenOp {
@@ -137,6 +188,17 @@ mod tests {
         }
         // Uniform keys: every key within 10% of its expected 2000 draws.
         assert!(keys.iter().all(|&k| (1800..=2200).contains(&k)), "{keys:?}");
+    }
+
+    #[test]
+    fn prefills_parse_and_the_harness_expects_one_minus_one_over_e() {
+        assert_eq!("harness".parse::<Prefill>(), Ok(Prefill::Harness));
+        assert_eq!("0.25".parse::<Prefill>(), Ok(Prefill::Share(0.25)));
+        assert!("1.5".parse::<Prefill>().unwrap_err().contains("outside 0 to 1"));
+        assert!("most".parse::<Prefill>().is_err());
+        let e = Prefill::Harness.expected_share(10_000);
+        assert!((e - 0.632_139).abs() < 1e-5, "{e}");
+        assert_eq!(Prefill::Share(0.5).expected_share(10), 0.5);
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! The dissertation's abstract-locking baseline of `petra-bench micro`, [`LockMap`]: the same
-//! transactions on a volatile map under striped locks, with an undo log.
+//! The lock-based baseline of `petra-bench micro` for the hash map, [`LockMap`]: the
+//! dissertation's abstract locking, the same transactions on a volatile lock-striped hash map
+//! with an undo log.
 //!
-//! Keys map to 1 024 striped locks (parking_lot); a transaction takes the locks of its keys in
-//! stripe order (so two never deadlock), runs its ops with strict semantics, records each change
-//! in an undo log, and on a failed op rolls the log back before it unlocks.
+//! Keys map to 1 024 stripes (parking_lot mutexes), each guarding the hash map of its keys; a
+//! transaction takes the stripes of its keys in stripe order (so two never deadlock), runs its
+//! ops with strict semantics, records each change in an undo log, and on a failed op rolls the
+//! log back before it unlocks.
 
 use std::collections::HashMap;
 

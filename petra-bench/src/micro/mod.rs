@@ -1,8 +1,10 @@
 //! `petra-bench micro`: the dissertation's micro-benchmarks on PETRA's structures.
 //!
-//! Each configuration runs on a fresh pool file: the structure is prefilled, then every thread
-//! runs its share of transactions drawn from the workload, with strict op semantics (a failed
-//! Insert, Delete or Find aborts its transaction, as in the paper and the C++ harness).
+//! Each configuration runs on a fresh pool file: the structure is prefilled (by default as the
+//! C++ harness does it, [`Prefill::Harness`]), then every thread runs its share of transactions
+//! drawn from the workload, with strict op semantics (a failed Insert, Delete or Find aborts its
+//! transaction, as in the paper and the C++ harness). Nothing caps the threads at the cores: a
+//! run of more threads than cores shows what lock-free progress is worth beside the locks.
 //!
 //! Reported per configuration:
 //! - **tx/s**: committed transactions per second of wall time;
@@ -19,16 +21,19 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use clap::ValueEnum;
+use crossbeam_skiplist::SkipMap;
 use petra::mem::MemCounts;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use self::structures::run_petra;
+use crate::baselines::boosted::Boosted;
 use crate::baselines::locks::LockMap;
 use crate::baselines::skipmap::SkipMapBound;
+use crate::baselines::sorted_list::SortedList;
 use crate::cli::{one_of, progress_bar, scratch, spell, wrote};
 use crate::error::{BenchError, Result};
-use crate::workload::{GenOp, Mix, Workload};
+use crate::workload::{GenOp, Mix, Prefill, Workload};
 
 use crate::targets::tx::{TxMap, TxWorker};
 
@@ -45,7 +50,7 @@ pub struct MicroArgs {
     /// insert/delete/update/find).
     #[arg(long, default_value_t = Structure::List, value_parser = one_of::<Structure>("structure"))]
     pub(crate) structure: Structure,
-    /// Thread counts to run, comma-separated.
+    /// Thread counts to run, comma-separated; any number, above the cores too.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
     pub(crate) threads: Vec<usize>,
     /// Transaction sizes to run, comma-separated (1 to 16).
@@ -61,14 +66,18 @@ pub struct MicroArgs {
     /// Transactions per thread.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) txs: u64,
-    /// Share of the key range inserted before timing.
-    #[arg(long, default_value_t = 0.5)]
-    pub(crate) prefill: f64,
+    /// What the structure holds before timing: harness (as the C++ harness: KEY_RANGE one-insert
+    /// transactions of uniform keys, leaving about 63% of the keys present) or a share of the key
+    /// range from 0 to 1 (puts until that many keys are present).
+    #[arg(long, default_value = "harness")]
+    pub(crate) prefill: Prefill,
     /// What to run on, comma-separated: durable and volatile (PETRA with and without flushes
-    /// and fences), locks (a volatile map under 1 024 striped locks taken in order, with an undo
-    /// log: the dissertation's abstract-locking baseline) and skipmap (crossbeam-skiplist, each op
-    /// on its own with no transaction: an upper bound, neither atomic nor isolated). The
-    /// baselines are the same whatever the structure, with word values and one-word keys.
+    /// and fences), locks (the lock-based structure of the same kind, volatile: the transaction
+    /// takes its keys' striped locks in order and keeps an undo log, the dissertation's
+    /// abstract-locking baseline, over a sorted linked list for the list, crossbeam-skiplist for
+    /// the skiplist and the MDList, a lock-striped hash map for the hash map) and skipmap
+    /// (crossbeam-skiplist, each op on its own with no transaction: an upper bound, neither
+    /// atomic nor isolated). The baselines hold word values under one-word keys.
     #[arg(
         long,
         value_delimiter = ',',
@@ -125,9 +134,6 @@ pub fn run(args: MicroArgs) -> Result<()> {
     if args.threads.contains(&0) {
         return Err(BenchError::InvalidArgument("thread counts must be at least 1".into()));
     }
-    if !(0.0..=1.0).contains(&args.prefill) {
-        return Err(BenchError::InvalidArgument(format!("prefill {} is outside 0 to 1", args.prefill)));
-    }
     let tmp = match &args.dir {
         Some(_) => None,
         None => Some(scratch()?),
@@ -143,19 +149,22 @@ pub fn run(args: MicroArgs) -> Result<()> {
         0 => "word values".to_string(),
         n => format!("{n}-byte values"),
     };
+    let prefill = match args.prefill {
+        Prefill::Harness => {
+            format!("prefill harness (about {:.1}% present)", 100.0 * args.prefill.expected_share(key_range))
+        }
+        Prefill::Share(s) => format!("prefill {:.0}%", s * 100.0),
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "{}, {}-byte keys, {values}, key range {}, {} transactions per thread, prefill {:.0}%, pool files in {}",
+        "{}, {}-byte keys, {values}, key range {}, {} transactions per thread, {prefill}, {cores} cores, pool files in {}",
         structure,
         args.key_bytes,
         key_range,
         args.txs,
-        args.prefill * 100.0,
         dir.display()
     );
-    println!(
-        "{:<12} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
-        "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
-    );
+    print_header();
     let runs = mixes.len() * args.tx_sizes.len() * args.threads.len() * modes.len();
     let progress = progress_bar(runs, "runs");
     let mut all = Vec::new();
@@ -185,25 +194,7 @@ pub fn run(args: MicroArgs) -> Result<()> {
                     rows.push(r);
                 }
                 for r in rows {
-                    let ratio = match (r.case.mode, volatile_tps) {
-                        (Mode::Volatile, _) | (_, None) => String::from("-"),
-                        (_, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
-                    };
-                    progress.suspend(|| {
-                        println!(
-                            "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
-                            mix.to_string(),
-                            r.case.mode,
-                            threads,
-                            tx_size,
-                            r.tx_per_sec(),
-                            r.ops_per_sec(),
-                            r.abort_pct(),
-                            r.flushes_per_tx(),
-                            r.fences_per_tx(),
-                            ratio
-                        )
-                    });
+                    progress.suspend(|| print_row(&r, volatile_tps));
                     all.push(report::MicroRow::from(&r));
                 }
             }
@@ -216,6 +207,36 @@ pub fn run(args: MicroArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints the head of the table of [`print_row`].
+pub(crate) fn print_header() {
+    println!(
+        "{:<12} {:>8} {:>7} {:>7} {:>12} {:>12} {:>8} {:>10} {:>9} {:>12}",
+        "mix", "mode", "threads", "tx size", "tx/s", "ops/s", "abort %", "flushes/tx", "fences/tx", "vs volatile"
+    );
+}
+
+/// Prints the row of `r`, with its committed transactions per second over `volatile_tps`
+/// (PETRA volatile's in the same configuration) where there is one.
+pub(crate) fn print_row(r: &MicroResult, volatile_tps: Option<f64>) {
+    let ratio = match (r.case.mode, volatile_tps) {
+        (Mode::Volatile, _) | (_, None) => String::from("-"),
+        (_, Some(v)) => format!("{:.2}", r.tx_per_sec() / v),
+    };
+    println!(
+        "{:<12} {:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>8.1} {:>10.2} {:>9.2} {:>12}",
+        r.case.workload.mix.to_string(),
+        r.case.mode,
+        r.case.threads,
+        r.case.workload.tx_size,
+        r.tx_per_sec(),
+        r.ops_per_sec(),
+        r.abort_pct(),
+        r.flushes_per_tx(),
+        r.fences_per_tx(),
+        ratio
+    );
+}
+
 /// What a run runs on: PETRA durable or volatile, or a baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "lower")]
@@ -224,7 +245,9 @@ pub(crate) enum Mode {
     Durable,
     /// PETRA with flushes and fences off: the cost of durability is the difference.
     Volatile,
-    /// The abstract-locking baseline ([`crate::baselines::locks::LockMap`]), volatile.
+    /// The lock-based structure of the same kind, volatile: abstract locking with an undo log
+    /// ([`LockMap`] for the hash map, [`Boosted`] over a [`SortedList`] for the list and over
+    /// crossbeam-skiplist for the skiplist and the MDList).
     Locks,
     /// crossbeam-skiplist without transactions ([`crate::baselines::skipmap::SkipMapBound`]).
     SkipMap,
@@ -272,8 +295,8 @@ pub(crate) struct MicroCase {
     pub(crate) workload: Workload,
     /// Transactions per thread.
     pub(crate) txs_per_thread: u64,
-    /// Share of the key range inserted before timing starts.
-    pub(crate) prefill: f64,
+    /// What the structure holds before timing starts.
+    pub(crate) prefill: Prefill,
     /// Seed of the workload.
     pub(crate) seed: u64,
     /// 0: word values; otherwise byte values of this many bytes (blobs).
@@ -290,6 +313,8 @@ pub(crate) struct MicroCase {
 pub(crate) struct MicroResult {
     /// The configuration.
     pub(crate) case: MicroCase,
+    /// Keys present after the prefill.
+    pub(crate) prefilled: u64,
     /// Committed transactions.
     pub(crate) committed: u64,
     /// Aborted transactions.
@@ -306,6 +331,11 @@ impl MicroResult {
     /// Committed transactions per second.
     pub(crate) fn tx_per_sec(&self) -> f64 {
         self.committed as f64 / self.secs
+    }
+    /// Transactions run (committed and aborted) per second: what the C++ harness's time gives,
+    /// THREADS * TEST_SIZE over its wall time.
+    pub(crate) fn run_per_sec(&self) -> f64 {
+        (self.committed + self.aborted) as f64 / self.secs
     }
     /// Operations of committed transactions per second.
     pub(crate) fn ops_per_sec(&self) -> f64 {
@@ -330,29 +360,52 @@ impl MicroResult {
 pub(crate) fn run_case(case: MicroCase, dir: &std::path::Path) -> Result<MicroResult> {
     match case.mode {
         Mode::Durable | Mode::Volatile => run_petra(case, dir),
-        Mode::Locks => measure(case, &LockMap::default()),
+        Mode::Locks => match case.structure {
+            Structure::HashMap => measure(case, &LockMap::default()),
+            Structure::List => measure(case, &Boosted::<SortedList>::default()),
+            Structure::SkipList | Structure::MdList => measure(case, &Boosted::<SkipMap<u64, u64>>::default()),
+        },
         Mode::SkipMap => measure(case, &SkipMapBound::default()),
     }
 }
 
-/// Prefills `map` with `case.prefill` of the key range (16 keys per transaction), then runs every
-/// thread's share of transactions on it and times them. Every map draws the same keys and the
-/// same transactions (the same seeds); flushes and fences are counted on PETRA's counting seam
-/// (none elsewhere).
-fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
+/// Prefills `map` over `[0, key_range)` as `prefill` says, on the calling thread, drawing from
+/// `seed`; how many keys are present after it.
+pub(crate) fn prefill<T: TxMap>(map: &T, key_range: u64, prefill: Prefill, seed: u64) -> Result<u64> {
     use rand::Rng;
-    let w = case.workload;
-    {
-        let mut worker = map.worker()?;
-        let mut rng = StdRng::seed_from_u64(case.seed ^ 0xF111);
-        let target = (w.key_range as f64 * case.prefill) as u64;
-        let (mut inserted, mut keys) = (0, Vec::with_capacity(16));
-        while inserted < target {
-            keys.clear();
-            keys.extend((0..16.min(target - inserted)).map(|_| rng.random_range(0..w.key_range)));
-            inserted += worker.put_all(&keys)?;
+    let mut worker = map.worker()?;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xF111);
+    let mut inserted = 0;
+    match prefill {
+        Prefill::Harness => {
+            // The harness's loop: KEY_RANGE transactions of one strict Insert, of a uniform key;
+            // one of a key already present fails.
+            let mut op = [GenOp { kind: petra::OpKind::Insert, key: 0, value: 0 }];
+            for _ in 0..key_range {
+                op[0].key = rng.random_range(0..key_range);
+                op[0].value = rng.random();
+                inserted += u64::from(worker.run(&op)?);
+            }
+        }
+        Prefill::Share(share) => {
+            let target = (key_range as f64 * share) as u64;
+            let mut keys = Vec::with_capacity(16);
+            while inserted < target {
+                keys.clear();
+                keys.extend((0..16.min(target - inserted)).map(|_| rng.random_range(0..key_range)));
+                inserted += worker.put_all(&keys)?;
+            }
         }
     }
+    Ok(inserted)
+}
+
+/// Prefills `map` ([`prefill`]), then runs every thread's share of transactions on it and
+/// times them. Every map draws the same keys and the same transactions (the same seeds);
+/// flushes and fences are counted on PETRA's counting seam (none elsewhere).
+fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
+    let w = case.workload;
+    let prefilled = prefill(map, w.key_range, case.prefill, case.seed)?;
     let barrier = Barrier::new(case.threads + 1);
     let (elapsed, per_thread) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..case.threads)
@@ -385,7 +438,8 @@ fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
         let results: Vec<_> = workers.into_iter().map(|h| h.join().expect("worker panicked")).collect();
         (start.elapsed(), results)
     });
-    let mut r = MicroResult { case, committed: 0, aborted: 0, secs: elapsed.as_secs_f64(), flushes: 0, fences: 0 };
+    let mut r =
+        MicroResult { case, prefilled, committed: 0, aborted: 0, secs: elapsed.as_secs_f64(), flushes: 0, fences: 0 };
     for p in per_thread {
         let (c, a, counts) = p?;
         r.committed += c;
@@ -394,4 +448,57 @@ fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
         r.fences += counts.fences;
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys of `[0, key_range)` that a Find finds in `map`.
+    pub(crate) fn present<T: TxMap>(map: &T, key_range: u64) -> u64 {
+        let mut w = map.worker().unwrap();
+        (0..key_range).filter(|&key| w.run(&[GenOp { kind: petra::OpKind::Find, key, value: 0 }]).unwrap()).count()
+            as u64
+    }
+
+    #[test]
+    fn the_harness_prefill_leaves_one_minus_one_over_e_of_the_keys_in_every_baseline() {
+        // 10 000 one-insert transactions of uniform keys in a range of 10 000: 6 321.4 keys present
+        // in expectation, with a standard deviation of about 31. The seed fixes the count; every
+        // baseline draws the same keys, so holds the same count, and holds what it reports.
+        let range = 10_000;
+        let counts = [
+            (prefill(&LockMap::default(), range, Prefill::Harness, 1).unwrap(), {
+                let m = LockMap::default();
+                prefill(&m, range, Prefill::Harness, 1).unwrap();
+                present(&m, range)
+            }),
+            (prefill(&Boosted::<SortedList>::default(), range, Prefill::Harness, 1).unwrap(), {
+                let m = Boosted::<SortedList>::default();
+                prefill(&m, range, Prefill::Harness, 1).unwrap();
+                present(&m, range)
+            }),
+            (prefill(&Boosted::<SkipMap<u64, u64>>::default(), range, Prefill::Harness, 1).unwrap(), {
+                let m = Boosted::<SkipMap<u64, u64>>::default();
+                prefill(&m, range, Prefill::Harness, 1).unwrap();
+                present(&m, range)
+            }),
+        ];
+        let (reported, found) = counts[0];
+        assert!(counts.iter().all(|&c| c == (reported, found)), "{counts:?}");
+        assert_eq!(reported, found);
+        let expected = Prefill::Harness.expected_share(range) * range as f64;
+        assert!((reported as f64 - expected).abs() < 100.0, "{reported} present, {expected:.1} expected");
+        // Another seed draws other keys: the count moves, within the same bound.
+        let other = prefill(&LockMap::default(), range, Prefill::Harness, 2).unwrap();
+        assert_ne!(other, reported);
+        assert!((other as f64 - expected).abs() < 100.0, "{other} present, {expected:.1} expected");
+    }
+
+    #[test]
+    fn a_share_prefill_fills_exactly_that_share() {
+        let m = Boosted::<SortedList>::default();
+        assert_eq!(prefill(&m, 1000, Prefill::Share(0.5), 3).unwrap(), 500);
+        assert_eq!(present(&m, 1000), 500);
+    }
 }

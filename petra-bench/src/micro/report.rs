@@ -35,6 +35,8 @@ pub(crate) struct MicroRow {
     pub(crate) flushes_per_tx: f64,
     /// Fences per transaction run.
     pub(crate) fences_per_tx: f64,
+    /// Keys present after the prefill.
+    pub(crate) prefilled: u64,
 }
 
 impl From<&MicroResult> for MicroRow {
@@ -50,6 +52,7 @@ impl From<&MicroResult> for MicroRow {
             abort_pct: r.abort_pct(),
             flushes_per_tx: r.flushes_per_tx(),
             fences_per_tx: r.fences_per_tx(),
+            prefilled: r.prefilled,
         }
     }
 }

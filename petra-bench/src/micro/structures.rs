@@ -115,3 +115,39 @@ impl Encoding<'_> {
         };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baselines::locks::LockMap;
+    use crate::micro::prefill;
+    use crate::micro::tests::present;
+    use crate::workload::Prefill;
+
+    #[test]
+    fn petra_prefilled_as_the_harness_holds_the_keys_the_baseline_holds() {
+        // The same seed draws the same keys for PETRA's structures as for the baseline: the
+        // same count present, and each key a Find finds.
+        let dir = tempfile::tempdir().unwrap();
+        for (kind, range) in [
+            (petra::StructureKind::HashMap { buckets: 4096 }, 4096),
+            (petra::StructureKind::List, 1024),
+            (petra::StructureKind::SkipList, 4096),
+            (petra::StructureKind::MdList, 4096),
+        ] {
+            let path = dir.path().join("prefill.pool");
+            let _ = std::fs::remove_file(&path);
+            let pool = crate::pool::create_pool(&path, false).unwrap().map_mem(Counting::new);
+            let engine = Engine::create(pool, EngineConfig::default()).unwrap();
+            let list = engine.create_structure(kind, KeyWidth::U64, Values::Words).unwrap();
+            let map = PetraMap { engine: &engine, list, encoding: Encoding { bytes: None, wide_keys: false } };
+            let petra = prefill(&map, range, Prefill::Harness, 7).unwrap();
+            let baseline = prefill(&LockMap::default(), range, Prefill::Harness, 7).unwrap();
+            assert_eq!(petra, baseline, "{kind:?}");
+            assert_eq!(present(&map, range), petra, "{kind:?}");
+            let expected = Prefill::Harness.expected_share(range) * range as f64;
+            assert!((petra as f64 - expected).abs() < 0.05 * range as f64, "{kind:?}: {petra}, {expected:.0} expected");
+            drop(engine);
+        }
+    }
+}
