@@ -348,11 +348,19 @@ fn a_crash_inside_the_recovery_of_a_full_pool_leaves_it_recoverable() {
 #[test]
 fn a_steady_workload_keeps_the_pool_and_its_rings_flat_and_recovery_short() {
     // Under Process the rounds alone recycle; under Periodic the rings also keep what was written
-    // since the last safe point: with one every 10 ms they stay as few. (Every second, as by
-    // default, the rings of this workload would grow towards the engine's budget for them.)
+    // since the last safe point, so they stay as few only if safe points come often enough: here
+    // each thread makes one every `SYNC_EVERY` transactions (the syncer's own interval, an hour,
+    // never comes), at fixed points of the run, which a loaded machine cannot delay as it can
+    // a background thread. (Every second, as by default, the rings of this workload would grow
+    // towards the engine's budget for them.)
     steady_workload(DurabilityPolicy::Process);
-    steady_workload(DurabilityPolicy::Periodic(std::time::Duration::from_millis(10)));
+    steady_workload(DurabilityPolicy::Periodic(std::time::Duration::from_secs(3600)));
 }
+
+/// Under a policy that keeps safe points, each thread of the steady workload makes one after
+/// this many transactions: with two threads, fewer descriptors than a quarter of a ring between
+/// two of them.
+const SYNC_EVERY: usize = 2000;
 
 fn steady_workload(policy: DurabilityPolicy) {
     // A fixed working set (64 keys in each structure of every kind), two threads running random
@@ -382,7 +390,10 @@ fn steady_workload(policy: DurabilityPolicy) {
                     // Sorted ops: no helping cycle, so every transaction commits.
                     let mut tx = Transaction::new();
                     tx.sorted(true);
-                    for _ in 0..100_000 {
+                    for i in 0..100_000 {
+                        if policy != DurabilityPolicy::Process && i % SYNC_EVERY == SYNC_EVERY - 1 {
+                            engine.sync().unwrap();
+                        }
                         tx.clear();
                         for _ in 0..rng.random_range(1..=3) {
                             let (s, k) = (ids[rng.random_range(0..ids.len())], rng.random_range(0..64u64));
