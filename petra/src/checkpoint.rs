@@ -32,10 +32,12 @@
 //! 2. **Keys.** For every node an op of the batch took (a key without a node is absent and has
 //!    no record, see below), the key's node is brought up to date under a pin:
 //!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
-//!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
-//!      before-state cached (its executor caches it too, right after its CAS; the round does it
-//!      for an executor that has not yet), and its `prev` replaced by `CUT`, so that no reader
-//!      follows it into a descriptor the round will recycle;
+//!      every op on it whose `prev` names an op of another transaction of the batch, or a FINAL
+//!      word, gets its before-state cached (its executor caches it too, right after its CAS; the
+//!      round does it for an executor that has not yet), and its `prev` replaced by `CUT`, so
+//!      that no reader follows it into a descriptor the round will recycle or to a value it will
+//!      rewrite. A `prev` naming a newer transaction's op is left to the round that folds it
+//!      (see `cache_chain`);
 //!    - the node's committed state, as a reader outside any transaction resolves it, goes into
 //!      the record (nothing is written if the record already says it), and the lines are
 //!      flushed; unless the op changed nothing (a read, or an op of an aborted transaction) and
@@ -591,7 +593,7 @@ fn checkpoint_key<M: PMem + 'static>(
             // record needs nothing from it, but a `prev` on the chain names this op: the
             // chain is cached and cut, or the recycled slot would be followed.
             (ChainEnd::Op, false) => {
-                cache_chain(core, now, node);
+                cache_chain(core, round, now, node);
                 return;
             }
             // A cut hides whether the chain leads to this write: the key is searched for.
@@ -616,7 +618,7 @@ fn checkpoint_key<M: PMem + 'static>(
         let (state, folded) = if cur.is_marked() || cur.is_final() {
             (if cur.is_marked() { None } else { core.resolve(cur, None) }, false)
         } else {
-            cache_chain(core, cur, node);
+            cache_chain(core, round, cur, node);
             (core.resolve(cur, None), round.holds(cur.desc()))
         };
         if !folded && !writes {
@@ -676,9 +678,16 @@ fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainE
 }
 
 /// Walks the `prev` chain below the info word `top` of `node` down to a FINAL word, the node's
-/// creation or an op already cut: caches the before-state of every op whose `prev` names another
-/// transaction's op or a FINAL word (unless cached already) and cuts its `prev`.
-fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
+/// creation or an op already cut: caches the before-state of every op whose `prev` names an op
+/// of another transaction of `round`'s batch, or a FINAL word (unless cached already), and cuts
+/// its `prev`.
+///
+/// Only those: a batch descriptor's slot is recycled, and a FINAL word's value rewritten, so no
+/// reader may follow such a `prev` any more. A `prev` naming a newer transaction's op is left for
+/// the round that folds that transaction: it keeps the history of the key above the batch, one
+/// state per transaction, for a reader that looks past the newer transactions (a cut keeps only
+/// the state the batch left, which its cache says).
+fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node: u64) {
     let mem = core.mem();
     let mut cur = top;
     while !cur.is_final() {
@@ -691,7 +700,7 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
         }
         let p = Info(prev);
         debug_assert_took_from(mem, x, p);
-        if p.is_final() || p.desc() != x {
+        if p.is_final() || (p.desc() != x && round.holds(p.desc())) {
             if read_cache(mem, &desc, k).is_none() {
                 write_cache(mem, x, k, core.resolve(p, Some(x)), node);
             }
@@ -699,7 +708,8 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
             mem.store(desc.prev_off(k), CUT, Ordering::Release);
         }
         // An op's `prev` that names an earlier op of its own transaction is never cached
-        // (that state holds only if the transaction commits): go on below it.
+        // (that state holds only if the transaction commits), nor one that names a newer
+        // transaction's op: go on below it.
         cur = p;
     }
 }
