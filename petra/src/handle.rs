@@ -24,6 +24,7 @@ use crate::pool::{AllocCache, POff, Pool};
 use crate::protocol::{Core, Executor, Reader};
 use crate::ring::{Ring, Rings};
 use crate::scan;
+use crate::structures::info::Info;
 use crate::structures::registry::Structure;
 use crate::tx::{MAX_OPS, Op, OpKind, Outcome, StructId, Transaction, Values};
 
@@ -77,6 +78,8 @@ pub struct Handle<M: PMem + 'static> {
     blobs: Vec<(u64, u64)>,
     /// A results vector that came back from [`execute_with`](Handle::execute_with), for reuse.
     results: Vec<Option<u64>>,
+    /// The nodes the transaction just finished left absent, to remove (kept for reuse).
+    removals: Vec<(StructId, u128, Info)>,
     /// A descriptor of this handle's was written and its execution never returned (a panic
     /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
     /// in its ring (recovery checks the values of ring tails only), and the ring is given up.
@@ -150,6 +153,7 @@ impl<M: PMem + 'static> Handle<M> {
             help_stack: Vec::new(),
             blobs: Vec::new(),
             results: Vec::new(),
+            removals: Vec::new(),
             unfinished: false,
         }
     }
@@ -523,15 +527,22 @@ impl<M: PMem + 'static> Handle<M> {
                         }
                     }
                 }
-                cx.schedule_removals(d, true, expiry);
+                let mut removals = std::mem::take(&mut self.removals);
+                cx.absent_left(d, true, &mut removals);
                 let txid = core.persist(d);
+                // After the txid (see `schedule_removals`).
+                cx.schedule_removals(&removals, expiry);
+                self.removals = removals;
                 if bytes {
                     retire_replaced(core, tx, (txid, &results), guard);
                 }
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }
             Some(why) => {
-                cx.schedule_removals(d, false, expiry);
+                let mut removals = std::mem::take(&mut self.removals);
+                cx.absent_left(d, false, &mut removals);
+                cx.schedule_removals(&removals, expiry);
+                self.removals = removals;
                 free_blobs(&core.pool, &mut self.cache, &blobs);
                 match why {
                     Abort::NoMemory(requested) => {

@@ -310,15 +310,16 @@ impl<M: PMem + 'static> Reader<'_, M> {
         self.core.resolve(cur, None)
     }
 
-    /// After the transaction `d` finished: queue the nodes it left absent (deleted or removed
-    /// keys, nodes made for reads or removals of absent keys, nodes made by an aborted
-    /// transaction) for removal once every thread that could still be executing on them has
-    /// unpinned, stale from `expiry` recycled rounds on. The removal happens only if the node's
-    /// info word still names this op by then.
-    pub(crate) fn schedule_removals(&self, d: u64, committed: bool, expiry: u64) {
+    /// After the transaction `d` finished: the nodes it left absent (deleted or removed keys,
+    /// nodes made for reads or removals of absent keys, nodes made by an aborted transaction),
+    /// into `out`, each with the op word that left it so, for [`schedule_removals`]. Read before
+    /// a committed `d` is persisted: a flush may evict its lines.
+    ///
+    /// [`schedule_removals`]: Reader::schedule_removals
+    pub(crate) fn absent_left(&self, d: u64, committed: bool, out: &mut Vec<(StructId, u128, Info)>) {
         let mem = self.mem();
         let desc = Desc::new(mem, d);
-        let mut any = false;
+        out.clear();
         for i in 0..desc.nops() {
             let op = desc.op(i);
             let absent_before = read_cache(mem, &desc, i) == Some(None);
@@ -336,13 +337,24 @@ impl<M: PMem + 'static> Reader<'_, M> {
                 && self.core.structures.get(StructId(op.structure)).is_ok_and(|s| s.removes_nodes::<M>())
                 && !recorded()
             {
-                any = true;
-                self.core.reclaim.defer_removal(self.guard, (StructId(op.structure), op.key, Info::op(d, i), expiry));
+                out.push((StructId(op.structure), op.key, Info::op(d, i)));
             }
         }
-        if any {
-            self.guard.flush();
+    }
+
+    /// Queues the removals of `items` ([`absent_left`](Reader::absent_left) of a finished
+    /// transaction, a committed one persisted: its txid assigned) once every thread that could
+    /// still be executing on them has unpinned, stale from `expiry` recycled rounds on. A
+    /// removal happens only if the node's info word still names the op by then. Queued after
+    /// the txid, so that a thread pinned before the txid was handed out sees the nodes stay.
+    pub(crate) fn schedule_removals(&self, items: &[(StructId, u128, Info)], expiry: u64) {
+        if items.is_empty() {
+            return;
         }
+        for &(s, key, info) in items {
+            self.core.reclaim.defer_removal(self.guard, (s, key, info, expiry));
+        }
+        self.guard.flush();
     }
 }
 
