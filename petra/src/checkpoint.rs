@@ -29,6 +29,12 @@
 //!    took is known: the op's cache names it, or (an op whose before-state came from an earlier
 //!    op of its own transaction, which is not cached) the cache of that transaction's first op
 //!    on the key does, the same node. An op with neither took no node.
+//!
+//!    The batch is stamped with the txid counter read once it was found: every txid a state it
+//!    leaves depends on is below the stamp (its writers', and those of the writers its aborted
+//!    transactions took nodes from, which had their txids before the batch was read). A round
+//!    folds its batch only if no scan holds a snapshot below the stamp (see `scan`): a fold
+//!    that must wait returns at once, doing nothing.
 //! 2. **Keys.** For every node an op of the batch took (a key without a node is absent and has
 //!    no record, see below), the key's node is brought up to date under a pin:
 //!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
@@ -36,8 +42,8 @@
 //!      word, gets its before-state cached (its executor caches it too, right after its CAS; the
 //!      round does it for an executor that has not yet), and its `prev` replaced by `CUT`, so
 //!      that no reader follows it into a descriptor the round will recycle or to a value it will
-//!      rewrite. A `prev` naming a newer transaction's op is left to the round that folds it
-//!      (see `cache_chain`);
+//!      rewrite. A `prev` naming a newer transaction's op is left to the round that folds it: a
+//!      scan that looks past an op follows its `prev`, not its cache (see `cache_chain`);
 //!    - the node's committed state, as a reader outside any transaction resolves it, goes into
 //!      the record (nothing is written if the record already says it), and the lines are
 //!      flushed; unless the op changed nothing (a read, or an op of an aborted transaction) and
@@ -77,7 +83,9 @@
 //! Why readers stay right: a FINAL word means the node's value word, which a round rewrites when
 //! a key's value changed. Readers that hold an older FINAL word of the node (read before the
 //! node moved on) read a value that was the node's committed state at an instant during their
-//! read; executors holding it fail their CAS; scans see the info word change. A reader that
+//! read; executors holding it fail their CAS; a scan reads it only where no writer its snapshot
+//! holds came after, and a round that would rewrite the value for a writer above the snapshot
+//! waits for it (see `scan`). A reader that
 //! resolves an op's before-state through a `prev` that is a FINAL word reads the value and then
 //! the op's cache again: the round filled that cache before it rewrote the value (both stores
 //! Release, the value read Acquire), so it sees the cache and uses it (see `before_of`).
@@ -218,6 +226,10 @@ pub struct CheckpointStats {
 struct Found {
     t0: u64,
     ends: Vec<(Arc<Ring>, u64)>,
+    /// The txid counter read once the batch was found: every txid that a state the batch leaves
+    /// depends on (its writers', and those of the writers its ops took nodes from) is below it.
+    /// A snapshot below it waits for the fold (see `scan`).
+    stamp: u64,
 }
 
 /// A node of an absent key to remove once the round's end is due: its structure, key and the
@@ -270,8 +282,9 @@ enum ChainEnd {
 impl Checkpointer {
     /// Runs one round now, on a thread whose epoch participation is `local`: folds the batch the
     /// last round found, then finds the next (see the [module docs](self)). `None`, doing
-    /// nothing, if another round is running or the last round's end still waits for a thread to
-    /// move on. Helps the epoch collector along before and after it, without waiting for anyone.
+    /// nothing, if another round is running, the last round's end still waits for a thread to
+    /// move on, or a snapshot below the batch's stamp is held. Helps the epoch collector along
+    /// before and after it, without waiting for anyone.
     pub(crate) fn run_round<M: PMem + 'static>(
         &self,
         core: &Core<M>,
@@ -334,6 +347,11 @@ impl Checkpointer {
         if !ckpt.ready() {
             return None;
         }
+        // A scan's snapshot below the stamp may still read what the fold would cache, cut and
+        // make FINAL: the fold waits until no such snapshot is held (see `scan`).
+        if found.as_ref().is_some_and(|b| b.stamp > core.reclaim.snapshots.oldest()) {
+            return None;
+        }
         let started = std::time::Instant::now();
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
@@ -360,10 +378,10 @@ impl Checkpointer {
         let removals = round.removals;
         let reclaim = Arc::clone(&core.reclaim);
         let safe = Arc::clone(&core.safe);
-        let (c, recycle) = batch.map_or((0, Vec::new()), |b| (b.t0 - 1, b.ends));
+        let (c, recycle, stamp) = batch.map_or((0, Vec::new(), 0), |b| (b.t0 - 1, b.ends, b.stamp));
         let recycled = Arc::clone(&ckpt.recycled);
         guard.defer(move || {
-            reclaim.push_removals(removals);
+            reclaim.push_removals(removals, stamp);
             for (ring, end) in recycle {
                 safe.recycle(ring, end, c);
             }
@@ -400,7 +418,10 @@ fn find<M: PMem + 'static>(core: &Core<M>, rings: &Rings) -> Option<Found> {
             ends.push((ring, v));
         }
     }
-    (!ends.is_empty()).then_some(Found { t0, ends })
+    // After every descriptor of the batch was read finished (and every committed one had its
+    // txid): see `Found::stamp`.
+    let stamp = core.next_txid();
+    (!ends.is_empty()).then_some(Found { t0, ends, stamp })
 }
 
 /// Steps 2 and 3: brings the key of every op of `batch` up to date, makes the records durable and
@@ -684,9 +705,10 @@ fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainE
 ///
 /// Only those: a batch descriptor's slot is recycled, and a FINAL word's value rewritten, so no
 /// reader may follow such a `prev` any more. A `prev` naming a newer transaction's op is left for
-/// the round that folds that transaction: it keeps the history of the key above the batch, one
-/// state per transaction, for a reader that looks past the newer transactions (a cut keeps only
-/// the state the batch left, which its cache says).
+/// the round that folds that transaction: a scan's snapshot may look past an op (see `scan`),
+/// and the state before it as of the snapshot is then what its `prev` names, not what its cache
+/// says (a state that the newer transaction, perhaps above the snapshot, left); while a cut
+/// leaves only states of the batch, which every snapshot still held reads as they are.
 fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node: u64) {
     let mem = core.mem();
     let mut cur = top;

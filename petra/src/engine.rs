@@ -371,8 +371,9 @@ impl<M: PMem + 'static> Engine<M> {
     /// descriptors of the transactions finished before the call into the node records, so that
     /// recovery reads only what comes after, and recycles their ring slots once no thread can
     /// read them. That takes two rounds, the second once every thread pinned during the first
-    /// has moved on; if none has yet, the next round folds them. `None` if a round is running or
-    /// the last one's end is still waiting. Rounds also run on their own as rings fill
+    /// has moved on; if none has yet, the next round folds them. `None` if a round is running,
+    /// the last one's end is still waiting, or a scan's snapshot holds the fold back. Rounds
+    /// also run on their own as rings fill
     /// ([`EngineConfig::checkpoint_fill`]).
     pub fn checkpoint(&self) -> Result<Option<CheckpointReport>, EngineError> {
         Ok(self.handle()?.checkpoint())
