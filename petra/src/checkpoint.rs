@@ -93,6 +93,7 @@
 //! one's deferred end ran: a thread that stays pinned sees at most two rounds, so a FINAL word it
 //! read cannot come back on its node (info words never repeat while a thread can hold them).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -115,7 +116,7 @@ pub(crate) struct Checkpointer {
     fill: u8,
     /// Held by the round in progress (only ever taken with `try_lock`), with the batch the last
     /// round found, which the next one folds.
-    lock: Mutex<Option<Found>>,
+    lock: Mutex<Locked>,
     /// Rounds started.
     started: AtomicU64,
     /// Rounds whose deferred end (removals queued, slots recycled) has run.
@@ -243,6 +244,46 @@ const KEYS_PER_PIN: u64 = 64;
 /// Batch descriptors whose nodes are loaded together.
 const WINDOW: usize = 16;
 
+/// What the round in progress holds (see [`Checkpointer::lock`]).
+#[derive(Debug, Default)]
+struct Locked {
+    /// The batch the last round found, which the next one folds.
+    found: Option<Found>,
+    /// [`Round::done`]'s room, kept from round to round.
+    done: DoneCache,
+}
+
+/// Which nodes the round in progress brought up to date, and how far ([`Done`]). Kept from
+/// round to round (cleared), so that its room is allocated once: what it spares is the walk,
+/// for every op of a key, past the ops of newer transactions above the batch (see
+/// [`checkpoint_key`]), which grows with the rounds' backlog.
+#[derive(Debug, Default)]
+struct DoneCache {
+    nodes: HashMap<(u64, u128), Done>,
+}
+
+impl DoneCache {
+    /// The room it takes at once (about 48 KiB): a round over more nodes makes more, once.
+    const ROOM: usize = 1024;
+
+    /// Empties it for the next round, making room first if it has none.
+    fn ready(&mut self) {
+        if self.nodes.capacity() == 0 {
+            self.nodes.reserve(DoneCache::ROOM);
+        }
+        self.nodes.clear();
+    }
+
+    /// How far the round brought `node` (holding `key`), if it did.
+    fn get(&self, node: u64, key: u128) -> Option<Done> {
+        self.nodes.get(&(node, key)).copied()
+    }
+
+    fn insert(&mut self, node: u64, key: u128, done: Done) {
+        self.nodes.insert((node, key), done);
+    }
+}
+
 /// A round's state while it goes through its keys.
 #[derive(Debug, Default)]
 struct Round {
@@ -258,6 +299,20 @@ struct Round {
     /// Where the batch it folds lies: per ring, the offset of its data area, the area's length,
     /// and the batch's first position and length there.
     spans: Vec<(u64, u64, u64, u64)>,
+    /// The nodes (with their keys) it brought up to date, and how far: another op of the batch
+    /// on one of them finds nothing left to do (see [`checkpoint_key`]).
+    done: DoneCache,
+}
+
+/// How far a round brought a node up to date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    /// Its `prev` chain was cached and cut, from its info word down, as for an op that changed
+    /// nothing, and that word names no batch op: an op that takes the node since names none.
+    Chain,
+    /// That, and its record is its committed state, its info word FINAL if it named a batch
+    /// descriptor.
+    Record,
 }
 
 impl Round {
@@ -343,7 +398,8 @@ impl Checkpointer {
 
     fn round<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings, local: &LocalHandle) -> Option<CheckpointReport> {
         let ckpt = self;
-        let mut found = ckpt.lock.try_lock()?;
+        let mut locked = ckpt.lock.try_lock()?;
+        let Locked { found, done } = &mut *locked;
         if !ckpt.ready() {
             return None;
         }
@@ -355,13 +411,15 @@ impl Checkpointer {
         let started = std::time::Instant::now();
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
-        let mut round = Round { generation: core.epoch + number, ..Round::default() };
+        done.ready();
+        let mut round = Round { generation: core.epoch + number, done: std::mem::take(done), ..Round::default() };
         // 2. and 3.: fold the batch the last round found.
         let batch = found.take();
         let mut report = CheckpointReport::default();
         if let Some(batch) = &batch {
             fold(core, local, batch, &mut round, &mut report);
         }
+        *done = std::mem::take(&mut round.done);
         report.txid = core.meta.checkpoint_txid(core.mem());
         report.removals = round.removals.len() as u64;
         // 1. Find the next batch, from where the folded one ended.
@@ -588,6 +646,18 @@ fn checkpoint_key<M: PMem + 'static>(
     writes: bool,
 ) {
     let core = cx.core;
+    // Another op of the batch brought the node up to date already: its walk went down from the
+    // node's info word through every op of the batch on the node (each took the node before
+    // that word was read), so this op's `prev` is cached and cut if it must be, and the record
+    // says the node's state since; and the word it left names no batch op (FINAL, or a newer
+    // transaction's), so no op that took the node since names one. Without this, every op of a
+    // hot key would walk the ops of newer transactions above the batch again (their `prev`s
+    // are not cut, see `cache_chain`).
+    match round.done.get(node, key) {
+        Some(Done::Record) => return,
+        Some(Done::Chain) if !writes => return,
+        _ => {}
+    }
     let Ok(structure) = core.structures.get(s) else { return };
     let mem = core.mem();
     // Acquire (the check): as any read of an info word.
@@ -615,6 +685,11 @@ fn checkpoint_key<M: PMem + 'static>(
             // chain is cached and cut, or the recycled slot would be followed.
             (ChainEnd::Op, false) => {
                 cache_chain(core, round, now, node);
+                // Unless the word names a batch op itself: an op that takes the node from it
+                // names that op in its `prev`, to be cut, and the op's own visit makes it FINAL.
+                if !round.holds(now.desc()) {
+                    round.done.insert(node, key, Done::Chain);
+                }
                 return;
             }
             // A cut hides whether the chain leads to this write: the key is searched for.
@@ -650,6 +725,7 @@ fn checkpoint_key<M: PMem + 'static>(
             if written {
                 round.flush.push((node, wide));
             }
+            round.done.insert(node, key, Done::Chain);
             return;
         }
         written |= write_record(mem, node, key, wide, s.0, core.epoch, state);
@@ -668,6 +744,7 @@ fn checkpoint_key<M: PMem + 'static>(
                 // flushes it (the node may be a block another key's record was in).
                 round.flush.push((node, wide));
             }
+            round.done.insert(node, key, Done::Record);
             return;
         }
     }
@@ -681,6 +758,8 @@ fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainE
     let mem = core.mem();
     let mut cur = top;
     loop {
+        #[cfg(test)]
+        steps::step();
         if cur == op {
             return ChainEnd::Op;
         }
@@ -713,6 +792,8 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node
     let mem = core.mem();
     let mut cur = top;
     while !cur.is_final() {
+        #[cfg(test)]
+        steps::step();
         let (x, k) = (cur.desc(), cur.opid());
         let desc = Desc::new(mem, x);
         // Acquire: as every read of `prev`.
@@ -733,5 +814,24 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node
         // (that state holds only if the transaction commits), nor one that names a newer
         // transaction's op: go on below it.
         cur = p;
+    }
+}
+
+/// A unit test's count of the steps rounds on this thread took down `prev` chains.
+#[cfg(test)]
+pub(crate) mod steps {
+    use std::cell::Cell;
+
+    thread_local! {
+        static STEPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn step() {
+        STEPS.with(|s| s.set(s.get() + 1));
+    }
+
+    /// The steps taken so far on this thread.
+    pub(crate) fn taken() -> u64 {
+        STEPS.with(Cell::get)
     }
 }
