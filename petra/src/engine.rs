@@ -146,6 +146,14 @@ pub struct Engine<M: PMem + 'static> {
     shared: Arc<Shared<M>>,
 }
 
+#[cfg(test)]
+impl<M: PMem + 'static> Engine<M> {
+    /// How many removals and replaced values were put back to wait for a scan's snapshot.
+    pub(crate) fn waited_for_snapshots(&self) -> [u64; 2] {
+        self.shared.core.reclaim.snapshots.waited.each_ref().map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 impl<M: PMem + 'static> Clone for Engine<M> {
     fn clone(&self) -> Self {
         Engine { shared: Arc::clone(&self.shared) }

@@ -173,6 +173,15 @@ impl<M: PMem + 'static> Handle<M> {
         &self.shared.core
     }
 
+    /// Lets the epoch collector advance and run what came due, as a checkpoint round does
+    /// before and after it, without a round (a unit test's step).
+    #[cfg(test)]
+    pub(crate) fn collect(&self) {
+        for _ in 0..4 {
+            self.epoch.pin().flush();
+        }
+    }
+
     /// What the values of structure `s` are.
     pub fn values(&self, s: StructId) -> Result<Values, EngineError> {
         Ok(self.core().structures.get(s)?.values)
@@ -572,7 +581,7 @@ impl<M: PMem + 'static> Handle<M> {
                 crate::protocol::hook::before_persist(d);
                 let txid = core.persist(d);
                 // After the txid: the removals' stamp bounds it.
-                cx.schedule_removals(&removals, expiry);
+                cx.schedule_removals(&removals, expiry, Some(txid));
                 self.removals = removals;
                 if bytes {
                     retire_replaced(core, tx, (txid, &results), guard);
@@ -582,7 +591,7 @@ impl<M: PMem + 'static> Handle<M> {
             Some(why) => {
                 let mut removals = std::mem::take(&mut self.removals);
                 cx.absent_left(d, false, &mut removals);
-                cx.schedule_removals(&removals, expiry);
+                cx.schedule_removals(&removals, expiry, None);
                 self.removals = removals;
                 free_blobs(&core.pool, &mut self.cache, &blobs);
                 match why {

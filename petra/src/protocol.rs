@@ -401,14 +401,16 @@ impl<M: PMem + 'static> Reader<'_, M> {
     /// transaction, committed ones persisted: their txid assigned) once every thread that could
     /// still be executing on them has unpinned, stale from `expiry` recycled rounds on. A
     /// removal happens only if the node's info word still names the op by then, and only once no
-    /// snapshot below its stamp is held: the txid counter read now, after the transaction and
-    /// every writer it took a node from had their txids (see `reclaim`; and `scan`, for why a
-    /// snapshot's pin then keeps the removal waiting until the snapshot is held).
-    pub(crate) fn schedule_removals(&self, items: &[(StructId, u128, Info)], expiry: u64) {
+    /// snapshot below its stamp is held: a txid above the transaction's and above that of every
+    /// writer it took a node from (see `reclaim`; and `scan`, for why a snapshot's pin then keeps
+    /// the removal waiting until the snapshot is held). For a committed transaction, `txid`, its
+    /// own: the writers it took nodes from are below it, so the stamp is `txid + 1`. For an
+    /// aborted one (`None`), the txid counter read now, after those writers had theirs.
+    pub(crate) fn schedule_removals(&self, items: &[(StructId, u128, Info)], expiry: u64, txid: Option<u64>) {
         if items.is_empty() {
             return;
         }
-        let stamp = self.core.next_txid();
+        let stamp = txid.map_or_else(|| self.core.next_txid(), |t| t + 1);
         for &(structure, key, info) in items {
             self.core.reclaim.defer_removal(self.guard, Removal { structure, key, info, expiry, stamp });
         }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::mem::PMem;
@@ -54,12 +55,23 @@ pub(crate) struct Snapshots {
     /// The txids held, one entry per hold.
     held: parking_lot::Mutex<Vec<u64>>,
     /// The smallest txid held, `u64::MAX` if none: what the queues and the rounds compare with.
-    oldest: AtomicU64,
+    /// (On a line of its own: every writer reads it as it drains the queues, and only scans
+    /// write it, twice each.)
+    oldest: CachePadded<AtomicU64>,
+    /// Items put back to wait for a snapshot: removals, and replaced values (a unit test's
+    /// evidence that the wait happened).
+    #[cfg(test)]
+    pub(crate) waited: [AtomicU64; 2],
 }
 
 impl Default for Snapshots {
     fn default() -> Snapshots {
-        Snapshots { held: parking_lot::Mutex::default(), oldest: AtomicU64::new(u64::MAX) }
+        Snapshots {
+            held: parking_lot::Mutex::default(),
+            oldest: CachePadded::new(AtomicU64::new(u64::MAX)),
+            #[cfg(test)]
+            waited: Default::default(),
+        }
     }
 }
 
@@ -174,12 +186,16 @@ impl Reclaim {
             let Some(node) = self.frees.pop() else { break };
             pool.free(cache, POff::new(node));
         }
-        let oldest = self.snapshots.oldest();
         for _ in 0..n {
             let Some((blob, txid)) = self.blob_frees.pop() else { break };
-            if txid > oldest {
+            // Read after the pop, which comes after the push, which comes after the hold of any
+            // snapshot below the replacer that had pinned before the value was retired (see
+            // `scan`): read before it, a snapshot held since would be missed.
+            if txid > self.snapshots.oldest() {
                 // A snapshot below the replacer may read the value. Replacers come due in about
                 // their txid order: the next ones wait too.
+                #[cfg(test)]
+                self.snapshots.waited[1].fetch_add(1, Ordering::Relaxed);
                 self.blob_frees.push((blob, txid));
                 break;
             }
@@ -226,13 +242,15 @@ impl Reclaim {
     /// A removal stamped above a snapshot held waits for it (put back, and the rest with it for
     /// this call).
     pub(crate) fn run_removals(&self, recycled: u64, n: usize, mut remove: impl FnMut(StructId, u128, Info)) {
-        let oldest = self.snapshots.oldest();
         for _ in 0..n {
             let Some(item) = self.removals.pop() else { return };
             if recycled >= item.expiry {
                 continue;
             }
-            if item.stamp > oldest {
+            // Read after the pop: as in `free_due`.
+            if item.stamp > self.snapshots.oldest() {
+                #[cfg(test)]
+                self.snapshots.waited[0].fetch_add(1, Ordering::Relaxed);
                 self.removals.push(item);
                 return;
             }

@@ -8,10 +8,11 @@
 //! `s` is taken during the call (a transaction that returned before the call has a smaller txid,
 //! one that starts after it a larger one). It never retries and never waits: its work is one walk
 //! of the range, plus, at a key written since `s`, a step down the key's `prev` chain per such
-//! write. While it walks it re-pins (every millisecond or so, checked every [`CHECK_EVERY`]
-//! nodes; every 8 nodes in debug builds), going on from a fresh search, so that a
-//! long scan does not hold the epoch back; what the snapshot still needs waits for it instead
-//! (below). Callers read byte values after the walk, unpinned, while the snapshot is held.
+//! write. While it walks a chain (list, skiplist, hash map) it re-pins (every millisecond or so,
+//! checked every [`CHECK_EVERY`] nodes; every 8 nodes in debug builds), going on from a fresh
+//! search, so that a long scan does not hold the epoch back; what the snapshot still needs waits
+//! for it instead (below). The MDList's walk (a depth-first descent) holds one pin throughout:
+//! it cannot yet go on from a key. Callers read byte values after the walk, unpinned, while the snapshot is held.
 //!
 //! This is **not** the double collect it replaces (two equal walks in a row), which returned only
 //! once a walk saw no change, and under a steady writer anywhere in the range never did.
@@ -23,8 +24,10 @@
 //!    is an acquire-release read-modify-write, so everything a transaction with a txid below
 //!    `s` did happens before the scan took `s`: every node it took is at or below the info word
 //!    the walk reads there, in the chain of words each op replaced (`prev`). Conversely a
-//!    transaction whose op on a node comes after the word the walk read there, or that the walk
-//!    finds active, gets a txid above `s` (were it below, its ops would happen before the read).
+//!    transaction whose op on a node comes after the word the walk read there, or a writer that
+//!    the walk finds active, gets a txid above `s` (were it below, its ops would happen before
+//!    the read). (A read-only transaction found active may have a txid below `s`: it is looked
+//!    past all the same, and changes no state, so the state read is the same.)
 //!    Along a node's chain, the txids of committed transactions grow: an op takes a node only
 //!    once its holder finished and, if committed, has its txid. So the first op down the chain
 //!    from the word read whose transaction committed below `s` is the last write of the key the

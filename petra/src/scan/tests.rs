@@ -126,7 +126,14 @@ fn a_scan_returns_the_state_at_its_txid_while_writers_rounds_and_removals_run_in
                     }
                     true
                 }
+                // First writes alone, so that the removal of key 61 comes due before any round
+                // recycles its op's slot (which would make it stale): it must wait for the scan.
                 c if c <= DRIVES => {
+                    assert!(h2.execute(Transaction::new().put(other, c as u64 % 4, c as u64)).unwrap().is_committed());
+                    h2.collect();
+                    true
+                }
+                c if c <= 2 * DRIVES => {
                     drive(&mut h2, other, c);
                     true
                 }
@@ -136,6 +143,7 @@ fn a_scan_returns_the_state_at_its_txid_while_writers_rounds_and_removals_run_in
         );
         let want: Vec<(u64, u64)> = (0..KEYS).map(|k| (k, if k == 60 { 1000 } else { k })).collect();
         assert_eq!(got, want, "{kind:?}: the scan at txid {txid}");
+        assert!(engine.waited_for_snapshots()[0] > 0, "{kind:?}: the removal of key 61 never waited for the scan");
         assert!(
             engine.checkpoint_stats().descriptors > folded_before,
             "{kind:?}: no round folded the batch below the snapshot while the scan ran"
@@ -182,6 +190,7 @@ fn a_value_replaced_in_the_middle_of_a_scan_stays_readable_until_the_scan_is_don
         },
     );
     assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>());
+    assert!(engine.waited_for_snapshots()[1] > 0, "the value of key 40 never came due during the scan");
 }
 
 /// A removal is stamped once its transaction has its txid: a scan that takes its snapshot after
@@ -229,4 +238,35 @@ fn a_snapshot_taken_before_a_deletes_txid_keeps_its_node() {
         assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>(), "the scan at txid {txid}");
     });
     assert_eq!(engine.handle().unwrap().get(s, 60u64).unwrap(), None);
+}
+
+/// A round cuts only the `prev` words that name its batch, so the ops of newer transactions
+/// stay above it on a hot key's chain; it walks past them once for the node, not once for
+/// every op of its batch on the key (which made rounds on hot keys slow in proportion to their
+/// backlog, and so fall further behind).
+#[test]
+fn a_round_walks_past_the_newer_ops_on_a_hot_key_once_not_once_per_op() {
+    const WRITES: u64 = 200;
+    let (engine, s, _) = engine(StructureKind::SkipList, Values::Words);
+    let mut h = engine.handle().unwrap();
+    let mut writes = |from: u64| {
+        for v in from..from + WRITES {
+            assert!(h.execute(Transaction::new().put(s, 5u64, v)).unwrap().is_committed());
+        }
+    };
+    writes(0);
+    let mut h2 = engine.handle().unwrap();
+    // Finds a batch holding the first writes (and the set-up's).
+    assert!(h2.checkpoint_round().is_some());
+    writes(WRITES);
+    let before = crate::checkpoint::steps::taken();
+    let report = h2.checkpoint_round().expect("the round runs");
+    let steps = crate::checkpoint::steps::taken() - before;
+    assert!(report.descriptors >= WRITES, "{report:?}");
+    // The first op's walks go down past the newer writes to its own (`chain_below`), and past
+    // them and the batch's writes (`cache_chain`): 3 * WRITES steps, and a few for each other
+    // key of the set-up; each other op of the batch on the key finds the node done. (Walking
+    // again for each of them: some 80 000.)
+    assert!(steps <= 5 * WRITES, "{steps} steps down prev chains for {} descriptors", report.descriptors);
+    assert_eq!(h2.get(s, 5u64).unwrap(), Some(2 * WRITES - 1));
 }

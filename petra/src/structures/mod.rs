@@ -153,11 +153,9 @@ pub(crate) fn checked_node<M: PMem>(cx: &impl Inspect<M>, link: u64, w: u64, byt
 
 /// What one pass of a scan saw at a node: its key, and the state its info word stands for in the
 /// scan's context (see `scan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Seen {
-    pub(crate) node: u64,
     pub(crate) key: u128,
-    pub(crate) info: u64,
     pub(crate) state: Option<u64>,
 }
 
@@ -166,7 +164,7 @@ pub(crate) fn seen<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u128) -> Seen {
     // Acquire: see the descriptor the info word names.
     let info = Info(cx.mem().load(node + INFO, Ordering::Acquire));
     let state = if info.is_marked() { None } else { cx.resolve(info) };
-    Seen { node, key, info: info.0, state }
+    Seen { key, state }
 }
 
 /// One pass over the nodes of a chain (list, bucket or skiplist level 0) with keys in `lo..=hi`,
