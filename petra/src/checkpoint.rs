@@ -94,6 +94,7 @@
 //! read cannot come back on its node (info words never repeat while a thread can hold them).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -105,6 +106,7 @@ use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
 use crate::ring::{PAD, Ring, Rings};
 use crate::structures::info::Info;
+use crate::structures::mix64;
 use crate::structures::node::{INFO, KEY_HI, RECORD_END, load_key, write_record};
 use crate::tx::{OpKind, StructId};
 
@@ -259,7 +261,31 @@ struct Locked {
 /// [`checkpoint_key`]), which grows with the rounds' backlog.
 #[derive(Debug, Default)]
 struct DoneCache {
-    nodes: HashMap<(u64, u128), Done>,
+    /// Node -> its key and how far.
+    nodes: HashMap<u64, (u128, Done), BuildHasherDefault<NodeHash>>,
+}
+
+/// The hash of a node's offset: splitmix64's finaliser (a round looks a node up for every op of
+/// its batch; the default hasher is several times slower, and needs no defence here).
+#[derive(Debug, Default)]
+struct NodeHash(u64);
+
+impl Hasher for NodeHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, node: u64) {
+        self.0 = mix64(self.0 ^ node);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
 }
 
 impl DoneCache {
@@ -276,11 +302,11 @@ impl DoneCache {
 
     /// How far the round brought `node` (holding `key`), if it did.
     fn get(&self, node: u64, key: u128) -> Option<Done> {
-        self.nodes.get(&(node, key)).copied()
+        self.nodes.get(&node).and_then(|&(k, done)| (k == key).then_some(done))
     }
 
     fn insert(&mut self, node: u64, key: u128, done: Done) {
-        self.nodes.insert((node, key), done);
+        self.nodes.insert(node, (key, done));
     }
 }
 
@@ -310,8 +336,8 @@ enum Done {
     /// Its `prev` chain was cached and cut, from its info word down, as for an op that changed
     /// nothing, and that word names no batch op: an op that takes the node since names none.
     Chain,
-    /// That, and its record is its committed state, its info word FINAL if it named a batch
-    /// descriptor.
+    /// That, and its record is its committed state, its info word left naming a newer
+    /// transaction's op. (A node the round made FINAL is not remembered: its word says so.)
     Record,
 }
 
@@ -646,18 +672,6 @@ fn checkpoint_key<M: PMem + 'static>(
     writes: bool,
 ) {
     let core = cx.core;
-    // Another op of the batch brought the node up to date already: its walk went down from the
-    // node's info word through every op of the batch on the node (each took the node before
-    // that word was read), so this op's `prev` is cached and cut if it must be, and the record
-    // says the node's state since; and the word it left names no batch op (FINAL, or a newer
-    // transaction's), so no op that took the node since names one. Without this, every op of a
-    // hot key would walk the ops of newer transactions above the batch again (their `prev`s
-    // are not cut, see `cache_chain`).
-    match round.done.get(node, key) {
-        Some(Done::Record) => return,
-        Some(Done::Chain) if !writes => return,
-        _ => {}
-    }
     let Ok(structure) = core.structures.get(s) else { return };
     let mem = core.mem();
     // Acquire (the check): as any read of an info word.
@@ -676,6 +690,19 @@ fn checkpoint_key<M: PMem + 'static>(
         // the node's state since.
         return;
     } else {
+        // Another op of the batch brought the node up to date already: its walk went down from
+        // the node's info word through every op of the batch on the node (each took the node
+        // before that word was read), so this op's `prev` is cached and cut if it must be, and
+        // the record says the node's state since; and the word it left names a newer
+        // transaction's op, so no op that took the node since names a batch op. Without this,
+        // every op of a hot key would walk the ops of newer transactions above the batch again
+        // (their `prev`s are not cut, see `cache_chain`). (A node the round made FINAL returns
+        // above.)
+        match round.done.get(node, key) {
+            Some(Done::Record) => return,
+            Some(Done::Chain) if !writes => return,
+            _ => {}
+        }
         match (chain_below(core, now, op), writes) {
             // The node moved on through ops that each took it from the one below, by a CAS
             // while it was unmarked: it is still the key's linked node.
@@ -744,7 +771,9 @@ fn checkpoint_key<M: PMem + 'static>(
                 // flushes it (the node may be a block another key's record was in).
                 round.flush.push((node, wide));
             }
-            round.done.insert(node, key, Done::Record);
+            if !folded {
+                round.done.insert(node, key, Done::Record);
+            }
             return;
         }
     }
