@@ -2,8 +2,8 @@
 //! without a descriptor) against crossbeam-skiplist's `get` on the same keys (no transaction at
 //! all: the upper bound).
 //!
-//! Also a range of 2 000 keys (about 790 present) (a snapshot, so two walks of the range) against
-//! crossbeam-skiplist's `range` (one walk, no snapshot).
+//! Also a range of 2 000 keys (about 790 present) (a snapshot: one walk of the range, each node
+//! read as of the scan's txid) against crossbeam-skiplist's `range` (one walk, no snapshot).
 //!
 //! PETRA's gets and range run twice: on the nodes as the fill left them (each info word names
 //! the op of the descriptor that wrote it), then after a checkpoint (each FINAL, the value in

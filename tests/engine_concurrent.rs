@@ -1,9 +1,11 @@
 //! Serializability of concurrent transactions over one structure of each kind: threads run random
-//! transactions on a few hot keys, and checkpoint rounds between them; replaying the committed
-//! ones in txid order on the model must reproduce every result they returned, single reads
-//! (answered without a descriptor) must return a value the key had at a point of the serial order
-//! while they ran, and a recovery from the memory left at the end (node records and the
-//! descriptors above the checkpoint txid) must give the final state.
+//! transactions on a few hot keys, range scans, and checkpoint rounds between them; replaying the
+//! committed ones in txid order on the model must reproduce every result they returned, each
+//! scan must return the state of its range after exactly the transactions below its snapshot's
+//! txid (taken during its call), single reads (answered without a descriptor) must return a value
+//! the key had at a point of the serial order while they ran, and a recovery from the memory left
+//! at the end (node records and the descriptors above the checkpoint txid) must give the final
+//! state.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +31,25 @@ struct SingleRead {
     op: Op,
     result: Option<u64>,
 }
+
+/// A range scan: its snapshot's txid, the watermarks read before and after its call, and what
+/// it returned.
+#[derive(Debug)]
+struct Scan {
+    txid: u64,
+    lo: u64,
+    hi: u64,
+    s: StructId,
+    from: u64,
+    to: u64,
+    got: Vec<(u64, u64)>,
+}
+
+/// What a thread ran: its committed transactions, single reads and scans, and how many aborted.
+type ThreadLog = (Vec<Committed>, Vec<SingleRead>, Vec<Scan>, usize);
+
+/// One transaction in this many is a range scan instead.
+const SCAN_EVERY: u32 = 8;
 
 fn random_op(rng: &mut StdRng, lists: &[StructId], keys: u64) -> Op {
     let kind = match rng.random_range(0..10) {
@@ -61,7 +82,7 @@ fn engine_config() -> EngineConfig {
 fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, keys: u64, seed: u64) {
     let engine = Engine::create(pool, engine_config()).unwrap();
     let lists = petra_recovery::battery::create_all(&engine);
-    let logs: Vec<(Vec<Committed>, Vec<SingleRead>, usize)> = std::thread::scope(|s| {
+    let logs: Vec<ThreadLog> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let engine = &engine;
@@ -69,10 +90,20 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(seed * 1000 + t as u64);
                     let mut h = engine.handle().unwrap();
-                    let (mut committed, mut reads, mut aborted) = (Vec::new(), Vec::new(), 0);
+                    let (mut committed, mut reads, mut scans, mut aborted) = (Vec::new(), Vec::new(), Vec::new(), 0);
                     for i in 0..txs_per_thread {
                         if i % ROUND_EVERY == ROUND_EVERY - 1 {
                             h.checkpoint();
+                        }
+                        if rng.random_ratio(1, SCAN_EVERY) {
+                            let s = lists[rng.random_range(0..lists.len())];
+                            let from = rng.random_range(0..keys);
+                            let to = rng.random_range(from..keys + 1);
+                            let lo = engine.txid_watermark();
+                            let (txid, got) = petra_recovery::battery::snapshot(&mut h, s, from..=to).unwrap();
+                            let hi = engine.txid_watermark();
+                            scans.push(Scan { txid, lo, hi, s, from, to, got });
+                            continue;
                         }
                         let n = rng.random_range(1..=4);
                         let ops: Vec<Op> = (0..n).map(|_| random_op(&mut rng, lists, keys)).collect();
@@ -121,7 +152,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                             }
                         }
                     }
-                    (committed, reads, aborted)
+                    (committed, reads, scans, aborted)
                 })
             })
             .collect();
@@ -130,20 +161,45 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
     let threads_n = threads as u64;
     let mut committed: Vec<Committed> = Vec::new();
     let mut reads = Vec::new();
+    let mut scans = Vec::new();
     let mut aborted = 0;
-    for (c, r, a) in logs {
+    for (c, r, sc, a) in logs {
         committed.extend(c);
         reads.extend(r);
+        scans.extend(sc);
         aborted += a;
     }
     committed.sort_by_key(|c| c.txid);
     for w in committed.windows(2) {
         assert_ne!(w[0].txid, w[1].txid, "two transactions share txid {}", w[0].txid);
     }
+    scans.sort_by_key(|s| s.txid);
+    for scan in &scans {
+        assert!(scan.lo < scan.txid && scan.txid <= scan.hi, "a snapshot's txid outside its call: {scan:?}");
+        assert!(committed.binary_search_by_key(&scan.txid, |c| c.txid).is_err(), "a scan shares a txid: {scan:?}");
+    }
+    // Each scan holds the state after exactly the transactions below its txid.
+    let mut next_scan = scans.iter().peekable();
+    let check_scans = |model: &Model, below: u64, next_scan: &mut std::iter::Peekable<std::slice::Iter<'_, Scan>>| {
+        while let Some(scan) = next_scan.next_if(|s| s.txid < below) {
+            let want: Vec<(u64, u64)> =
+                model.entries(scan.s).into_iter().filter(|(k, _)| (scan.from..=scan.to).contains(k)).collect();
+            if scan.got != want {
+                let missing: Vec<_> = want.iter().filter(|e| !scan.got.contains(e)).take(8).collect();
+                let extra: Vec<_> = scan.got.iter().filter(|e| !want.contains(e)).take(8).collect();
+                panic!(
+                    "the scan at txid {} of {:?} {}..={} (called between watermarks {} and {}) is not the state \
+                     at its txid: it lacks {missing:?} and has {extra:?}",
+                    scan.txid, scan.s, scan.from, scan.to, scan.lo, scan.hi
+                );
+            }
+        }
+    };
     // Replay, keeping each key's history of (txid, value after) for the single reads.
     let mut model = Model::default();
     let mut history: BTreeMap<(StructId, u64), KeyHistory> = BTreeMap::new();
     for c in &committed {
+        check_scans(&model, c.txid, &mut next_scan);
         match model.apply(&c.ops) {
             Outcome::Committed { results, .. } => {
                 assert_eq!(
@@ -159,6 +215,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
             history.entry((op.structure, op.key as u64)).or_default().push((c.txid, now));
         }
     }
+    check_scans(&model, u64::MAX, &mut next_scan);
     for r in &reads {
         let h = history.get(&(r.op.structure, r.op.key as u64)).map(Vec::as_slice).unwrap_or(&[]);
         let lo = r.lo.saturating_sub(threads_n);
@@ -190,7 +247,14 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
     for &s in &lists {
         assert_eq!(petra_recovery::battery::entries(&engine, s).unwrap(), model.entries(s), "recovered state of {s:?}");
     }
-    eprintln!("{} committed, {} single reads, {aborted} aborted", committed.len(), reads.len());
+    let nonempty = scans.iter().filter(|s| !s.got.is_empty()).count();
+    assert!(nonempty * 4 > scans.len(), "{nonempty} of {} scans saw a key", scans.len());
+    eprintln!(
+        "{} committed, {} single reads, {} scans ({nonempty} non-empty), {aborted} aborted",
+        committed.len(),
+        reads.len(),
+        scans.len()
+    );
 }
 
 fn sim() -> Pool<SimMem> {

@@ -1,10 +1,11 @@
 //! Range scans under concurrent transactions: every scan must return exactly the range of the
-//! state after some prefix of the serial (txid) order that lies within the scan's call. Writers
-//! run random transactions on a few hot keys of every structure while a scanner reads random
-//! ranges; afterwards the committed transactions are replayed in txid order and each scan is
-//! matched against the states its call spanned.
+//! state after the prefix of the serial (txid) order below its snapshot's txid, which lies within
+//! the scan's call. Writers run random transactions on a few hot keys of every structure while a
+//! scanner reads random ranges; afterwards the committed transactions are replayed in txid order
+//! and each scan is matched against the state at its txid. And a scan of a large range returns
+//! while writers write in it without a pause.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
@@ -25,24 +26,36 @@ struct Scan {
     /// Txid watermarks read before and after the call.
     lo: u64,
     hi: u64,
+    /// The snapshot's txid.
+    txid: u64,
     s: StructId,
     from: u64,
     to: u64,
     got: Vec<(u64, u64)>,
 }
 
-/// Set when the scanner is done: the writers stop.
+/// What the writers and the scanner tell each other.
 struct Flags {
+    /// Set when the scanner is done: the writers stop.
     done: AtomicBool,
+    /// Scans done so far.
+    scanned: AtomicUsize,
 }
+
+/// A writer runs at most this many transactions ahead of the scans done (and this many per scan
+/// done), so that the run stays short when the scanner is kept off the cores: the writers wait
+/// for it.
+const AHEAD: usize = 1000;
+const PER_SCAN: usize = 20;
 
 fn config() -> PoolConfig {
     PoolConfig { initial_size: 1 << 20, max_size: 1 << 30, chunk_size: 64 << 10, mapping: Mapping::default() }
 }
 
-/// Runs transactions until the scanner is done (at most ten times `txs`): the scanner needs
-/// writers running while it looks for scans that overlap commits, however the cores were shared
-/// out meanwhile (on a loaded machine the writers could finish a fixed budget first).
+/// Runs transactions until the scanner is done (at most ten times `txs`, and at most [`AHEAD`]
+/// plus [`PER_SCAN`] per scan done): the scanner needs writers running while it looks for scans
+/// that overlap them, however the cores were shared out meanwhile (on a loaded machine the
+/// writers could finish a fixed budget first).
 fn writer<M: PMem + 'static>(
     engine: &Engine<M>,
     ids: &[StructId],
@@ -54,10 +67,16 @@ fn writer<M: PMem + 'static>(
     let mut h = engine.handle().unwrap();
     let mut committed = Vec::new();
     let mut tx = Transaction::new();
-    for i in 0..10 * txs {
+    let mut i = 0;
+    while i < 10 * txs {
         if flags.done.load(Ordering::Relaxed) {
             break;
         }
+        if i > AHEAD + PER_SCAN * flags.scanned.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+            continue;
+        }
+        i += 1;
         // Checkpoint rounds beside the scans: they turn info words FINAL, rewrite node values
         // and remove the nodes of absent keys.
         if i % 256 == 255 {
@@ -92,6 +111,14 @@ fn scanner<M: PMem + 'static>(
     scans: usize,
     flags: &Flags,
 ) -> Vec<Scan> {
+    /// Tells the writers to stop when the scanner returns or panics.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _stop = Stop(&flags.done);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut h = engine.handle().unwrap();
     // Start once the writers have.
@@ -112,15 +139,17 @@ fn scanner<M: PMem + 'static>(
         let from = rng.random_range(0..KEYS);
         let to = rng.random_range(from..KEYS + 2);
         let lo = engine.txid_watermark();
-        let got = petra_recovery::battery::range(&mut h, s, from..=to).unwrap();
+        let (txid, got) = petra_recovery::battery::snapshot(&mut h, s, from..=to).unwrap();
         let hi = engine.txid_watermark();
-        overlapped += usize::from(hi > lo);
-        out.push(Scan { lo, hi, s, from, to, got });
-        if hi == lo {
+        // Beyond the scan's own txid, another transaction's.
+        let overlap = hi > lo + 1;
+        overlapped += usize::from(overlap);
+        out.push(Scan { lo, hi, txid, s, from, to, got });
+        flags.scanned.fetch_add(1, Ordering::Relaxed);
+        if !overlap {
             std::thread::yield_now();
         }
     }
-    flags.done.store(true, Ordering::Relaxed);
     out
 }
 
@@ -139,7 +168,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
         let Outcome::Committed { txid: Some(txid), .. } = out else { panic!("the prefill commits") };
         committed.push(Committed { txid, ops: prefill.ops().to_vec() });
     }
-    let flags = Flags { done: AtomicBool::new(false) };
+    let flags = Flags { done: AtomicBool::new(false), scanned: AtomicUsize::new(0) };
     let scans = std::thread::scope(|sc| {
         let ws: Vec<_> = (0..writers)
             .map(|t| {
@@ -155,44 +184,29 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
         scans
     });
     committed.sort_by_key(|c| c.txid);
-    // Replay in txid order; a scan matches if the state after some prefix whose last txid lies in
-    // [lo, hi] (or the state at lo itself) has exactly its entries in its range.
+    // Replay in txid order; each scan must hold exactly the state below its txid, which it took
+    // during its call.
     let range_of = |model: &Model, scan: &Scan| -> Vec<(u64, u64)> {
         model.entries(scan.s).into_iter().filter(|(k, _)| (scan.from..=scan.to).contains(k)).collect()
     };
-    // One scanner ran the scans in turn, so their windows come in order: `first` is the first
-    // scan whose window is not yet behind the replay.
-    let mut matched = vec![false; scans.len()];
+    let mut by_txid: Vec<&Scan> = scans.iter().collect();
+    by_txid.sort_by_key(|s| s.txid);
     let mut model = Model::default();
-    let mut first = 0;
-    let mut check = |model: &Model, at: u64, until: u64| {
-        while first < scans.len() && scans[first].hi < at {
-            first += 1;
+    let mut next = committed.iter().peekable();
+    for scan in by_txid {
+        assert!(scan.lo < scan.txid && scan.txid <= scan.hi, "a snapshot's txid outside its call: {scan:?}");
+        while let Some(c) = next.next_if(|c| c.txid < scan.txid) {
+            assert!(model.apply(&c.ops).is_committed(), "txid {} no longer commits on replay", c.txid);
         }
-        for i in first..scans.len() {
-            let scan = &scans[i];
-            if scan.lo >= until {
-                break;
-            }
-            if !matched[i] && range_of(model, scan) == scan.got {
-                matched[i] = true;
-            }
-        }
-    };
-    let mut prev = 0;
-    for c in &committed {
-        // The state before this transaction is the state at every watermark in [prev, txid).
-        check(&model, prev, c.txid);
+        let want = range_of(&model, scan);
+        assert!(scan.got == want, "a scan that is not the state at its txid: {scan:?}, when the range held {want:?}");
+    }
+    for c in next {
         assert!(model.apply(&c.ops).is_committed(), "txid {} no longer commits on replay", c.txid);
-        prev = c.txid;
     }
-    check(&model, prev, u64::MAX);
     let nonempty = scans.iter().filter(|s| !s.got.is_empty()).count();
-    for (i, scan) in scans.iter().enumerate() {
-        assert!(matched[i], "scan {i} matches no state of its call: {scan:?}");
-    }
     assert!(nonempty > scans.len() / 4, "{nonempty} of {} scans saw a key", scans.len());
-    let overlapped = scans.iter().filter(|s| s.hi > s.lo).count();
+    let overlapped = scans.iter().filter(|s| s.hi > s.lo + 1).count();
     assert!(
         overlapped >= scans.len() / 100,
         "only {overlapped} of {} scans overlapped one of the {} commits",
@@ -219,4 +233,146 @@ fn scans_are_snapshots_on_the_simulator_and_on_a_real_mapping() {
         let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
         run(pool, writers, 300_000, 8000, seed);
     }
+}
+
+/// Keys of the large range.
+const LARGE: u64 = 100_000;
+
+/// How long the writers of the large range write, at most, if the scan does not return first
+/// (generous, for a loaded machine): a scan that never returns under writers fails on the
+/// assertion that it returned while they wrote, once they stopped.
+const WRITERS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Transactions a writer of the large range commits at most (for the log's memory), with the
+/// same meaning as the deadline.
+const WRITERS_MAX: usize = 2_000_000;
+
+/// A put or a removal of `key` (`None`), committed at `txid`.
+struct Write {
+    txid: u64,
+    key: u32,
+    value: Option<u32>,
+}
+
+/// Writes random keys of `0..LARGE` of `s` (puts, and one in four a removal), one transaction
+/// each, until `done` is set (true) or it reaches its deadline or its maximum (false). `running`
+/// counts its commits.
+fn large_writer<M: PMem + 'static>(
+    engine: &Engine<M>,
+    s: StructId,
+    seed: u64,
+    done: &AtomicBool,
+    running: &AtomicUsize,
+) -> (Vec<Write>, bool) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut h = engine.handle().unwrap();
+    let started = std::time::Instant::now();
+    let mut log = Vec::new();
+    let mut tx = Transaction::new();
+    loop {
+        if done.load(Ordering::Acquire) {
+            return (log, true);
+        }
+        if started.elapsed() > WRITERS_DEADLINE || log.len() >= WRITERS_MAX {
+            return (log, false);
+        }
+        let key = rng.random_range(0..LARGE as u32);
+        let value = rng.random_bool(0.75).then(|| rng.random_range(1..u32::MAX));
+        tx.clear();
+        match value {
+            Some(v) => tx.put(s, key as u64, v as u64),
+            None => tx.remove(s, key as u64),
+        };
+        if let Outcome::Committed { txid: Some(txid), .. } = petra_recovery::battery::execute(&mut h, &tx).unwrap() {
+            log.push(Write { txid, key, value });
+            running.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Fills `s` with the keys of `0..LARGE`, then scans all of it while two writers write random
+/// keys in it: the scan must return while they still write, with the state at its txid.
+fn large_scan<M: PMem + 'static>(engine: &Engine<M>, s: StructId, seed: u64) {
+    let mut h = engine.handle().unwrap();
+    let mut prefill = Transaction::new();
+    for chunk in (0..LARGE).collect::<Vec<_>>().chunks(16) {
+        prefill.clear();
+        for &k in chunk {
+            prefill.put(s, k, k);
+        }
+        assert!(petra_recovery::battery::execute(&mut h, &prefill).unwrap().is_committed());
+    }
+    let done = AtomicBool::new(false);
+    let running = AtomicUsize::new(0);
+    let (logs, (lo, txid, hi, got, during)) = std::thread::scope(|sc| {
+        let ws: Vec<_> = (0..2)
+            .map(|t| {
+                sc.spawn({
+                    let (done, running) = (&done, &running);
+                    move || large_writer(engine, s, seed * 10 + t, done, running)
+                })
+            })
+            .collect();
+        // Scan once both writers are writing.
+        while running.load(Ordering::Relaxed) < 200 && ws.iter().all(|w| !w.is_finished()) {
+            std::thread::yield_now();
+        }
+        let before = running.load(Ordering::Relaxed);
+        let lo = engine.txid_watermark();
+        let (txid, got) = petra_recovery::battery::snapshot(&mut h, s, ..).unwrap();
+        let hi = engine.txid_watermark();
+        let during = running.load(Ordering::Relaxed) - before;
+        done.store(true, Ordering::Release);
+        let logs: Vec<(Vec<Write>, bool)> = ws.into_iter().map(|w| w.join().unwrap()).collect();
+        (logs, (lo, txid, hi, got, during))
+    });
+    for (log, stopped_by_scan) in &logs {
+        assert!(
+            stopped_by_scan,
+            "the scan did not return while the writers wrote: a writer stopped at its deadline ({:?}) \
+             or its maximum ({WRITERS_MAX} transactions) after {} transactions, before the scan returned",
+            WRITERS_DEADLINE,
+            log.len()
+        );
+    }
+    assert!(during > 0, "no transaction committed while the scan ran: it proves nothing");
+    assert!(lo < txid && txid <= hi, "the snapshot's txid {txid} outside its call ({lo}, {hi}]");
+    // The state at the snapshot: the prefill, then every write below its txid in txid order.
+    let mut writes: Vec<&Write> = logs.iter().flat_map(|(log, _)| log).filter(|w| w.txid < txid).collect();
+    writes.sort_by_key(|w| w.txid);
+    let mut state: std::collections::BTreeMap<u64, u64> = (0..LARGE).map(|k| (k, k)).collect();
+    for w in writes {
+        match w.value {
+            Some(v) => state.insert(w.key as u64, v as u64),
+            None => state.remove(&(w.key as u64)),
+        };
+    }
+    let expected: Vec<(u64, u64)> = state.into_iter().collect();
+    if got != expected {
+        let got_map: std::collections::BTreeMap<u64, u64> = got.iter().copied().collect();
+        let wrong: Vec<_> = expected.iter().filter(|(k, v)| got_map.get(k) != Some(v)).take(5).collect();
+        let extra: Vec<_> = got.iter().filter(|e| expected.binary_search(e).is_err()).take(5).collect();
+        panic!("the scan is not the state at its txid {txid}: missing {wrong:?}, instead {extra:?}");
+    }
+    let written: usize = logs.iter().map(|(log, _)| log.len()).sum();
+    eprintln!("a scan of {} keys at txid {txid} returned while {during} of {written} writes committed", got.len());
+}
+
+/// A scan of a large range returns while two writers write in it without a pause, with the
+/// state at its txid: on a skiplist, on a hash map (where every scan walks the whole map, as an
+/// unsorted store's does), and on a skiplist of two-word keys and byte values. The rings are
+/// small, so that checkpoint rounds come due while the scan runs. (A double collect, which
+/// returned only once two walks in a row saw the same, did not return until the writers
+/// stopped.)
+#[test]
+fn a_scan_of_a_large_range_returns_while_two_writers_write_in_it() {
+    let dir = petra_recovery::scratch_dir();
+    let pool = Pool::create(dir.path().join("large.pool"), &config()).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(256 << 10)).unwrap();
+    let skiplist = engine.create_skiplist().unwrap();
+    large_scan(&engine, skiplist, 1);
+    let map = engine.create_hash_map(1 << 16).unwrap();
+    large_scan(&engine, map, 2);
+    let bytes = petra_recovery::battery::create(&engine, petra_recovery::battery::Kind::SkipListWide);
+    large_scan(&engine, bytes, 3);
 }

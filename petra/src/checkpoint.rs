@@ -29,13 +29,21 @@
 //!    took is known: the op's cache names it, or (an op whose before-state came from an earlier
 //!    op of its own transaction, which is not cached) the cache of that transaction's first op
 //!    on the key does, the same node. An op with neither took no node.
+//!
+//!    The batch is stamped with the txid counter read once it was found: every txid a state it
+//!    leaves depends on is below the stamp (its writers', and those of the writers its aborted
+//!    transactions took nodes from, which had their txids before the batch was read). A round
+//!    folds its batch only if no scan holds a snapshot below the stamp (see `scan`): a fold
+//!    that must wait returns at once, doing nothing.
 //! 2. **Keys.** For every node an op of the batch took (a key without a node is absent and has
 //!    no record, see below), the key's node is brought up to date under a pin:
 //!    - the chain of `prev` words below the node's info word is walked to the last FINAL word:
-//!      every op on it whose `prev` names another transaction's op or a FINAL word gets its
-//!      before-state cached (its executor caches it too, right after its CAS; the round does it
-//!      for an executor that has not yet), and its `prev` replaced by `CUT`, so that no reader
-//!      follows it into a descriptor the round will recycle;
+//!      every op on it whose `prev` names an op of another transaction of the batch, or a FINAL
+//!      word, gets its before-state cached (its executor caches it too, right after its CAS; the
+//!      round does it for an executor that has not yet), and its `prev` replaced by `CUT`, so
+//!      that no reader follows it into a descriptor the round will recycle or to a value it will
+//!      rewrite. A `prev` naming a newer transaction's op is left to the round that folds it: a
+//!      scan that looks past an op follows its `prev`, not its cache (see `cache_chain`);
 //!    - the node's committed state, as a reader outside any transaction resolves it, goes into
 //!      the record (nothing is written if the record already says it), and the lines are
 //!      flushed; unless the op changed nothing (a read, or an op of an aborted transaction) and
@@ -75,7 +83,9 @@
 //! Why readers stay right: a FINAL word means the node's value word, which a round rewrites when
 //! a key's value changed. Readers that hold an older FINAL word of the node (read before the
 //! node moved on) read a value that was the node's committed state at an instant during their
-//! read; executors holding it fail their CAS; scans see the info word change. A reader that
+//! read; executors holding it fail their CAS; a scan reads it only where no writer its snapshot
+//! holds came after, and a round that would rewrite the value for a writer above the snapshot
+//! waits for it (see `scan`). A reader that
 //! resolves an op's before-state through a `prev` that is a FINAL word reads the value and then
 //! the op's cache again: the round filled that cache before it rewrote the value (both stores
 //! Release, the value read Acquire), so it sees the cache and uses it (see `before_of`).
@@ -83,6 +93,8 @@
 //! one's deferred end ran: a thread that stays pinned sees at most two rounds, so a FINAL word it
 //! read cannot come back on its node (info words never repeat while a thread can hold them).
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -94,6 +106,7 @@ use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
 use crate::ring::{PAD, Ring, Rings};
 use crate::structures::info::Info;
+use crate::structures::mix64;
 use crate::structures::node::{INFO, KEY_HI, RECORD_END, load_key, write_record};
 use crate::tx::{OpKind, StructId};
 
@@ -105,7 +118,7 @@ pub(crate) struct Checkpointer {
     fill: u8,
     /// Held by the round in progress (only ever taken with `try_lock`), with the batch the last
     /// round found, which the next one folds.
-    lock: Mutex<Option<Found>>,
+    lock: Mutex<Locked>,
     /// Rounds started.
     started: AtomicU64,
     /// Rounds whose deferred end (removals queued, slots recycled) has run.
@@ -216,6 +229,10 @@ pub struct CheckpointStats {
 struct Found {
     t0: u64,
     ends: Vec<(Arc<Ring>, u64)>,
+    /// The txid counter read once the batch was found: every txid that a state the batch leaves
+    /// depends on (its writers', and those of the writers its ops took nodes from) is below it.
+    /// A snapshot below it waits for the fold (see `scan`).
+    stamp: u64,
 }
 
 /// A node of an absent key to remove once the round's end is due: its structure, key and the
@@ -228,6 +245,70 @@ const KEYS_PER_PIN: u64 = 64;
 
 /// Batch descriptors whose nodes are loaded together.
 const WINDOW: usize = 16;
+
+/// What the round in progress holds (see [`Checkpointer::lock`]).
+#[derive(Debug, Default)]
+struct Locked {
+    /// The batch the last round found, which the next one folds.
+    found: Option<Found>,
+    /// [`Round::done`]'s room, kept from round to round.
+    done: DoneCache,
+}
+
+/// Which nodes the round in progress brought up to date, and how far ([`Done`]). Kept from
+/// round to round (cleared), so that its room is allocated once: what it spares is the walk,
+/// for every op of a key, past the ops of newer transactions above the batch (see
+/// [`checkpoint_key`]), which grows with the rounds' backlog.
+#[derive(Debug, Default)]
+struct DoneCache {
+    /// Node -> its key and how far.
+    nodes: HashMap<u64, (u128, Done), BuildHasherDefault<NodeHash>>,
+}
+
+/// The hash of a node's offset: splitmix64's finaliser (a round looks a node up for every op of
+/// its batch; the default hasher is several times slower, and needs no defence here).
+#[derive(Debug, Default)]
+struct NodeHash(u64);
+
+impl Hasher for NodeHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, node: u64) {
+        self.0 = mix64(self.0 ^ node);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+}
+
+impl DoneCache {
+    /// The room it takes at once (about 48 KiB): a round over more nodes makes more, once.
+    const ROOM: usize = 1024;
+
+    /// Empties it for the next round, making room first if it has none.
+    fn ready(&mut self) {
+        if self.nodes.capacity() == 0 {
+            self.nodes.reserve(DoneCache::ROOM);
+        }
+        self.nodes.clear();
+    }
+
+    /// How far the round brought `node` (holding `key`), if it did.
+    fn get(&self, node: u64, key: u128) -> Option<Done> {
+        self.nodes.get(&node).and_then(|&(k, done)| (k == key).then_some(done))
+    }
+
+    fn insert(&mut self, node: u64, key: u128, done: Done) {
+        self.nodes.insert(node, (key, done));
+    }
+}
 
 /// A round's state while it goes through its keys.
 #[derive(Debug, Default)]
@@ -244,6 +325,20 @@ struct Round {
     /// Where the batch it folds lies: per ring, the offset of its data area, the area's length,
     /// and the batch's first position and length there.
     spans: Vec<(u64, u64, u64, u64)>,
+    /// The nodes (with their keys) it brought up to date, and how far: another op of the batch
+    /// on one of them finds nothing left to do (see [`checkpoint_key`]).
+    done: DoneCache,
+}
+
+/// How far a round brought a node up to date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    /// Its `prev` chain was cached and cut, from its info word down, as for an op that changed
+    /// nothing, and that word names no batch op: an op that takes the node since names none.
+    Chain,
+    /// That, and its record is its committed state, its info word left naming a newer
+    /// transaction's op. (A node the round made FINAL is not remembered: its word says so.)
+    Record,
 }
 
 impl Round {
@@ -268,8 +363,9 @@ enum ChainEnd {
 impl Checkpointer {
     /// Runs one round now, on a thread whose epoch participation is `local`: folds the batch the
     /// last round found, then finds the next (see the [module docs](self)). `None`, doing
-    /// nothing, if another round is running or the last round's end still waits for a thread to
-    /// move on. Helps the epoch collector along before and after it, without waiting for anyone.
+    /// nothing, if another round is running, the last round's end still waits for a thread to
+    /// move on, or a snapshot below the batch's stamp is held. Helps the epoch collector along
+    /// before and after it, without waiting for anyone.
     pub(crate) fn run_round<M: PMem + 'static>(
         &self,
         core: &Core<M>,
@@ -328,20 +424,28 @@ impl Checkpointer {
 
     fn round<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings, local: &LocalHandle) -> Option<CheckpointReport> {
         let ckpt = self;
-        let mut found = ckpt.lock.try_lock()?;
+        let mut locked = ckpt.lock.try_lock()?;
+        let Locked { found, done } = &mut *locked;
         if !ckpt.ready() {
+            return None;
+        }
+        // A scan's snapshot below the stamp may still read what the fold would cache, cut and
+        // make FINAL: the fold waits until no such snapshot is held (see `scan`).
+        if found.as_ref().is_some_and(|b| b.stamp > core.reclaim.snapshots.oldest()) {
             return None;
         }
         let started = std::time::Instant::now();
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
-        let mut round = Round { generation: core.epoch + number, ..Round::default() };
+        done.ready();
+        let mut round = Round { generation: core.epoch + number, done: std::mem::take(done), ..Round::default() };
         // 2. and 3.: fold the batch the last round found.
         let batch = found.take();
         let mut report = CheckpointReport::default();
         if let Some(batch) = &batch {
             fold(core, local, batch, &mut round, &mut report);
         }
+        *done = std::mem::take(&mut round.done);
         report.txid = core.meta.checkpoint_txid(core.mem());
         report.removals = round.removals.len() as u64;
         // 1. Find the next batch, from where the folded one ended.
@@ -358,10 +462,10 @@ impl Checkpointer {
         let removals = round.removals;
         let reclaim = Arc::clone(&core.reclaim);
         let safe = Arc::clone(&core.safe);
-        let (c, recycle) = batch.map_or((0, Vec::new()), |b| (b.t0 - 1, b.ends));
+        let (c, recycle, stamp) = batch.map_or((0, Vec::new(), 0), |b| (b.t0 - 1, b.ends, b.stamp));
         let recycled = Arc::clone(&ckpt.recycled);
         guard.defer(move || {
-            reclaim.push_removals(removals);
+            reclaim.push_removals(removals, stamp);
             for (ring, end) in recycle {
                 safe.recycle(ring, end, c);
             }
@@ -398,7 +502,10 @@ fn find<M: PMem + 'static>(core: &Core<M>, rings: &Rings) -> Option<Found> {
             ends.push((ring, v));
         }
     }
-    (!ends.is_empty()).then_some(Found { t0, ends })
+    // After every descriptor of the batch was read finished (and every committed one had its
+    // txid): see `Found::stamp`.
+    let stamp = core.next_txid();
+    (!ends.is_empty()).then_some(Found { t0, ends, stamp })
 }
 
 /// Steps 2 and 3: brings the key of every op of `batch` up to date, makes the records durable and
@@ -583,6 +690,19 @@ fn checkpoint_key<M: PMem + 'static>(
         // the node's state since.
         return;
     } else {
+        // Another op of the batch brought the node up to date already: its walk went down from
+        // the node's info word through every op of the batch on the node (each took the node
+        // before that word was read), so this op's `prev` is cached and cut if it must be, and
+        // the record says the node's state since; and the word it left names a newer
+        // transaction's op, so no op that took the node since names a batch op. Without this,
+        // every op of a hot key would walk the ops of newer transactions above the batch again
+        // (their `prev`s are not cut, see `cache_chain`). (A node the round made FINAL returns
+        // above.)
+        match round.done.get(node, key) {
+            Some(Done::Record) => return,
+            Some(Done::Chain) if !writes => return,
+            _ => {}
+        }
         match (chain_below(core, now, op), writes) {
             // The node moved on through ops that each took it from the one below, by a CAS
             // while it was unmarked: it is still the key's linked node.
@@ -591,7 +711,12 @@ fn checkpoint_key<M: PMem + 'static>(
             // record needs nothing from it, but a `prev` on the chain names this op: the
             // chain is cached and cut, or the recycled slot would be followed.
             (ChainEnd::Op, false) => {
-                cache_chain(core, now, node);
+                cache_chain(core, round, now, node);
+                // Unless the word names a batch op itself: an op that takes the node from it
+                // names that op in its `prev`, to be cut, and the op's own visit makes it FINAL.
+                if !round.holds(now.desc()) {
+                    round.done.insert(node, key, Done::Chain);
+                }
                 return;
             }
             // A cut hides whether the chain leads to this write: the key is searched for.
@@ -616,7 +741,7 @@ fn checkpoint_key<M: PMem + 'static>(
         let (state, folded) = if cur.is_marked() || cur.is_final() {
             (if cur.is_marked() { None } else { core.resolve(cur, None) }, false)
         } else {
-            cache_chain(core, cur, node);
+            cache_chain(core, round, cur, node);
             (core.resolve(cur, None), round.holds(cur.desc()))
         };
         if !folded && !writes {
@@ -627,6 +752,7 @@ fn checkpoint_key<M: PMem + 'static>(
             if written {
                 round.flush.push((node, wide));
             }
+            round.done.insert(node, key, Done::Chain);
             return;
         }
         written |= write_record(mem, node, key, wide, s.0, core.epoch, state);
@@ -645,6 +771,9 @@ fn checkpoint_key<M: PMem + 'static>(
                 // flushes it (the node may be a block another key's record was in).
                 round.flush.push((node, wide));
             }
+            if !folded {
+                round.done.insert(node, key, Done::Record);
+            }
             return;
         }
     }
@@ -658,6 +787,8 @@ fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainE
     let mem = core.mem();
     let mut cur = top;
     loop {
+        #[cfg(test)]
+        steps::step();
         if cur == op {
             return ChainEnd::Op;
         }
@@ -676,12 +807,22 @@ fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainE
 }
 
 /// Walks the `prev` chain below the info word `top` of `node` down to a FINAL word, the node's
-/// creation or an op already cut: caches the before-state of every op whose `prev` names another
-/// transaction's op or a FINAL word (unless cached already) and cuts its `prev`.
-fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
+/// creation or an op already cut: caches the before-state of every op whose `prev` names an op
+/// of another transaction of `round`'s batch, or a FINAL word (unless cached already), and cuts
+/// its `prev`.
+///
+/// Only those: a batch descriptor's slot is recycled, and a FINAL word's value rewritten, so no
+/// reader may follow such a `prev` any more. A `prev` naming a newer transaction's op is left for
+/// the round that folds that transaction: a scan's snapshot may look past an op (see `scan`),
+/// and the state before it as of the snapshot is then what its `prev` names, not what its cache
+/// says (a state that the newer transaction, perhaps above the snapshot, left); while a cut
+/// leaves only states of the batch, which every snapshot still held reads as they are.
+fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node: u64) {
     let mem = core.mem();
     let mut cur = top;
     while !cur.is_final() {
+        #[cfg(test)]
+        steps::step();
         let (x, k) = (cur.desc(), cur.opid());
         let desc = Desc::new(mem, x);
         // Acquire: as every read of `prev`.
@@ -691,7 +832,7 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
         }
         let p = Info(prev);
         debug_assert_took_from(mem, x, p);
-        if p.is_final() || p.desc() != x {
+        if p.is_final() || (p.desc() != x && round.holds(p.desc())) {
             if read_cache(mem, &desc, k).is_none() {
                 write_cache(mem, x, k, core.resolve(p, Some(x)), node);
             }
@@ -699,7 +840,27 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, top: Info, node: u64) {
             mem.store(desc.prev_off(k), CUT, Ordering::Release);
         }
         // An op's `prev` that names an earlier op of its own transaction is never cached
-        // (that state holds only if the transaction commits): go on below it.
+        // (that state holds only if the transaction commits), nor one that names a newer
+        // transaction's op: go on below it.
         cur = p;
+    }
+}
+
+/// A unit test's count of the steps rounds on this thread took down `prev` chains.
+#[cfg(test)]
+pub(crate) mod steps {
+    use std::cell::Cell;
+
+    thread_local! {
+        static STEPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn step() {
+        STEPS.with(|s| s.set(s.get() + 1));
+    }
+
+    /// The steps taken so far on this thread.
+    pub(crate) fn taken() -> u64 {
+        STEPS.with(Cell::get)
     }
 }

@@ -146,6 +146,14 @@ pub struct Engine<M: PMem + 'static> {
     shared: Arc<Shared<M>>,
 }
 
+#[cfg(test)]
+impl<M: PMem + 'static> Engine<M> {
+    /// How many removals and replaced values were put back to wait for a scan's snapshot.
+    pub(crate) fn waited_for_snapshots(&self) -> [u64; 2] {
+        self.shared.core.reclaim.snapshots.waited.each_ref().map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 impl<M: PMem + 'static> Clone for Engine<M> {
     fn clone(&self) -> Self {
         Engine { shared: Arc::clone(&self.shared) }
@@ -371,8 +379,9 @@ impl<M: PMem + 'static> Engine<M> {
     /// descriptors of the transactions finished before the call into the node records, so that
     /// recovery reads only what comes after, and recycles their ring slots once no thread can
     /// read them. That takes two rounds, the second once every thread pinned during the first
-    /// has moved on; if none has yet, the next round folds them. `None` if a round is running or
-    /// the last one's end is still waiting. Rounds also run on their own as rings fill
+    /// has moved on; if none has yet, the next round folds them. `None` if a round is running,
+    /// the last one's end is still waiting, or a scan's snapshot holds the fold back. Rounds
+    /// also run on their own as rings fill
     /// ([`EngineConfig::checkpoint_fill`]).
     pub fn checkpoint(&self) -> Result<Option<CheckpointReport>, EngineError> {
         Ok(self.handle()?.checkpoint())

@@ -22,8 +22,10 @@ use crate::key::{Key, KeyWidth};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::pool::{AllocCache, POff, Pool};
 use crate::protocol::{Core, Executor, Reader};
+use crate::reclaim::Hold;
 use crate::ring::{Ring, Rings};
 use crate::scan;
+use crate::structures::info::Info;
 use crate::structures::registry::Structure;
 use crate::tx::{MAX_OPS, Op, OpKind, Outcome, StructId, Transaction, Values};
 
@@ -77,6 +79,8 @@ pub struct Handle<M: PMem + 'static> {
     blobs: Vec<(u64, u64)>,
     /// A results vector that came back from [`execute_with`](Handle::execute_with), for reuse.
     results: Vec<Option<u64>>,
+    /// The nodes the transaction just finished left absent, to remove (kept for reuse).
+    removals: Vec<(StructId, u128, Info)>,
     /// A descriptor of this handle's was written and its execution never returned (a panic
     /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
     /// in its ring (recovery checks the values of ring tails only), and the ring is given up.
@@ -100,7 +104,17 @@ impl<M: PMem + 'static> Drop for Handle<M> {
 /// of a call, by [`Handle::execute_with`], [`Handle::get_with`] and [`Handle::range_with`].
 pub struct Blobs<'g, M: PMem> {
     pool: &'g Pool<M>,
-    _guard: &'g Guard,
+    _keep: Keep<'g>,
+}
+
+/// What keeps the values a [`Blobs`] reads from being freed, borrowed for as long as the reader
+/// lives (never read: it is there for its borrow).
+#[expect(dead_code, reason = "held for its borrow, never read")]
+enum Keep<'g> {
+    /// An epoch pin: nothing retired since it was taken is freed.
+    Pin(&'g Guard),
+    /// A scan's snapshot held: no value it reads is freed (see `scan`).
+    Snapshot(&'g Hold<'g>),
 }
 
 impl<M: PMem> std::fmt::Debug for Blobs<'_, M> {
@@ -150,12 +164,22 @@ impl<M: PMem + 'static> Handle<M> {
             help_stack: Vec::new(),
             blobs: Vec::new(),
             results: Vec::new(),
+            removals: Vec::new(),
             unfinished: false,
         }
     }
 
     fn core(&self) -> &Core<M> {
         &self.shared.core
+    }
+
+    /// Lets the epoch collector advance and run what came due, as a checkpoint round does
+    /// before and after it, without a round (a unit test's step).
+    #[cfg(test)]
+    pub(crate) fn collect(&self) {
+        for _ in 0..4 {
+            self.epoch.pin().flush();
+        }
     }
 
     /// What the values of structure `s` are.
@@ -244,7 +268,7 @@ impl<M: PMem + 'static> Handle<M> {
     ) -> Result<R, EngineError> {
         let guard = self.epoch.pin();
         let out = self.execute_pinned(tx, &guard)?;
-        let r = f(&out, &Blobs { pool: &self.shared.core.pool, _guard: &guard });
+        let r = f(&out, &Blobs { pool: &self.shared.core.pool, _keep: Keep::Pin(&guard) });
         drop(guard);
         self.maybe_checkpoint();
         self.shared.durable(&out)?;
@@ -277,7 +301,7 @@ impl<M: PMem + 'static> Handle<M> {
         structure.check_key(s, K::WIDTH, key.to_bits())?;
         let guard = self.epoch.pin();
         let state = Reader { core, guard: &guard }.read_state(structure, key.to_bits());
-        let r = f(state, &Blobs { pool: &core.pool, _guard: &guard });
+        let r = f(state, &Blobs { pool: &core.pool, _keep: Keep::Pin(&guard) });
         drop(guard);
         Ok(r)
     }
@@ -304,10 +328,13 @@ impl<M: PMem + 'static> Handle<M> {
     }
 
     /// The present keys of structure `s` in `range`, with their values, in key order: the state
-    /// of the range at one instant during the call (a linearizable snapshot). On the hash map a
-    /// range walks every bucket. The values of a structure of [`Values::Bytes`] are blob words:
-    /// read them with [`range_with`](Handle::range_with). `K` must be of the structure's key
-    /// width ([`EngineError::WrongKey`] otherwise).
+    /// of the range after every transaction with a txid below one taken during the call, and
+    /// none above (a strictly serializable snapshot; see
+    /// [`snapshot_with`](Handle::snapshot_with)). It returns after one walk of the range,
+    /// whatever writers do meanwhile. On the hash map a range walks every bucket. The values of
+    /// a structure of [`Values::Bytes`] are blob words: read them with
+    /// [`range_with`](Handle::range_with). `K` must be of the structure's key width
+    /// ([`EngineError::WrongKey`] otherwise).
     pub fn range<K: Key>(&mut self, s: StructId, range: impl RangeBounds<K>) -> Result<Vec<(K, u64)>, EngineError> {
         self.range_with(s, range, |entries, _| entries)
     }
@@ -320,24 +347,48 @@ impl<M: PMem + 'static> Handle<M> {
         range: impl RangeBounds<K>,
         f: impl FnOnce(Vec<(K, u64)>, &Blobs<'_, M>) -> R,
     ) -> Result<R, EngineError> {
+        self.snapshot_with(s, range, |_, entries, blobs| f(entries, blobs))
+    }
+
+    /// [`range_with`](Handle::range_with), with the txid of the snapshot: `f` gets the txid
+    /// `t`, and the entries are the state left by every committed transaction with a txid below
+    /// `t` and by none with a larger one. The txid is taken during the call, so every
+    /// transaction that returned before the call is below it and every one that starts after
+    /// it returns is above it.
+    ///
+    /// The walk re-pins as it goes, and `f` runs unpinned: what the snapshot reads (the nodes
+    /// of keys deleted since, the values replaced since) waits for it, and so do the checkpoint
+    /// rounds, while nothing else does. Keep `f` short all the same: copy what it needs.
+    pub fn snapshot_with<K: Key, R>(
+        &mut self,
+        s: StructId,
+        range: impl RangeBounds<K>,
+        f: impl FnOnce(u64, Vec<(K, u64)>, &Blobs<'_, M>) -> R,
+    ) -> Result<R, EngineError> {
         let core = &self.shared.core;
         let structure = core.structures.get(s)?;
         if structure.keys() != K::WIDTH {
             return Err(EngineError::WrongKey { structure: s.0, expected: structure.keys() });
         }
         let mut guard = self.epoch.pin();
-        let mut entries = Vec::new();
-        if let Some(bounds) = scan::inclusive(&range) {
-            scan::snapshot(core, structure, bounds, &mut guard, &mut entries);
-        }
-        let out = entries.into_iter().map(|(k, v)| (K::from_bits(k), v)).collect();
-        Ok(f(out, &Blobs { pool: &core.pool, _guard: &guard }))
+        // Taken pinned, and held before the pin ends (see `scan`).
+        let txid = core.take_txid();
+        let hold = core.reclaim.snapshots.hold(txid);
+        let entries = match scan::inclusive(&range) {
+            Some(bounds) => scan::snapshot(core, structure, bounds, txid, &mut guard),
+            None => Vec::new(),
+        };
+        drop(guard);
+        // In place, as the scan's vector is, and then no larger than the entries need.
+        let mut out: Vec<(K, u64)> = entries.into_iter().map(|(k, v)| (K::from_bits(k), v)).collect();
+        out.shrink_to_fit();
+        Ok(f(txid, out, &Blobs { pool: &core.pool, _keep: Keep::Snapshot(&hold) }))
     }
 
     /// Folds every transaction that finished before the call into the records, unless another
-    /// round is running, and returns what was done: `None` if a round is running or the last
-    /// round's end still waits for a thread to move on (nothing is done then). Transactions of
-    /// every thread go on meanwhile.
+    /// round is running, and returns what was done: `None` if a round is running, the last
+    /// round's end still waits for a thread to move on, or a scan holds a snapshot that the fold
+    /// would take from (nothing is done then). Transactions of every thread go on meanwhile.
     ///
     /// A batch is folded by the round after the one that found it (see
     /// [`Engine::checkpoint`](crate::Engine::checkpoint)), so this runs two rounds, the second
@@ -372,9 +423,10 @@ impl<M: PMem + 'static> Handle<M> {
     }
 
     /// Runs one checkpoint round now: folds the batch the last round found, then finds the next.
-    /// `None`, doing nothing, if another round is running or the last round's end still waits
-    /// for a thread to move on. This handle helps the epoch collector along before and after it,
-    /// without waiting for anyone.
+    /// `None`, doing nothing, if another round is running, the last round's end still waits
+    /// for a thread to move on, or a scan holds a snapshot older than the batch (see
+    /// [`snapshot_with`](Handle::snapshot_with)). This handle helps the epoch collector along
+    /// before and after it, without waiting for anyone.
     pub fn checkpoint_round(&mut self) -> Option<CheckpointReport> {
         let shared = &*self.shared;
         shared.checkpointer.run_round(&shared.core, &shared.rings, &self.epoch)
@@ -523,15 +575,24 @@ impl<M: PMem + 'static> Handle<M> {
                         }
                     }
                 }
-                cx.schedule_removals(d, true, expiry);
+                let mut removals = std::mem::take(&mut self.removals);
+                cx.absent_left(d, true, &mut removals);
+                #[cfg(test)]
+                crate::protocol::hook::before_persist(d);
                 let txid = core.persist(d);
+                // After the txid: the removals' stamp bounds it.
+                cx.schedule_removals(&removals, expiry, Some(txid));
+                self.removals = removals;
                 if bytes {
                     retire_replaced(core, tx, (txid, &results), guard);
                 }
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }
             Some(why) => {
-                cx.schedule_removals(d, false, expiry);
+                let mut removals = std::mem::take(&mut self.removals);
+                cx.absent_left(d, false, &mut removals);
+                cx.schedule_removals(&removals, expiry, None);
+                self.removals = removals;
                 free_blobs(&core.pool, &mut self.cache, &blobs);
                 match why {
                     Abort::NoMemory(requested) => {

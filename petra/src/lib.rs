@@ -36,7 +36,9 @@
 //! # Consistency
 //! Transactions are strictly serializable: the order of their txids is a serial order that
 //! reproduces every result (checked by replay in the tests). A single read with no descriptor is
-//! linearizable, and so is a range scan ([`Handle::range`]).
+//! linearizable. A range scan ([`Handle::range`]) takes a txid of its own and returns the state
+//! after exactly the transactions below it (strictly serializable too); it returns after one walk
+//! of the range, whatever writers do meanwhile ([`Handle::snapshot_with`] gives the txid).
 //!
 //! # Durability
 //! A committed updating transaction is durable once [`Handle::execute`] returns: its descriptor
@@ -77,7 +79,7 @@
 //! | handle | `handle`, `scan`, `checkpoint` | [`Handle`]: rings, execute, get, range scans; checkpoint rounds |
 //! | recovery | `recovery` | KDMap, baseline, rewrite, clean open |
 //! | protocol | `protocol` | Algorithms 5.1 to 5.4: executing ops, taking nodes, helping, resolving, txids, persisting |
-//! | formats and queues | `descriptor`, `ring`, `meta`, `reclaim` | the descriptor layout, the rings, the meta region, what waits in the epoch |
+//! | formats and queues | `descriptor`, `ring`, `meta`, `reclaim` | the descriptor layout, the rings, the meta region, what waits in the epoch and for scans' snapshots |
 //! | structures | `structures` | the node and its record, the info word, the four structures, the registry |
 //! | pool | [`pool`] | the file: header, root table, chunks, allocator |
 //! | memory | [`mem`] | the seam: load, store, CAS, flush, fence on pool offsets |

@@ -34,10 +34,12 @@
 //! late helper can therefore never re-create a node for an operation that already executed.
 //!
 //! # Txids
-//! A txid is handed out by one counter ([`Core::assign_txid`]) and assigned to a descriptor once,
-//! by CAS from 0, so helpers never assign a second one. Read-only transactions take one too (never
-//! persisted), so that a writer that later takes one of their nodes gets a larger one. Every txid
-//! handed out is below the meta region's durable reservation, raised a block at a time.
+//! A txid is handed out by one counter ([`Core::take_txid`]) and assigned to a descriptor once,
+//! by CAS from 0 ([`Core::assign_txid`]), so helpers never assign a second one. Read-only
+//! transactions take one too (never persisted), so that a writer that later takes one of their
+//! nodes gets a larger one; and so does a range scan, as its snapshot: it reads each node as of
+//! it ([`Core::resolve_at`], see `scan`). Every txid handed out is below the meta region's
+//! durable reservation, raised a block at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -50,7 +52,7 @@ use crate::descriptor::{
 use crate::mem::{PMem, WORD};
 use crate::meta::{Meta, TXID_BLOCK};
 use crate::pool::{AllocCache, POff, Pool};
-use crate::reclaim::Reclaim;
+use crate::reclaim::{Reclaim, Removal};
 use crate::safe::{DurabilityPolicy, SafePoints};
 use crate::structures::info::Info;
 use crate::structures::node::{self, INFO, NORM, VALUE, store_key};
@@ -175,6 +177,51 @@ impl<M: PMem + 'static> Core<M> {
         }
     }
 
+    /// The state that info word `cur` stands for as of txid `s`, which the caller took while
+    /// pinned and holds as a snapshot: the state left by every committed transaction with a txid
+    /// below `s`, and by none above it (see `scan` for why the words met say that much). Helps
+    /// persist committed, unpersisted descriptors it meets, as [`resolve`](Core::resolve) does.
+    ///
+    /// A transaction is in the snapshot if it committed with a txid below `s`: then the word
+    /// stands for its last write of the key from the op on, or for the state before the op if
+    /// none writes, which only writers below it (of smaller txids) decided, so that the op's
+    /// cached before-state holds. Any other transaction (active, aborted, or committed above `s`)
+    /// is looked past: the state before its op as of `s`, which its cache may not say (the cache
+    /// holds the state the op found, perhaps left by a writer above `s`), so the op's `prev`
+    /// is followed instead, down to a writer in the snapshot, a FINAL word, a node's creation or a
+    /// cut.
+    pub(crate) fn resolve_at(&self, mut cur: Info, s: u64) -> Option<u64> {
+        let mem = self.mem();
+        loop {
+            if cur.is_final() {
+                return final_value(mem, cur);
+            }
+            let (d, i) = (cur.desc(), cur.opid());
+            let desc = Desc::new(mem, d);
+            // A committed transaction's txid: `persist` assigns it if it has none yet (and
+            // persists it, as any reader of it would), else returns it.
+            let seen = desc.state().status == TxStatus::Committed && self.persist(d) < s;
+            let before = if seen {
+                let op = desc.op(i);
+                if let Some(w) = desc.last_write_of_key(i, op)
+                    && let Some(present) = OpKind::from_code(w.kind).writes()
+                {
+                    return present.then_some(w.value);
+                }
+                before_of(mem, &desc, i)
+            } else {
+                before_at(mem, &desc, i)
+            };
+            match before {
+                Before::Known(state) => return state,
+                Before::Of(prev) => {
+                    debug_assert_took_from(mem, d, prev);
+                    cur = prev
+                }
+            }
+        }
+    }
+
     /// The before-state of op `i` of `d`, which has executed: its result.
     pub(crate) fn before_state(&self, d: u64, i: usize) -> Option<u64> {
         match before_of(self.mem(), &Desc::new(self.mem(), d), i) {
@@ -192,17 +239,25 @@ impl<M: PMem + 'static> Core<M> {
         if cur != 0 {
             return cur;
         }
-        // AcqRel on the counter: txids are handed out in a total order that matches the order of
-        // the transactions that depend on each other (see `persist`).
-        let t = self.next_txid.fetch_add(1, Ordering::AcqRel);
-        if t >= self.txid_reserved.load(Ordering::Acquire) {
-            self.reserve_txids(t);
-        }
+        let t = self.take_txid();
         // AcqRel: the txid is assigned once; a helper that loses uses the winner's.
         match mem.compare_exchange(d + TXID, 0, t, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => t,
             Err(winner) => winner,
         }
+    }
+
+    /// Hands out the next txid (durably reserved first if the reservation is reached): for a
+    /// descriptor ([`assign_txid`](Core::assign_txid)) or a scan's snapshot (see `scan`).
+    pub(crate) fn take_txid(&self) -> u64 {
+        // AcqRel on the counter: txids are handed out in a total order that matches the order of
+        // the transactions that depend on each other (see `persist`); and a thread that takes a
+        // txid sees everything done before a smaller one was taken (a scan relies on it).
+        let t = self.next_txid.fetch_add(1, Ordering::AcqRel);
+        if t >= self.txid_reserved.load(Ordering::Acquire) {
+            self.reserve_txids(t);
+        }
+        t
     }
 
     /// Durably raises the txid reservation above `t` before `t` is used, so that no txid handed
@@ -310,15 +365,16 @@ impl<M: PMem + 'static> Reader<'_, M> {
         self.core.resolve(cur, None)
     }
 
-    /// After the transaction `d` finished: queue the nodes it left absent (deleted or removed
-    /// keys, nodes made for reads or removals of absent keys, nodes made by an aborted
-    /// transaction) for removal once every thread that could still be executing on them has
-    /// unpinned, stale from `expiry` recycled rounds on. The removal happens only if the node's
-    /// info word still names this op by then.
-    pub(crate) fn schedule_removals(&self, d: u64, committed: bool, expiry: u64) {
+    /// After the transaction `d` finished: the nodes it left absent (deleted or removed keys,
+    /// nodes made for reads or removals of absent keys, nodes made by an aborted transaction),
+    /// into `out`, each with the op word that left it so, for [`schedule_removals`]. Read before
+    /// a committed `d` is persisted: a flush may evict its lines.
+    ///
+    /// [`schedule_removals`]: Reader::schedule_removals
+    pub(crate) fn absent_left(&self, d: u64, committed: bool, out: &mut Vec<(StructId, u128, Info)>) {
         let mem = self.mem();
         let desc = Desc::new(mem, d);
-        let mut any = false;
+        out.clear();
         for i in 0..desc.nops() {
             let op = desc.op(i);
             let absent_before = read_cache(mem, &desc, i) == Some(None);
@@ -336,13 +392,29 @@ impl<M: PMem + 'static> Reader<'_, M> {
                 && self.core.structures.get(StructId(op.structure)).is_ok_and(|s| s.removes_nodes::<M>())
                 && !recorded()
             {
-                any = true;
-                self.core.reclaim.defer_removal(self.guard, (StructId(op.structure), op.key, Info::op(d, i), expiry));
+                out.push((StructId(op.structure), op.key, Info::op(d, i)));
             }
         }
-        if any {
-            self.guard.flush();
+    }
+
+    /// Queues the removals of `items` ([`absent_left`](Reader::absent_left) of a finished
+    /// transaction, committed ones persisted: their txid assigned) once every thread that could
+    /// still be executing on them has unpinned, stale from `expiry` recycled rounds on. A
+    /// removal happens only if the node's info word still names the op by then, and only once no
+    /// snapshot below its stamp is held: a txid above the transaction's and above that of every
+    /// writer it took a node from (see `reclaim`; and `scan`, for why a snapshot's pin then keeps
+    /// the removal waiting until the snapshot is held). For a committed transaction, `txid`, its
+    /// own: the writers it took nodes from are below it, so the stamp is `txid + 1`. For an
+    /// aborted one (`None`), the txid counter read now, after those writers had theirs.
+    pub(crate) fn schedule_removals(&self, items: &[(StructId, u128, Info)], expiry: u64, txid: Option<u64>) {
+        if items.is_empty() {
+            return;
         }
+        let stamp = txid.map_or_else(|| self.core.next_txid(), |t| t + 1);
+        for &(structure, key, info) in items {
+            self.core.reclaim.defer_removal(self.guard, Removal { structure, key, info, expiry, stamp });
+        }
+        self.guard.flush();
     }
 }
 
@@ -622,6 +694,33 @@ fn before_of<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Before {
     }
 }
 
+/// The state before op `i` of `desc`, which has executed, for a reader that looks past `desc`
+/// (see [`Core::resolve_at`]): what `prev` names, not the cache, which may hold a state that a
+/// writer the reader looks past too left. A cut `prev` leaves only the cache, which a checkpoint
+/// round filled from a descriptor of its batch or a FINAL word before it cut; a FINAL word's
+/// state is the cache's if there is one (the cache says what the value was, as in
+/// [`before_of`]).
+fn before_at<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Before {
+    loop {
+        // Acquire: as in `before_of`.
+        let prev = mem.load(desc.prev_off(i), Ordering::Acquire);
+        debug_assert_ne!(prev, UNSET, "an op is named by a node only after it set prev");
+        match prev {
+            NO_NODE => return Before::Known(None),
+            CUT => {
+                if let Some(cached) = read_cache(mem, desc, i) {
+                    return Before::Known(cached);
+                }
+            }
+            p if Info(p).is_final() => {
+                let value = final_value(mem, Info(p));
+                return Before::Known(read_cache(mem, desc, i).unwrap_or(value));
+            }
+            p => return Before::Of(Info(p)),
+        }
+    }
+}
+
 /// Op `i`'s cached before-state, if recorded.
 pub(crate) fn read_cache<M: PMem>(mem: &M, desc: &Desc<'_, M>, i: usize) -> Option<Option<u64>> {
     let at = desc.cache_off(i);
@@ -657,20 +756,55 @@ pub(crate) fn write_cache<M: PMem>(mem: &M, d: u64, i: usize, before: Option<u64
     mem.store(at, node | 1 | (before.is_some() as u64) << 1, Ordering::Release);
 }
 
-/// A unit test's hook into [`Executor::run`], on the executing thread: called after each op that
+/// A unit test's hooks, on the executing thread. Into [`Executor::run`]: called after each op that
 /// took effect with the descriptor and the op's position, it lets a test stop a transaction
 /// there (and, on the same thread, run another handle's transaction that helps it) or panic in
 /// the middle of one. The hook is taken out while it runs, so the ops it causes do not call it;
 /// a hook it sets meanwhile is called for them instead, and stays in its place if still set when
-/// it returns.
+/// it returns. Likewise before a commit is persisted (`Handle::execute`), and where a scan
+/// re-pins (`scan`).
 #[cfg(test)]
 pub(crate) mod hook {
     use std::cell::RefCell;
 
     type AfterOp = Box<dyn FnMut(u64, usize)>;
+    type BeforePersist = Box<dyn FnMut(u64)>;
+    type ScanPaused = Box<dyn FnMut() -> bool>;
 
     thread_local! {
         static AFTER_OP: RefCell<Option<AfterOp>> = const { RefCell::new(None) };
+        static BEFORE_PERSIST: RefCell<Option<BeforePersist>> = const { RefCell::new(None) };
+        static SCAN_PAUSED: RefCell<Option<ScanPaused>> = const { RefCell::new(None) };
+    }
+
+    /// Calls `f` with the descriptor of each transaction this thread's handles commit from now
+    /// on, just before it is persisted (its removals read, its txid not yet assigned), until
+    /// [`clear`].
+    pub(crate) fn set_before_persist(f: impl FnMut(u64) + 'static) {
+        BEFORE_PERSIST.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// Calls `f` each time a scan on this thread re-pins, until [`clear`]: while it returns
+    /// true, the scan re-pins again and calls it again; then the walk goes on.
+    pub(crate) fn set_scan_paused(f: impl FnMut() -> bool + 'static) {
+        SCAN_PAUSED.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    pub(crate) fn before_persist(d: u64) {
+        let Some(mut f) = BEFORE_PERSIST.with(|h| h.borrow_mut().take()) else { return };
+        f(d);
+        BEFORE_PERSIST.with(|h| {
+            h.borrow_mut().get_or_insert(f);
+        });
+    }
+
+    pub(crate) fn scan_paused() -> bool {
+        let Some(mut f) = SCAN_PAUSED.with(|h| h.borrow_mut().take()) else { return false };
+        let again = f();
+        SCAN_PAUSED.with(|h| {
+            h.borrow_mut().get_or_insert(f);
+        });
+        again
     }
 
     /// Calls `f` after each op this thread executes from now on, until [`clear`].
@@ -678,9 +812,11 @@ pub(crate) mod hook {
         AFTER_OP.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }
 
-    /// Removes this thread's hook.
+    /// Removes this thread's hooks.
     pub(crate) fn clear() {
         AFTER_OP.with(|h| h.borrow_mut().take());
+        BEFORE_PERSIST.with(|h| h.borrow_mut().take());
+        SCAN_PAUSED.with(|h| h.borrow_mut().take());
     }
 
     pub(super) fn after_op(d: u64, i: usize) {

@@ -14,11 +14,19 @@
 //! Writers drain the queues as they go, a few items and two per op of the transaction about to
 //! run ([`Reclaim::free_due`], [`Reclaim::run_removals`]), so that they drain at least as fast as transactions fill them.
 //! Deferred functions must not hold the engine (it owns the collector): they hold only this.
+//!
+//! **Snapshots.** A scan reads the structures as of a txid, its snapshot (see `scan`), and holds
+//! it in [`Snapshots`] while it reads, re-pinning as it goes. What a snapshot may still read
+//! waits past the epoch while one is held below it: a replaced value whose replacer's txid is
+//! above the snapshot, and a removal stamped above it (the stamp is the txid counter read after
+//! every transaction the removal depends on had its txid, so that every such txid is below it).
+//! Checkpoint rounds wait likewise (`checkpoint`). An item that waits is put back in its queue.
 
 use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::mem::PMem;
@@ -26,9 +34,83 @@ use crate::pool::{AllocCache, POff, Pool};
 use crate::structures::info::Info;
 use crate::tx::StructId;
 
-/// A node to remove once due: its structure, its key, the info word that made it absent, and
-/// the count of recycled rounds from which the item is stale (`u64::MAX`: never).
-pub(crate) type Removal = (StructId, u128, Info, u64);
+/// A node to remove once due: the node of `key` in `structure`, if its info word still is `info`
+/// (the op that made the key absent).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Removal {
+    pub(crate) structure: StructId,
+    pub(crate) key: u128,
+    pub(crate) info: Info,
+    /// The count of recycled rounds from which the item is stale (`u64::MAX`: never).
+    pub(crate) expiry: u64,
+    /// The txid counter once every transaction whose effect the removal acts on had its txid:
+    /// each of those txids is below it. A snapshot below it waits for the removal.
+    pub(crate) stamp: u64,
+}
+
+/// The snapshots that scans hold (see `scan` and the [module docs](self)): a few txids at most,
+/// one per scanning thread.
+#[derive(Debug)]
+pub(crate) struct Snapshots {
+    /// The txids held, one entry per hold.
+    held: parking_lot::Mutex<Vec<u64>>,
+    /// The smallest txid held, `u64::MAX` if none: what the queues and the rounds compare with.
+    /// (On a line of its own: every writer reads it as it drains the queues, and only scans
+    /// write it, twice each.)
+    oldest: CachePadded<AtomicU64>,
+    /// Items put back to wait for a snapshot: removals, and replaced values (a unit test's
+    /// evidence that the wait happened).
+    #[cfg(test)]
+    pub(crate) waited: [AtomicU64; 2],
+}
+
+impl Default for Snapshots {
+    fn default() -> Snapshots {
+        Snapshots {
+            held: parking_lot::Mutex::default(),
+            oldest: CachePadded::new(AtomicU64::new(u64::MAX)),
+            #[cfg(test)]
+            waited: Default::default(),
+        }
+    }
+}
+
+impl Snapshots {
+    /// Holds the snapshot `txid` until the returned hold is dropped.
+    pub(crate) fn hold(&self, txid: u64) -> Hold<'_> {
+        let mut held = self.held.lock();
+        held.push(txid);
+        // Release: a thread that reads the oldest snapshot, and so waits for it, sees the
+        // holder's work before it (stored under the lock: the stores are in the holds' order).
+        self.oldest.store(held.iter().copied().min().unwrap_or(u64::MAX), Ordering::Release);
+        Hold { snapshots: self, txid }
+    }
+
+    /// The oldest snapshot held, `u64::MAX` if none. What a snapshot below `t` may still read waits
+    /// while `t > oldest()`.
+    pub(crate) fn oldest(&self) -> u64 {
+        // Acquire: pairs with the Release stores of `hold` and of a hold's drop.
+        self.oldest.load(Ordering::Acquire)
+    }
+}
+
+/// A snapshot held (see [`Snapshots::hold`]); dropping it releases it.
+#[derive(Debug)]
+pub(crate) struct Hold<'s> {
+    snapshots: &'s Snapshots,
+    txid: u64,
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut held = self.snapshots.held.lock();
+        if let Some(i) = held.iter().position(|&t| t == self.txid) {
+            held.swap_remove(i);
+        }
+        // Release: as in `hold`.
+        self.snapshots.oldest.store(held.iter().copied().min().unwrap_or(u64::MAX), Ordering::Release);
+    }
+}
 
 /// The queues of what the epoch made due.
 #[derive(Debug, Default)]
@@ -44,6 +126,8 @@ pub(crate) struct Reclaim {
     held: SegQueue<(u64, u64)>,
     /// The bytes of the values held.
     held_bytes: AtomicU64,
+    /// The snapshots scans hold.
+    pub(crate) snapshots: Snapshots,
 }
 
 impl Reclaim {
@@ -86,15 +170,17 @@ impl Reclaim {
         guard.defer(move || this.removals.push(item));
     }
 
-    /// Queues removals whose grace has already passed (a checkpoint round's end runs deferred).
-    pub(crate) fn push_removals(&self, items: impl IntoIterator<Item = (StructId, u128, Info)>) {
-        for (s, key, info) in items {
-            self.removals.push((s, key, info, u64::MAX));
+    /// Queues removals whose grace has already passed (a checkpoint round's end runs deferred),
+    /// stamped `stamp`.
+    pub(crate) fn push_removals(&self, items: impl IntoIterator<Item = (StructId, u128, Info)>, stamp: u64) {
+        for (structure, key, info) in items {
+            self.removals.push(Removal { structure, key, info, expiry: u64::MAX, stamp });
         }
     }
 
     /// Frees up to `n` due nodes and up to `n` due byte values into `cache`; a value whose
-    /// replacer is above `safe` (the safe txid) is held until a safe point covers it.
+    /// replacer is above `safe` (the safe txid) is held until a safe point covers it, and one whose
+    /// replacer is above a snapshot held waits for it.
     pub(crate) fn free_due<M: PMem>(&self, pool: &Pool<M>, cache: &mut AllocCache, n: usize, safe: u64) {
         for _ in 0..n {
             let Some(node) = self.frees.pop() else { break };
@@ -102,6 +188,17 @@ impl Reclaim {
         }
         for _ in 0..n {
             let Some((blob, txid)) = self.blob_frees.pop() else { break };
+            // Read after the pop, which comes after the push, which comes after the hold of any
+            // snapshot below the replacer that had pinned before the value was retired (see
+            // `scan`): read before it, a snapshot held since would be missed.
+            if txid > self.snapshots.oldest() {
+                // A snapshot below the replacer may read the value. Replacers come due in about
+                // their txid order: the next ones wait too.
+                #[cfg(test)]
+                self.snapshots.waited[1].fetch_add(1, Ordering::Relaxed);
+                self.blob_frees.push((blob, txid));
+                break;
+            }
             if txid > safe {
                 // Replacers come due in about their txid order: the next ones are not safe either.
                 // Relaxed: a size for the trigger of an early safe point.
@@ -141,12 +238,23 @@ impl Reclaim {
     /// what makes an item that reads as live safe to run holds for every item popped after the
     /// read). A stale removal is dropped: the round that folds its op makes the node FINAL, if
     /// the word is still there, and queues its own removal.
+    ///
+    /// A removal stamped above a snapshot held waits for it (put back, and the rest with it for
+    /// this call).
     pub(crate) fn run_removals(&self, recycled: u64, n: usize, mut remove: impl FnMut(StructId, u128, Info)) {
         for _ in 0..n {
-            let Some((s, key, info, expiry)) = self.removals.pop() else { return };
-            if recycled < expiry {
-                remove(s, key, info);
+            let Some(item) = self.removals.pop() else { return };
+            if recycled >= item.expiry {
+                continue;
             }
+            // Read after the pop: as in `free_due`.
+            if item.stamp > self.snapshots.oldest() {
+                #[cfg(test)]
+                self.snapshots.waited[0].fetch_add(1, Ordering::Relaxed);
+                self.removals.push(item);
+                return;
+            }
+            remove(item.structure, item.key, item.info);
         }
     }
 }

@@ -1,38 +1,101 @@
-//! Range scans: a consistent snapshot of the keys in a range, without a descriptor.
+//! Range scans: the keys in a range as of one txid, read in one walk, whatever writers do.
 //!
-//! A scan walks the range twice (a *collect*) while pinned in the epoch, recording for every node
-//! it passes the node, its key, its info word and the state that word resolves to. If both
-//! collects saw the same, the result is the state of the range at every instant between the end of
-//! the first collect and the start of the second: the scan is linearizable. Otherwise it collects
-//! again and compares with the previous collect.
+//! A scan pins, takes a txid `s` of its own from the counter that orders transactions (its
+//! *snapshot*), holds it ([`Snapshots`]), and walks the range once. At each node it resolves the
+//! info word as of `s` ([`Core::resolve_at`]): the state left by every committed transaction with
+//! a txid below `s`, and by none above. The result is the state of the range after the prefix of
+//! the serial order that ends below `s`: the scan is serializable at `s`, and strictly so, since
+//! `s` is taken during the call (a transaction that returned before the call has a smaller txid,
+//! one that starts after it a larger one). It never retries and never waits: its work is one walk
+//! of the range, plus, at a key written since `s`, a step down the key's `prev` chain per such
+//! write. While it walks a chain (list, skiplist, hash map) it re-pins (every millisecond or so,
+//! checked every [`CHECK_EVERY`] nodes; every 8 nodes in debug builds), going on from a fresh
+//! search, so that a long scan does not hold the epoch back; what the snapshot still needs waits
+//! for it instead (below). The MDList's walk (a depth-first descent) holds one pin throughout:
+//! it cannot yet go on from a key. Callers read byte values after the walk, unpinned, while the snapshot is held.
 //!
-//! Why equal collects mean a snapshot:
-//! - A node seen twice with the same info word was not taken in between (info values never repeat
-//!   on a node), and the same resolved state means its transaction's status did not change the
-//!   key's state in between (statuses only move from active to committed or aborted).
-//! - A key not seen in either collect had no linked node in between: every step of a walk reads
-//!   the `next` word of a node that is linked at that instant (see
-//!   `structures::walk`), so no node with a key in the gap is linked when either collect
-//!   crosses it. A node linked after the first crossing stays linked until the second, because
-//!   nodes leave a chain only by a removal that was scheduled through the epoch collector: one
-//!   scheduled after the scan pinned cannot run until the scan unpins, and one scheduled before
-//!   concerns a node linked before the scan began.
+//! This is **not** the double collect it replaces (two equal walks in a row), which returned only
+//! once a walk saw no change, and under a steady writer anywhere in the range never did.
 //!
-//! So a scan never blocks a writer and never returns a state that did not exist; it retries while
-//! writers keep changing the range under it (it is obstruction-free, not lock-free). It re-pins
-//! every few attempts so that a long-contended scan does not hold back reclamation.
+//! # Why the walk reads the state as of `s`
+//!
+//! 1. **Txids.** A writer takes its txid after it committed, so after every op of it took its
+//!    node; a read-only transaction takes its own before it commits, after its ops. The counter
+//!    is an acquire-release read-modify-write, so everything a transaction with a txid below
+//!    `s` did happens before the scan took `s`: every node it took is at or below the info word
+//!    the walk reads there, in the chain of words each op replaced (`prev`). Conversely a
+//!    transaction whose op on a node comes after the word the walk read there, or a writer that
+//!    the walk finds active, gets a txid above `s` (were it below, its ops would happen before
+//!    the read). (A read-only transaction found active may have a txid below `s`: it is looked
+//!    past all the same, and changes no state, so the state read is the same.)
+//!    Along a node's chain, the txids of committed transactions grow: an op takes a node only
+//!    once its holder finished and, if committed, has its txid. So the first op down the chain
+//!    from the word read whose transaction committed below `s` is the last write of the key the
+//!    snapshot holds; everything above it is looked past (`prev` followed, never the op's cached
+//!    before-state, which may be a state a writer above `s` left).
+//! 2. **Nodes.** A key present as of `s` has a node that its last writer below `s` took or
+//!    linked before `s` was taken, so linked when the walk starts, and it is removed only once
+//!    a writer above `s` deleted the key: such a removal is stamped above `s` and waits while
+//!    the snapshot is held (`reclaim`). The walk sees every node linked throughout it
+//!    ([`LinkedSet::collect`](crate::structures::LinkedSet::collect)), re-pins included: so no
+//!    present key is missed. A node linked after the walk started, or met again, or made for a
+//!    key that had none, resolves as of `s` like any other: a node made by an op looked past
+//!    stands for "no node", the state a removal allowed by the snapshot left (see 4), absent.
+//!    A marked node (being removed) reads as absent: its removal ran, so it was allowed.
+//! 3. **Checkpoint rounds** cut `prev` chains (caching the before-state) and turn info words
+//!    FINAL, which carry the state that a batch of transactions left. A round cuts only a `prev`
+//!    that names a transaction of its batch or a FINAL word (`checkpoint`), so a cut leaves a
+//!    state the batch (or an older round) left. A batch is stamped with the txid counter read
+//!    once it was found, above every txid a state it leaves depends on (its writers, and the
+//!    writers an aborted one took nodes from), and a round folds it only if no snapshot below
+//!    the stamp is held. So every cut, cache and FINAL word the walk meets stands for a state
+//!    below `s`, and the value of a FINAL word met is not rewritten while the snapshot is held
+//!    (a round rewrites it only for a writer of its batch above the word, which took the node
+//!    after the word was read and so is above `s`).
+//! 4. **Holding the snapshot.** Whatever could destroy what the snapshot reads is deferred
+//!    through the epoch after its stamp was read: the removal of a node left absent (after the
+//!    transaction's txid), a replaced value (after the replacer's txid), a round's fold (after
+//!    its batch's stamp). If the stamp is above `s`, reading it happened after `s` was taken
+//!    (the counter again), so after the scan pinned; the collector runs the deferred item only
+//!    after the scan's first pin ends, by which time the scan holds the snapshot; and the item
+//!    then waits for it (removals and values are put back in their queues, a round does
+//!    nothing). An item stamped at or below `s` depends only on transactions below `s`, and the
+//!    snapshot reads what it leaves. Descriptors are followed only within one pin, from words
+//!    read in it, as any reader does; a walk holds no node across a re-pin.
+//! 5. **Helping and durability.** A committed, unpersisted descriptor met is persisted before
+//!    its txid is compared (its txid is assigned once, by whoever comes first: the comparison
+//!    uses the one it got), so every state returned is durable as far as the pool's durability
+//!    goes. Recovery and clean opens leave FINAL words whose states hold every txid handed out
+//!    before, and txids handed out after an open are larger (they stay below the durable
+//!    reservation), so a snapshot never reaches across an open.
+//!
+//! What the snapshot holds back while a scan runs: removals, replaced values and rounds that
+//! came after it. The rings therefore grow under writers while a long scan runs, as they did
+//! while the double collect held its pin; nothing the scan does not need waits for it.
+//!
+//! [`Snapshots`]: crate::reclaim::Snapshots
 
+use std::cell::{Cell, RefCell};
 use std::ops::{Bound, RangeBounds};
+use std::time::{Duration, Instant};
 
 use crossbeam_epoch::Guard;
 
 use crate::key::Key;
 use crate::mem::PMem;
-use crate::protocol::{Core, Reader};
+use crate::protocol::Core;
+use crate::structures::Ctx;
+use crate::structures::info::Info;
 use crate::structures::registry::Structure;
 
-/// Collects compared under one pin before the scan unpins and starts over.
-const ATTEMPTS_PER_PIN: usize = 8;
+/// Nodes walked between two looks at the clock; in debug builds, between two re-pins, so that
+/// the tests' scans of a few keys re-pin too.
+const CHECK_EVERY: u32 = if cfg!(debug_assertions) { 8 } else { 64 };
+
+/// The shortest time a scan stays pinned before it re-pins: a re-pin costs a fresh search for
+/// the walk's position (from the head, in a list), so a pin lasts at least four times as long as
+/// the last such search took.
+const MIN_PIN: Duration = Duration::from_millis(1);
 
 /// Inclusive bounds of `range`, as key encodings, or `None` if it holds no key.
 pub(crate) fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u128)> {
@@ -49,58 +112,95 @@ pub(crate) fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u1
     (lo <= hi).then_some((lo, hi))
 }
 
-/// The present keys of `structure` in `lo..=hi` with their values, in key order, into `out`: the
-/// state of the range at one instant during the call (see the [module docs](self)). `guard` is
-/// the caller's pin, re-pinned every few attempts; the values stay readable until it unpins.
+/// The present keys of `structure` in `lo..=hi` with their values, in key order: the state of
+/// the range as of the snapshot `txid` (see the [module docs](self)), which the caller took while
+/// pinned by `guard` and holds until it no longer reads the values. `guard` is re-pinned as the
+/// walk goes. The entries are kept in the walk's own vector (in place: a scan of a large range
+/// faults its pages in once).
 pub(crate) fn snapshot<M: PMem + 'static>(
     core: &Core<M>,
     structure: &Structure,
     (lo, hi): (u128, u128),
+    txid: u64,
     guard: &mut Guard,
-    out: &mut Vec<(u128, u64)>,
-) {
-    let (mut prev, mut next) = (Vec::new(), Vec::new());
-    let ordered = structure.ordered::<M>();
-    loop {
-        prev.clear();
-        structure.collect(&Reader { core, guard: &*guard }, lo, hi, &mut prev);
-        for _ in 0..ATTEMPTS_PER_PIN {
-            next.clear();
-            structure.collect(&Reader { core, guard: &*guard }, lo, hi, &mut next);
-            if next == prev {
-                out.extend(next.iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))));
-                if !ordered {
-                    // A structure walked out of key order may also meet a node twice.
-                    out.sort_unstable();
-                    out.dedup_by_key(|e| e.0);
-                }
-                return;
-            }
-            std::mem::swap(&mut prev, &mut next);
+) -> Vec<(u128, u64)> {
+    let pin = Cell::new(Pin::Lasting(Instant::now(), MIN_PIN));
+    let cx = AsOf { core, txid, guard: RefCell::new(guard), nodes: Cell::new(0), pin };
+    let mut seen = Vec::new();
+    structure.collect(&cx, lo, hi, &mut seen);
+    let mut out: Vec<(u128, u64)> = seen.into_iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))).collect();
+    if !structure.ordered::<M>() {
+        // A structure walked out of key order may also meet a node twice (with one state: the
+        // snapshot's), or a key's removed node and its new one (of which at most one is present
+        // as of the snapshot).
+        out.sort_unstable();
+        out.dedup_by_key(|e| e.0);
+    }
+    out
+}
+
+/// Where a scan's pin stands.
+#[derive(Debug, Clone, Copy)]
+enum Pin {
+    /// Re-pinned at this instant: the next pause measures the search that followed.
+    Repinned(Instant),
+    /// Pinned, and the walk's position found, since this instant; to last this long.
+    Lasting(Instant, Duration),
+}
+
+/// The context a scan walks in: the snapshot's txid, and the pin it renews.
+struct AsOf<'a, 'g, M: PMem> {
+    core: &'a Core<M>,
+    txid: u64,
+    guard: RefCell<&'g mut Guard>,
+    /// Nodes walked since the last look at the clock.
+    nodes: Cell<u32>,
+    pin: Cell<Pin>,
+}
+
+impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
+    #[inline]
+    fn mem(&self) -> &M {
+        self.core.mem()
+    }
+
+    fn retire(&self, node: u64) {
+        self.core.reclaim.retire_node(&self.guard.borrow(), node);
+    }
+
+    fn resolve(&self, info: Info) -> Option<u64> {
+        self.core.resolve_at(info, self.txid)
+    }
+
+    fn pause(&self) -> bool {
+        if let Pin::Repinned(at) = self.pin.get() {
+            // The walk's fresh search since the re-pin: pins last four times as long.
+            let now = Instant::now();
+            self.pin.set(Pin::Lasting(now, MIN_PIN.max(4 * now.duration_since(at))));
         }
-        guard.repin();
+        let n = self.nodes.get() + 1;
+        if n < CHECK_EVERY {
+            self.nodes.set(n);
+            return false;
+        }
+        self.nodes.set(0);
+        let now = Instant::now();
+        let due = cfg!(debug_assertions)
+            || match self.pin.get() {
+                Pin::Lasting(at, length) => now.duration_since(at) >= length,
+                Pin::Repinned(_) => false,
+            };
+        if due {
+            self.guard.borrow_mut().repin();
+            #[cfg(test)]
+            while crate::protocol::hook::scan_paused() {
+                self.guard.borrow_mut().repin();
+            }
+            self.pin.set(Pin::Repinned(Instant::now()));
+        }
+        due
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::inclusive;
-
-    #[test]
-    fn bounds_become_inclusive() {
-        assert_eq!(inclusive::<u64>(&(..)), Some((0, u128::MAX)));
-        assert_eq!(inclusive(&(3u64..7)), Some((3, 6)));
-        assert_eq!(inclusive(&(3u64..=7)), Some((3, 7)));
-        assert_eq!(inclusive(&(..0u64)), None);
-        assert_eq!(inclusive(&(5u64..5)), None);
-        let (from, to) = (7u64, 3);
-        assert_eq!(inclusive(&(from..to)), None);
-        let above = (std::ops::Bound::Excluded(u128::MAX), std::ops::Bound::Unbounded);
-        assert_eq!(inclusive(&above), None);
-        // Above the largest one-word key: nothing of one word is, but the bounds say so.
-        let above = (std::ops::Bound::Excluded(u64::MAX), std::ops::Bound::Unbounded);
-        assert_eq!(inclusive(&above), Some((1 << 64, u128::MAX)));
-        let above = (std::ops::Bound::Excluded(4u64), std::ops::Bound::Unbounded);
-        assert_eq!(inclusive(&above), Some((5, u128::MAX)));
-    }
-}
+mod tests;

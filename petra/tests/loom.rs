@@ -242,6 +242,30 @@ fn a_single_read_never_sees_a_state_inside_a_transaction() {
 }
 
 #[test]
+fn a_scan_beside_a_writer_returns_the_state_at_its_txid() {
+    // A writer replaces key 1 and deletes key 2 (its node left absent, its removal scheduled)
+    // while a scan of the list takes its snapshot and walks both keys: whichever op's info word
+    // the walk meets, committed or not, persisted or not, the scan returns the state on the side
+    // of the writer its txid says, never one key of each.
+    let builder = builder();
+    builder.check(|| {
+        let (engine, s) = engine(&[(1, 10), (2, 20)]);
+        let e1 = engine.clone();
+        let w = loom::thread::spawn(move || {
+            let tx = Transaction::new().put(s, 1u64, 11).delete(s, 2u64).clone();
+            e1.handle().unwrap().execute(&tx).unwrap()
+        });
+        let mut h = engine.handle().unwrap();
+        let (txid, got) = h.snapshot_with(s, .., |txid, entries: Vec<(u64, u64)>, _| (txid, entries)).unwrap();
+        let out = w.join().unwrap();
+        let (results, wt) = committed(&out);
+        assert_eq!(results, &vec![Some(10), Some(20)]);
+        let want: &[(u64, u64)] = if txid < wt { &[(1, 10), (2, 20)] } else { &[(1, 11)] };
+        assert_eq!(got, want, "the scan at txid {txid}, the writer at {wt}");
+    });
+}
+
+#[test]
 fn a_checkpoint_round_beside_a_transaction_on_its_key_leaves_records_recovery_agrees_with() {
     // Key 5 is deleted (its node keeps the record the set-up's round wrote: present, 1) and a
     // round finds that delete; then the next round folds it (clearing the record, making the

@@ -171,8 +171,32 @@ pub fn range_with<M: PMem + 'static, R>(
     r: impl RangeBounds<u64>,
     f: impl FnOnce(Vec<(u64, u64)>, &Blobs<'_, M>) -> R,
 ) -> Result<R, EngineError> {
+    snapshot_with(h, s, r, |_, entries, blobs| f(entries, blobs))
+}
+
+/// [`Handle::snapshot_with`] over one-word keys, with two-word keys mapped back and byte values
+/// read back as words: the snapshot's txid and its entries.
+pub fn snapshot<M: PMem + 'static>(
+    h: &mut Handle<M>,
+    s: StructId,
+    r: impl RangeBounds<u64>,
+) -> Result<(u64, Vec<(u64, u64)>), EngineError> {
+    let bytes = h.values(s)? == Values::Bytes;
+    snapshot_with(h, s, r, |txid, entries, blobs| {
+        (txid, entries.into_iter().map(|(k, w)| (k, value_of(bytes, blobs, w))).collect())
+    })
+}
+
+/// [`Handle::snapshot_with`] over one-word keys, with two-word keys mapped back (values as the
+/// engine gives them: words, or blob words).
+pub fn snapshot_with<M: PMem + 'static, R>(
+    h: &mut Handle<M>,
+    s: StructId,
+    r: impl RangeBounds<u64>,
+    f: impl FnOnce(u64, Vec<(u64, u64)>, &Blobs<'_, M>) -> R,
+) -> Result<R, EngineError> {
     if h.keys(s)? == KeyWidth::U64 {
-        return h.range_with(s, r, f);
+        return h.snapshot_with(s, r, f);
     }
     // The two-word keys of one-word key k run from k << 64 to k << 64 | u64::MAX.
     let first = |k: &u64| (*k as u128) << 64;
@@ -187,8 +211,8 @@ pub fn range_with<M: PMem + 'static, R>(
         Bound::Excluded(k) => Bound::Excluded(first(k)),
         Bound::Unbounded => Bound::Unbounded,
     };
-    h.range_with(s, (lo, hi), |entries: Vec<(u128, u64)>, blobs| {
-        f(entries.into_iter().map(|(k, w)| (narrow_key(k), w)).collect(), blobs)
+    h.snapshot_with(s, (lo, hi), |txid, entries: Vec<(u128, u64)>, blobs| {
+        f(txid, entries.into_iter().map(|(k, w)| (narrow_key(k), w)).collect(), blobs)
     })
 }
 

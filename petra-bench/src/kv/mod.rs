@@ -17,6 +17,8 @@
 //!   puts, at random keys.
 //! - `readwhilewriting`: one thread puts at random keys for as long as the others read at random
 //!   keys; only the reads are counted (with one thread, that thread reads while nothing writes).
+//! - `seqwhilewriting`: the same, the others scanning from the first key as `readseq`'s threads
+//!   do; only the keys scanned are counted (not one of pmemkv_bench's).
 
 mod report;
 mod store;
@@ -43,7 +45,8 @@ use crate::error::{BenchError, Result};
 #[derive(Debug, clap::Args)]
 pub struct KvArgs {
     /// Workloads, comma-separated: fillseq, fillrandom, overwrite, txfillrandom, readseq,
-    /// readrandom, readmissing, deleteseq, deleterandom, readrandomwriterandom, readwhilewriting.
+    /// readrandom, readmissing, deleteseq, deleterandom, readrandomwriterandom, readwhilewriting,
+    /// seqwhilewriting.
     #[arg(
         long,
         value_delimiter = ',',

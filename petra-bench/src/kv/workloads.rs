@@ -41,6 +41,9 @@ pub(crate) enum Benchmark {
     ReadRandomWriteRandom,
     /// One thread puts at random keys while the others get at random keys; the gets count.
     ReadWhileWriting,
+    /// One thread puts at random keys while the others scan from the first key, as `readseq`'s
+    /// threads do; the keys scanned count.
+    SeqWhileWriting,
 }
 
 /// Its name in reports and on the command line.
@@ -96,7 +99,7 @@ fn workload<T: KvTarget>(
 ) -> Result<KvResult> {
     let threads = case.threads;
     // readwhilewriting on more than one thread: thread 0 writes while the others read.
-    let writer = benchmark == Benchmark::ReadWhileWriting && threads > 1;
+    let writer = matches!(benchmark, Benchmark::ReadWhileWriting | Benchmark::SeqWhileWriting) && threads > 1;
     let readers_left = AtomicUsize::new(threads - writer as usize);
     let start = Instant::now();
     let tallies: Vec<Result<Tally>> = std::thread::scope(|scope| {
@@ -172,7 +175,7 @@ impl Worker<'_> {
     fn run<S: KvSession>(&mut self, s: &mut S, benchmark: Benchmark) -> Result<Tally> {
         let (ks, vs) = (self.case.key_size as u64, self.case.value_size as u64);
         let mut tally = Tally::default();
-        if benchmark == Benchmark::ReadSeq {
+        if matches!(benchmark, Benchmark::ReadSeq | Benchmark::SeqWhileWriting) {
             let (from, to) = self.share(self.case.reads);
             let mut n = 0;
             let want = to - from;
@@ -251,7 +254,7 @@ impl Worker<'_> {
                         tally.bytes += ks + vs;
                     }
                 }
-                Benchmark::ReadSeq => unreachable!("readseq is one scan, run above"),
+                Benchmark::ReadSeq | Benchmark::SeqWhileWriting => unreachable!("a scan, run above"),
             }
             if let Some(t) = t {
                 tally.latencies.push(t.elapsed().as_secs_f64() * 1e6);
@@ -449,6 +452,16 @@ mod tests {
         assert_eq!(r[1].ops, 5_000);
         assert_eq!(model.gets.lock().unwrap().len(), 5_000);
         // The writer overwrote keys of the range only.
+        assert!(model.puts.lock().unwrap().keys().all(|&k| k < 5_000));
+    }
+
+    #[test]
+    fn seqwhilewriting_counts_the_keys_the_scanners_scanned_only() {
+        let c = case(5_000, 3);
+        let (model, r) = run_model(&c, &["fillseq", "seqwhilewriting"]);
+        // Two scanners, each its share of --reads keys from the first, as readseq's.
+        assert_eq!((r[1].ops, r[1].found), (5_000, 5_000));
+        assert!(model.gets.lock().unwrap().is_empty());
         assert!(model.puts.lock().unwrap().keys().all(|&k| k < 5_000));
     }
 

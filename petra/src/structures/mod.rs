@@ -41,6 +41,12 @@ pub(crate) trait Ctx<M: PMem> {
     /// The state the info word `info` stands for to a reader outside any transaction:
     /// `Some(value)` if present.
     fn resolve(&self, info: Info) -> Option<u64>;
+    /// Called by a scan's walk after each node: true if the thread re-pinned there (a long
+    /// scan does, so as not to hold the epoch back), and the walk must then go on from a fresh
+    /// position, holding nothing it read before.
+    fn pause(&self) -> bool {
+        false
+    }
 }
 
 /// splitmix64's finaliser: a well-spread 64-bit hash of a word.
@@ -145,12 +151,11 @@ pub(crate) fn checked_node<M: PMem>(cx: &impl Inspect<M>, link: u64, w: u64, byt
     }
 }
 
-/// What one pass of a scan saw at a node: equal passes see equal values (see `scan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one pass of a scan saw at a node: its key, and the state its info word stands for in the
+/// scan's context (see `scan`).
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Seen {
-    pub(crate) node: u64,
     pub(crate) key: u128,
-    pub(crate) info: u64,
     pub(crate) state: Option<u64>,
 }
 
@@ -159,7 +164,7 @@ pub(crate) fn seen<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u128) -> Seen {
     // Acquire: see the descriptor the info word names.
     let info = Info(cx.mem().load(node + INFO, Ordering::Acquire));
     let state = if info.is_marked() { None } else { cx.resolve(info) };
-    Seen { node, key, info: info.0, state }
+    Seen { key, state }
 }
 
 /// One pass over the nodes of a chain (list, bucket or skiplist level 0) with keys in `lo..=hi`,
@@ -168,7 +173,7 @@ pub(crate) fn seen<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u128) -> Seen {
 /// unmarked when read. Every step reads the `next` word of a node that is unmarked, and therefore
 /// linked, at that read: a node with a key in the gap it crosses is not linked at that instant.
 /// A marked `next` (its node is being removed) restarts the walk from a fresh position after
-/// the last key seen. Keys are two words if `wide`.
+/// the last key seen, and so does a re-pin ([`Ctx::pause`]). Keys are two words if `wide`.
 pub(crate) fn walk<M: PMem>(
     cx: &impl Ctx<M>,
     mut start: impl FnMut(u128) -> u64,
@@ -199,6 +204,10 @@ pub(crate) fn walk<M: PMem>(
                 return;
             }
             from = key + 1;
+        }
+        if cx.pause() {
+            link = start(from);
+            continue;
         }
         link = node + LINKS;
     }

@@ -1,0 +1,272 @@
+//! Scans stopped where they re-pin (every 8 nodes in debug builds): the protocol's test hook
+//! ([`hook::set_scan_paused`]) runs writers, removals, frees and checkpoint rounds there, on the
+//! scanning thread (deterministic), or waits for another thread; the scan must still return the
+//! state as of its txid, with every value readable.
+
+use std::sync::mpsc;
+
+use super::inclusive;
+use crate::mem::SimMem;
+use crate::pool::{Pool, PoolConfig};
+use crate::protocol::hook;
+use crate::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
+
+#[test]
+fn bounds_become_inclusive() {
+    assert_eq!(inclusive::<u64>(&(..)), Some((0, u128::MAX)));
+    assert_eq!(inclusive(&(3u64..7)), Some((3, 6)));
+    assert_eq!(inclusive(&(3u64..=7)), Some((3, 7)));
+    assert_eq!(inclusive(&(..0u64)), None);
+    assert_eq!(inclusive(&(5u64..5)), None);
+    let (from, to) = (7u64, 3);
+    assert_eq!(inclusive(&(from..to)), None);
+    let above = (std::ops::Bound::Excluded(u128::MAX), std::ops::Bound::Unbounded);
+    assert_eq!(inclusive(&above), None);
+    // Above the largest one-word key: nothing of one word is, but the bounds say so.
+    let above = (std::ops::Bound::Excluded(u64::MAX), std::ops::Bound::Unbounded);
+    assert_eq!(inclusive(&above), Some((1 << 64, u128::MAX)));
+    let above = (std::ops::Bound::Excluded(4u64), std::ops::Bound::Unbounded);
+    assert_eq!(inclusive(&above), Some((5, u128::MAX)));
+}
+
+/// Keys of the structure scanned: `0..KEYS`, each holding itself at first.
+const KEYS: u64 = 64;
+
+/// Calls at a scan's pauses that drive the engine (see [`drive`]).
+const DRIVES: usize = 24;
+
+/// An engine whose checkpoint rounds run only when asked, with a structure of `kind` holding the
+/// keys `0..KEYS` (values: the key, or for byte values [`bytes`] of it), and a list for other
+/// writes.
+fn engine(kind: StructureKind, values: Values) -> (Engine<SimMem>, StructId, StructId) {
+    let config =
+        PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &config).unwrap();
+    let engine = Engine::create(pool, EngineConfig::rings(64 << 10).checkpoint_fill(0)).unwrap();
+    let s = engine.create_structure(kind, KeyWidth::U64, values).unwrap();
+    let other = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(16) {
+        let mut tx = Transaction::new();
+        for &k in chunk {
+            match values {
+                Values::Words => tx.put(s, k, k),
+                Values::Bytes => tx.put_bytes(s, k, &bytes(k)),
+            };
+        }
+        assert!(h.execute(&tx).unwrap().is_committed());
+    }
+    (engine, s, other)
+}
+
+/// The byte value of `v`: 100 bytes, all `v`'s.
+fn bytes(v: u64) -> Vec<u8> {
+    vec![v as u8; 100]
+}
+
+/// A step of the engine's own work, by `h`: a write of `other` (a writer runs the removals and
+/// frees that came due), and a checkpoint round if one may run.
+fn drive(h: &mut Handle<SimMem>, other: StructId, step: usize) {
+    assert!(h.execute(Transaction::new().put(other, step as u64 % 4, step as u64)).unwrap().is_committed());
+    h.checkpoint_round();
+}
+
+/// Scans all of `s`, with `meanwhile(call)` run where the scan re-pins: while it returns true the
+/// scan re-pins again and calls it again (`call` counts the calls); then the walk goes on.
+/// Returns the snapshot's txid and its entries, each value read by `value` with the blobs.
+fn scan_pausing(
+    engine: &Engine<SimMem>,
+    s: StructId,
+    mut meanwhile: impl FnMut(usize) -> bool + 'static,
+    value: impl Fn(u64, &crate::Blobs<'_, SimMem>) -> u64,
+) -> (u64, Vec<(u64, u64)>) {
+    let mut calls = 0;
+    hook::set_scan_paused(move || {
+        calls += 1;
+        meanwhile(calls - 1)
+    });
+    let mut h = engine.handle().unwrap();
+    let out = h
+        .snapshot_with(s, .., |txid, entries: Vec<(u64, u64)>, blobs| {
+            (txid, entries.into_iter().map(|(k, w)| (k, value(w, blobs))).collect())
+        })
+        .unwrap();
+    hook::clear();
+    out
+}
+
+/// In the middle of a scan, writers replace a key twice, delete one and replace another; the
+/// deleted key's removal comes due, and checkpoint rounds run: the one that folds the batch of
+/// a writer below the snapshot (which cuts the chain of the key replaced twice), and the ones
+/// after it, whose batches are above the snapshot. The scan still returns the state as of its
+/// txid: the removal and the later rounds wait for it, and the round it lets run cuts only the
+/// chain below the newer writers.
+#[test]
+fn a_scan_returns_the_state_at_its_txid_while_writers_rounds_and_removals_run_in_its_middle() {
+    for kind in [StructureKind::List, StructureKind::SkipList, StructureKind::HashMap { buckets: 4 }] {
+        let (engine, s, other) = engine(kind, Values::Words);
+        let mut h = engine.handle().unwrap();
+        // Below the snapshot, in a batch found before it.
+        assert!(h.execute(Transaction::new().put(s, 60u64, 1000)).unwrap().is_committed());
+        assert!(h.checkpoint_round().is_some());
+        let folded_before = engine.checkpoint_stats().descriptors;
+        let mut h2 = engine.handle().unwrap();
+        let (txid, got) = scan_pausing(
+            &engine,
+            s,
+            move |call| match call {
+                0 => {
+                    for tx in [
+                        Transaction::new().put(s, 60u64, 2000),
+                        Transaction::new().put(s, 60u64, 3000),
+                        Transaction::new().delete(s, 61u64),
+                        Transaction::new().put(s, 62u64, 4000),
+                    ] {
+                        assert!(h2.execute(tx).unwrap().is_committed());
+                    }
+                    true
+                }
+                // First writes alone, so that the removal of key 61 comes due before any round
+                // recycles its op's slot (which would make it stale): it must wait for the scan.
+                c if c <= DRIVES => {
+                    assert!(h2.execute(Transaction::new().put(other, c as u64 % 4, c as u64)).unwrap().is_committed());
+                    h2.collect();
+                    true
+                }
+                c if c <= 2 * DRIVES => {
+                    drive(&mut h2, other, c);
+                    true
+                }
+                _ => false,
+            },
+            |w, _| w,
+        );
+        let want: Vec<(u64, u64)> = (0..KEYS).map(|k| (k, if k == 60 { 1000 } else { k })).collect();
+        assert_eq!(got, want, "{kind:?}: the scan at txid {txid}");
+        assert!(engine.waited_for_snapshots()[0] > 0, "{kind:?}: the removal of key 61 never waited for the scan");
+        assert!(
+            engine.checkpoint_stats().descriptors > folded_before,
+            "{kind:?}: no round folded the batch below the snapshot while the scan ran"
+        );
+        // After it: the writes, and the rounds and the removal that waited go on.
+        let now = h.range(s, 59u64..=62).unwrap();
+        assert_eq!(now, [(59, 59), (60, 3000), (62, 4000)], "{kind:?}");
+        for step in 0..4 {
+            drive(&mut h, other, step);
+        }
+        assert!(engine.checkpoint_stats().descriptors > folded_before + 4, "{kind:?}: the rounds stayed held");
+    }
+}
+
+/// A byte value replaced in the middle of a scan, which the writers' frees and allocations of
+/// values of its size would reuse, is read whole by the scan's caller: a value replaced above a
+/// snapshot waits for it.
+#[test]
+fn a_value_replaced_in_the_middle_of_a_scan_stays_readable_until_the_scan_is_done() {
+    let (engine, s, _) = engine(StructureKind::SkipList, Values::Bytes);
+    let values = engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Bytes).unwrap();
+    let mut h2 = engine.handle().unwrap();
+    let (_, got) = scan_pausing(
+        &engine,
+        s,
+        move |call| match call {
+            0 => {
+                assert!(h2.execute(Transaction::new().put_bytes(s, 40u64, &bytes(200))).unwrap().is_committed());
+                true
+            }
+            c if c <= DRIVES => {
+                // Values of the same size, written again and again: the blocks freed come back.
+                let tx = Transaction::new().put_bytes(values, c as u64 % 2, &bytes(100 + c as u64)).clone();
+                assert!(h2.execute(&tx).unwrap().is_committed());
+                h2.checkpoint_round();
+                true
+            }
+            _ => false,
+        },
+        |w, blobs| {
+            let value = blobs.to_vec(w).expect("a value the scan returned reads back whole");
+            assert!(value.len() == 100 && value.iter().all(|&b| b == value[0]), "a value read back wrong: {value:?}");
+            value[0] as u64
+        },
+    );
+    assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>());
+    assert!(engine.waited_for_snapshots()[1] > 0, "the value of key 40 never came due during the scan");
+}
+
+/// A removal is stamped once its transaction has its txid: a scan that takes its snapshot after
+/// the transaction committed but before it got its txid (so below it) still finds the key the
+/// transaction deleted, its node kept while the snapshot is held, though the removal comes due
+/// in the middle of the scan.
+#[test]
+fn a_snapshot_taken_before_a_deletes_txid_keeps_its_node() {
+    let (engine, s, other) = engine(StructureKind::SkipList, Values::Words);
+    let (committed_tx, committed_rx) = mpsc::channel();
+    let (taken_tx, taken_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::scope(|sc| {
+        let e = engine.clone();
+        sc.spawn(move || {
+            let mut h = e.handle().unwrap();
+            // Committed, not yet persisted: wait for the scan's snapshot.
+            hook::set_before_persist(move |_| {
+                committed_tx.send(()).unwrap();
+                taken_rx.recv().unwrap();
+            });
+            assert!(h.execute(Transaction::new().delete(s, 60u64)).unwrap().is_committed());
+            hook::clear();
+            done_tx.send(()).unwrap();
+        });
+        committed_rx.recv().unwrap();
+        let mut h2 = engine.handle().unwrap();
+        let (txid, got) = scan_pausing(
+            &engine,
+            s,
+            move |call| match call {
+                0 => {
+                    taken_tx.send(()).unwrap();
+                    done_rx.recv().unwrap();
+                    true
+                }
+                c if c <= DRIVES => {
+                    drive(&mut h2, other, c);
+                    true
+                }
+                _ => false,
+            },
+            |w, _| w,
+        );
+        assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>(), "the scan at txid {txid}");
+    });
+    assert_eq!(engine.handle().unwrap().get(s, 60u64).unwrap(), None);
+}
+
+/// A round cuts only the `prev` words that name its batch, so the ops of newer transactions
+/// stay above it on a hot key's chain; it walks past them once for the node, not once for
+/// every op of its batch on the key (which made rounds on hot keys slow in proportion to their
+/// backlog, and so fall further behind).
+#[test]
+fn a_round_walks_past_the_newer_ops_on_a_hot_key_once_not_once_per_op() {
+    const WRITES: u64 = 200;
+    let (engine, s, _) = engine(StructureKind::SkipList, Values::Words);
+    let mut h = engine.handle().unwrap();
+    let mut writes = |from: u64| {
+        for v in from..from + WRITES {
+            assert!(h.execute(Transaction::new().put(s, 5u64, v)).unwrap().is_committed());
+        }
+    };
+    writes(0);
+    let mut h2 = engine.handle().unwrap();
+    // Finds a batch holding the first writes (and the set-up's).
+    assert!(h2.checkpoint_round().is_some());
+    writes(WRITES);
+    let before = crate::checkpoint::steps::taken();
+    let report = h2.checkpoint_round().expect("the round runs");
+    let steps = crate::checkpoint::steps::taken() - before;
+    assert!(report.descriptors >= WRITES, "{report:?}");
+    // The first op's walks go down past the newer writes to its own (`chain_below`), and past
+    // them and the batch's writes (`cache_chain`): 3 * WRITES steps, and a few for each other
+    // key of the set-up; each other op of the batch on the key finds the node done. (Walking
+    // again for each of them: some 80 000.)
+    assert!(steps <= 5 * WRITES, "{steps} steps down prev chains for {} descriptors", report.descriptors);
+    assert_eq!(h2.get(s, 5u64).unwrap(), Some(2 * WRITES - 1));
+}
