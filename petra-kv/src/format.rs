@@ -32,8 +32,11 @@ const MAGIC_KEY: u64 = 0;
 const VERSION_KEY: u64 = 1;
 
 /// Descriptor rings of the stores: small, since a ring that fills up is followed by another.
+/// The automatic checkpoint rounds run on the engine's own thread: a store's writers take the
+/// locks of their keys and sets around a transaction, and a round (a quarter of a ring folded)
+/// must neither run inside them nor be any one write's time.
 pub(crate) fn engine_config(durability: DurabilityPolicy) -> EngineConfig {
-    EngineConfig::rings(4 << 20).durability(durability)
+    EngineConfig::rings(4 << 20).durability(durability).background_rounds(true)
 }
 
 /// Opens the pool file `config` names with `open`, or creates it and makes a store in it with

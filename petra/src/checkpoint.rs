@@ -96,10 +96,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_epoch::{Guard, LocalHandle};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
 use crate::mem::{CACHE_LINE, PMem, WORD};
@@ -125,12 +125,89 @@ pub(crate) struct Checkpointer {
     recycled: Arc<AtomicU64>,
     /// What the rounds did so far.
     stats: Mutex<CheckpointStats>,
+    /// The wake-up of the engine's rounds' thread, if the rounds that the fill starts run on
+    /// it (see [`EngineConfig::background_rounds`](crate::EngineConfig::background_rounds)).
+    background: Option<Arc<RoundWake>>,
+}
+
+/// What wakes the rounds' thread: a round asked for by a writer whose ring is filling, or the
+/// end of its run.
+#[derive(Debug, Default)]
+pub(crate) struct RoundWake {
+    /// A round was asked for since the thread last woke. Writers read it without the lock, so
+    /// that only the one that sets it wakes the thread.
+    asked: AtomicBool,
+    /// The thread's run: it runs while this is the number it started with.
+    run: Mutex<u64>,
+    woken: Condvar,
+}
+
+impl RoundWake {
+    /// The run a thread starting now belongs to.
+    pub(crate) fn run(&self) -> u64 {
+        *self.run.lock()
+    }
+
+    /// Asks the thread for a round; asks before it wakes are one.
+    fn ask(&self) {
+        // Relaxed: a hint; the writer that sets the flag wakes the thread.
+        if self.asked.load(Ordering::Relaxed) {
+            return;
+        }
+        // AcqRel: one writer sets it; the thread's swap in `wait` takes it back.
+        if !self.asked.swap(true, Ordering::AcqRel) {
+            // Under the lock: the thread either has not yet looked at the flag (it will see it)
+            // or waits (and is woken).
+            let _run = self.run.lock();
+            self.woken.notify_one();
+        }
+    }
+
+    /// Waits until a round is asked for (`true`), or run `run` has ended (`false`).
+    pub(crate) fn wait(&self, run: u64) -> bool {
+        let mut current = self.run.lock();
+        while *current == run {
+            // AcqRel: as in `ask`.
+            if self.asked.swap(false, Ordering::AcqRel) {
+                return true;
+            }
+            self.woken.wait(&mut current);
+        }
+        false
+    }
+
+    /// Ends run `run` (its thread returns from [`wait`](RoundWake::wait) with `false`).
+    pub(crate) fn stop(&self, run: u64) {
+        let mut current = self.run.lock();
+        if *current == run {
+            *current += 1;
+        }
+        self.woken.notify_all();
+    }
 }
 
 impl Checkpointer {
-    /// Rounds that run on their own when a ring is `fill` percent full (0: never).
-    pub(crate) fn new(fill: u8) -> Checkpointer {
-        Checkpointer { fill, ..Checkpointer::default() }
+    /// Rounds that run on their own when a ring is `fill` percent full (0: never), on the
+    /// engine's rounds' thread if `background`, else in the writer that finds its ring so.
+    pub(crate) fn new(fill: u8, background: bool) -> Checkpointer {
+        Checkpointer { fill, background: background.then(Arc::default), ..Checkpointer::default() }
+    }
+
+    /// The wake-up of the rounds' thread, if the engine runs one.
+    pub(crate) fn background(&self) -> Option<Arc<RoundWake>> {
+        self.background.clone()
+    }
+
+    /// On the rounds' thread, asked by a writer (see [`maybe_round`](Checkpointer::maybe_round)):
+    /// a round, and under safe points the safe point the writer would have asked for after it,
+    /// with the epoch collector helped along before and after (the round's end, which the next
+    /// round waits for, is deferred through it).
+    pub(crate) fn asked_round<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings, local: &LocalHandle) {
+        self.advance(local);
+        if self.round(core, rings, local).is_some() && core.safe.on() {
+            core.safe.relieve(rings.len() as u64 * rings.ring_bytes(), || core.safe.make(core, rings));
+        }
+        self.advance(local);
     }
 
     /// The fill that starts a round on its own.
@@ -394,7 +471,12 @@ impl Checkpointer {
             return;
         }
         if !core.safe.on() {
-            self.round(core, rings, local);
+            match &self.background {
+                Some(wake) => wake.ask(),
+                None => {
+                    self.round(core, rings, local);
+                }
+            }
             return;
         }
         // While safe points are kept, a round folds only what a safe point covers, and its
@@ -408,8 +490,13 @@ impl Checkpointer {
             return;
         }
         ring.fired.store(head, Ordering::Relaxed);
-        self.round(core, rings, local);
-        core.safe.relieve(rings.len() as u64 * rings.ring_bytes(), || core.safe.make(core, rings));
+        match &self.background {
+            Some(wake) => wake.ask(),
+            None => {
+                self.round(core, rings, local);
+                core.safe.relieve(rings.len() as u64 * rings.ring_bytes(), || core.safe.make(core, rings));
+            }
+        }
     }
 
     /// A few attempts to let the epoch collector run what is due (the end of the last round).
@@ -435,6 +522,8 @@ impl Checkpointer {
             return None;
         }
         let started = std::time::Instant::now();
+        #[cfg(test)]
+        steps::round();
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
         done.ready();
@@ -846,7 +935,8 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node
     }
 }
 
-/// A unit test's count of the steps rounds on this thread took down `prev` chains.
+/// A unit test's counts, of this thread: the steps rounds took down `prev` chains, and the
+/// rounds run.
 #[cfg(test)]
 pub(crate) mod steps {
     use std::cell::Cell;
@@ -862,5 +952,18 @@ pub(crate) mod steps {
     /// The steps taken so far on this thread.
     pub(crate) fn taken() -> u64 {
         STEPS.with(Cell::get)
+    }
+
+    thread_local! {
+        static ROUNDS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn round() {
+        ROUNDS.with(|s| s.set(s.get() + 1));
+    }
+
+    /// The rounds run so far on this thread.
+    pub(crate) fn rounds() -> u64 {
+        ROUNDS.with(Cell::get)
     }
 }

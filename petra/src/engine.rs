@@ -12,7 +12,7 @@ use std::time::Duration;
 use crossbeam_epoch::Collector;
 use parking_lot::Mutex;
 
-use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer};
+use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer, RoundWake};
 use crate::error::{Damage, EngineError};
 use crate::handle::{Handle, Shared};
 use crate::key::{Key, KeyWidth};
@@ -42,11 +42,23 @@ pub struct EngineConfig {
     /// When a write survives a power loss on a page-cache pool (see [`DurabilityPolicy`]): by
     /// default a power-safe point every second.
     pub durability: DurabilityPolicy,
+    /// Whether the rounds that [`checkpoint_fill`](EngineConfig::checkpoint_fill) starts run on
+    /// a thread of the engine's own, beside the writers, instead of in the writer that found its
+    /// ring filling: then no transaction's call takes a round's time (a round folds a quarter of
+    /// a ring), and no round runs where the caller holds a lock of its own. Off by default: a
+    /// writer that runs the rounds itself keeps the engine's work on its own threads and makes
+    /// what a run does depend on its transactions alone (as simulated crashes want).
+    pub background_rounds: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { ring_bytes: 64 << 20, checkpoint_fill: 25, durability: DurabilityPolicy::default() }
+        EngineConfig {
+            ring_bytes: 64 << 20,
+            checkpoint_fill: 25,
+            durability: DurabilityPolicy::default(),
+            background_rounds: false,
+        }
     }
 }
 
@@ -90,6 +102,12 @@ impl EngineConfig {
     /// The same settings under the durability `policy`.
     pub fn durability(self, policy: DurabilityPolicy) -> EngineConfig {
         EngineConfig { durability: policy, ..self }
+    }
+
+    /// These settings, with the automatic rounds run on the engine's own thread (`true`) or by
+    /// the writers (see [`EngineConfig::background_rounds`]).
+    pub fn background_rounds(self, on: bool) -> EngineConfig {
+        EngineConfig { background_rounds: on, ..self }
     }
 }
 
@@ -135,6 +153,52 @@ impl Syncer {
 }
 
 impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.wake.stop(self.run);
+    }
+}
+
+/// The thread that runs the automatic checkpoint rounds when the engine is configured so
+/// ([`EngineConfig::background_rounds`]): writers whose rings fill ask it for one.
+#[derive(Debug)]
+pub(crate) struct Rounder {
+    wake: Arc<RoundWake>,
+    run: u64,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Rounder {
+    /// Starts the rounds' thread of `shared`. It holds the engine only while it runs rounds.
+    fn start<M: PMem + 'static>(shared: &Arc<Shared<M>>, wake: Arc<RoundWake>) -> Rounder {
+        let weak = Arc::downgrade(shared);
+        let run = wake.run();
+        let woken = Arc::clone(&wake);
+        let collector = shared.collector.clone();
+        let thread = std::thread::Builder::new()
+            .name("petra-rounds".into())
+            .spawn(move || {
+                let local = collector.register();
+                while woken.wait(run) {
+                    let Some(shared) = weak.upgrade() else { return };
+                    shared.checkpointer.asked_round(&shared.core, &shared.rings, &local);
+                }
+            })
+            .expect("a thread for the checkpoint rounds");
+        Rounder { wake, run, thread: Some(thread) }
+    }
+
+    /// Stops the thread and waits for it to end (unless this is that thread).
+    fn stop(mut self) {
+        self.wake.stop(self.run);
+        if let Some(t) = self.thread.take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Rounder {
     fn drop(&mut self) {
         self.wake.stop(self.run);
     }
@@ -218,31 +282,40 @@ impl<M: PMem + 'static> Engine<M> {
             core,
             collector: Collector::new(),
             rings,
-            checkpointer: Checkpointer::new(config.checkpoint_fill),
+            checkpointer: Checkpointer::new(config.checkpoint_fill, config.background_rounds),
             syncer: Mutex::new(None),
+            rounder: Mutex::new(None),
         });
         let engine = Engine { shared };
-        engine.start_syncer();
+        engine.start_threads();
         Ok(engine)
     }
 
-    /// Starts the background syncer if the policy wants one.
-    fn start_syncer(&self) {
+    /// Starts the background syncer if the policy wants one, and the rounds' thread if the
+    /// configuration does.
+    fn start_threads(&self) {
         if let Some(every) = self.shared.core.safe.interval() {
             *self.shared.syncer.lock() = Some(Syncer::start(&self.shared, every));
         }
+        if let Some(wake) = self.shared.checkpointer.background() {
+            *self.shared.rounder.lock() = Some(Rounder::start(&self.shared, wake));
+        }
     }
 
-    /// The shared state, taken out of the engine if this is its last holder (the syncer stopped
-    /// first, so that it holds nothing), or the engine back, its syncer running again.
+    /// The shared state, taken out of the engine if this is its last holder (its threads
+    /// stopped first, so that they hold nothing), or the engine back, its threads running again.
     fn into_shared(self) -> Result<Shared<M>, Engine<M>> {
         let syncer = self.shared.syncer.lock().take();
         if let Some(s) = syncer {
             s.stop();
         }
+        let rounder = self.shared.rounder.lock().take();
+        if let Some(r) = rounder {
+            r.stop();
+        }
         Arc::try_unwrap(self.shared).map_err(|shared| {
             let engine = Engine { shared };
-            engine.start_syncer();
+            engine.start_threads();
             engine
         })
     }
@@ -361,6 +434,7 @@ impl<M: PMem + 'static> Engine<M> {
             ring_bytes: shared.rings.ring_bytes(),
             checkpoint_fill: shared.checkpointer.fill(),
             durability: DurabilityPolicy::Process,
+            background_rounds: false,
         };
         // An open engine never has its clean word set (it is cleared at open), so this is the
         // full rewrite.

@@ -39,6 +39,8 @@ pub(crate) struct Shared<M: PMem> {
     pub(crate) checkpointer: Checkpointer,
     /// The background thread that makes safe points under a periodic policy.
     pub(crate) syncer: parking_lot::Mutex<Option<crate::engine::Syncer>>,
+    /// The thread that runs the automatic rounds, if the engine runs them on one.
+    pub(crate) rounder: parking_lot::Mutex<Option<crate::engine::Rounder>>,
 }
 
 impl<M: PMem + 'static> Shared<M> {

@@ -284,3 +284,39 @@ fn a_transaction_that_panicked_happened_whole_or_not_at_all_and_recovery_agrees(
         assert_eq!(closed.entries::<u64>(s).unwrap(), want, "{panic:?}: reopened after a clean close");
     }
 }
+
+/// With background rounds, a writer whose ring fills asks the engine's thread for rounds and
+/// runs none itself; the rounds run there and fold its descriptors; the engine closes with the
+/// thread stopped. Without, the writer runs them.
+#[test]
+fn background_rounds_run_on_the_engines_thread_not_the_writers() {
+    for background in [false, true] {
+        let mem = Arc::new(SimMem::new(0, MAX_LEN));
+        let pool = Pool::create_in(Arc::clone(&mem), &config()).unwrap();
+        let engine = Engine::create(pool, engine_config().background_rounds(background)).unwrap();
+        let s = engine.create_skiplist().unwrap();
+        let mut h = engine.handle().unwrap();
+        let before = crate::checkpoint::steps::rounds();
+        // 20 000 descriptors through rings of 511: a round at every quarter ring.
+        for i in 0..20_000u64 {
+            assert!(h.execute(Transaction::new().put(s, i % 512, i)).unwrap().is_committed());
+        }
+        let here = crate::checkpoint::steps::rounds() - before;
+        if background {
+            assert_eq!(here, 0, "the writer ran {here} rounds itself");
+        } else {
+            assert!(here > 20, "the writer ran {here} rounds");
+        }
+        // The rounds ran, wherever they did (waiting for the thread to be given a core: a
+        // machine may be busy, so the wait is long, and it ends as soon as they have).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while engine.checkpoint_stats().descriptors < 1000 {
+            assert!(std::time::Instant::now() < deadline, "no rounds: {:?}", engine.checkpoint_stats());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(h);
+        let pool = engine.into_pool().unwrap_or_else(|_| panic!("the engine is still held (its rounds' thread?)"));
+        let (engine, _) = Engine::open(pool, engine_config()).unwrap();
+        assert_eq!(engine.handle().unwrap().get(s, 7u64).unwrap(), Some(19_975));
+    }
+}
