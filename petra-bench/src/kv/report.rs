@@ -32,6 +32,11 @@ pub(crate) struct KvRow {
     /// 99.9th percentile.
     #[serde(rename = "p99.9")]
     pub(crate) p99_9: Option<f64>,
+    /// 99.99th percentile and the slowest operation (in the JSON only: pmemkv_bench's CSV
+    /// stops at 99.9), where the rare long operations show.
+    #[serde(rename = "p99.99")]
+    pub(crate) p99_99: Option<f64>,
+    pub(crate) max: Option<f64>,
 }
 
 impl KvRow {
@@ -48,6 +53,8 @@ impl KvRow {
             p50: r.percentile(50.0),
             p99: r.percentile(99.0),
             p99_9: r.percentile(99.9),
+            p99_99: r.percentile(99.99),
+            max: r.percentile(100.0),
         }
     }
 
