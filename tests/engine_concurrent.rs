@@ -28,6 +28,9 @@ type KeyHistory = Vec<(u64, Option<u64>)>;
 struct SingleRead {
     lo: u64,
     hi: u64,
+    /// The txid of this thread's last committed transaction before the read (0: none): the read
+    /// must see at least what that left.
+    own: u64,
     op: Op,
     result: Option<u64>,
 }
@@ -91,6 +94,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                     let mut rng = StdRng::seed_from_u64(seed * 1000 + t as u64);
                     let mut h = engine.handle().unwrap();
                     let (mut committed, mut reads, mut scans, mut aborted) = (Vec::new(), Vec::new(), Vec::new(), 0);
+                    let mut own = 0;
                     for i in 0..txs_per_thread {
                         if i % ROUND_EVERY == ROUND_EVERY - 1 {
                             h.checkpoint();
@@ -118,6 +122,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                         let hi = engine.txid_watermark();
                         match out {
                             Outcome::Committed { results, txid: Some(txid) } => {
+                                own = txid;
                                 // Record in execution order.
                                 let mut order: Vec<usize> = (0..n).collect();
                                 if sort {
@@ -130,14 +135,14 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                                 });
                             }
                             Outcome::Committed { results, txid: None } => {
-                                reads.push(SingleRead { lo, hi, op: ops[0], result: results[0] });
+                                reads.push(SingleRead { lo, hi, own, op: ops[0], result: results[0] });
                             }
                             Outcome::Aborted { failed_op: None } if n == 1 && ops[0].kind == OpKind::Find => {
                                 unreachable!("a single find fails with its index")
                             }
                             Outcome::Aborted { failed_op } => {
                                 if n == 1 && ops[0].kind == OpKind::Find {
-                                    reads.push(SingleRead { lo, hi, op: ops[0], result: None });
+                                    reads.push(SingleRead { lo, hi, own, op: ops[0], result: None });
                                 }
                                 // The op named failed, whichever thread ran it: a strict one (in
                                 // the order added, the transaction sorted or not).
@@ -218,7 +223,10 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
     check_scans(&model, u64::MAX, &mut next_scan);
     for r in &reads {
         let h = history.get(&(r.op.structure, r.op.key as u64)).map(Vec::as_slice).unwrap_or(&[]);
-        let lo = r.lo.saturating_sub(threads_n);
+        // The window opens a few txids (one per thread) before the watermark read before the
+        // call, but never before this thread's own last transaction: a read that misses this
+        // thread's own last write of the key is stale however the others interleave.
+        let lo = r.lo.saturating_sub(threads_n).max(r.own);
         // The value at txid lo, then every value set in (lo, hi].
         let at_lo = h.iter().rev().find(|(t, _)| *t <= lo).map(|(_, v)| *v).unwrap_or(None);
         let mut candidates = vec![at_lo];
