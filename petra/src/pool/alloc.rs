@@ -100,6 +100,29 @@ pub(crate) struct Allocator {
     /// (family, class).
     returns: Vec<SegQueue<u64>>,
     chunks: Mutex<Chunks>,
+    /// Blocks handed out and given back through the allocation calls since this allocator was
+    /// attached: a ledger kept apart from the chunk table and the structures, which tests check
+    /// against what the structures hold (debug builds only: two shared counters on every call
+    /// would be contended).
+    #[cfg(debug_assertions)]
+    ledger: crossbeam_utils::CachePadded<[std::sync::atomic::AtomicU64; 2]>,
+}
+
+/// Blocks (node blocks, and blobs, a run of chunks counting as one) handed out by the pool's
+/// allocation calls and given back by its free calls, since it was opened or last rebuilt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Blocks handed out.
+    pub taken: u64,
+    /// Blocks given back.
+    pub returned: u64,
+}
+
+impl Ledger {
+    /// Blocks handed out and not given back.
+    pub fn held(&self) -> u64 {
+        self.taken - self.returned
+    }
 }
 
 /// Chunk bookkeeping, changed only on the rare paths (new chunk, run, growth, rebuild).
@@ -179,6 +202,8 @@ impl Allocator {
             depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             returns: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             chunks: Mutex::new(Chunks { free, in_file, node, reserve: true }),
+            #[cfg(debug_assertions)]
+            ledger: Default::default(),
         }
     }
 }
@@ -657,6 +682,30 @@ impl<M: PMem> Pool<M> {
         self.alloc.chunks.lock().reserve = on;
     }
 
+    /// The ledger of blocks handed out and given back (see [`Ledger`]); `None` in a release
+    /// build, which keeps none.
+    pub fn ledger(&self) -> Option<Ledger> {
+        #[cfg(debug_assertions)]
+        {
+            // Relaxed: counts read once the threads that moved them are done.
+            let [taken, returned] = &*self.alloc.ledger;
+            Some(Ledger {
+                taken: taken.load(std::sync::atomic::Ordering::Relaxed),
+                returned: returned.load(std::sync::atomic::Ordering::Relaxed),
+            })
+        }
+        #[cfg(not(debug_assertions))]
+        None
+    }
+
+    /// Moves the ledger: a block handed out (0) or given back (1).
+    #[inline]
+    fn count(&self, _which: usize) {
+        // Relaxed: a count, read once the threads that moved it are done.
+        #[cfg(debug_assertions)]
+        self.alloc.ledger[_which].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Chunks by use.
     pub fn chunk_counts(&self) -> ChunkCounts {
         let layout = &self.header.layout;
@@ -724,7 +773,9 @@ impl<M: PMem> Pool<M> {
     /// `cache`. Its bytes are whatever its last use left, or zero. No flush, no fence.
     pub fn alloc(&self, cache: &mut AllocCache, size: u64) -> Result<POff, AllocError> {
         let class = class_for(size).ok_or(AllocError::TooLarge { requested: size, limit: MAX_CLASS_SIZE })?;
-        self.alloc_class(cache, Family::Node, class)
+        let off = self.alloc_class(cache, Family::Node, class)?;
+        self.count(0);
+        Ok(off)
     }
 
     fn alloc_class(&self, cache: &mut AllocCache, family: Family, class: usize) -> Result<POff, AllocError> {
@@ -771,6 +822,7 @@ impl<M: PMem> Pool<M> {
     pub fn free(&self, cache: &mut AllocCache, off: POff) {
         let idx = self.block_index(off, Family::Node);
         self.cache_free(cache, idx, off);
+        self.count(1);
     }
 
     /// Puts a free block into `cache`, passing a magazine to the depot when the cache holds two.
@@ -791,6 +843,7 @@ impl<M: PMem> Pool<M> {
     pub fn free_shared(&self, off: POff) {
         let idx = self.block_index(off, Family::Node);
         self.alloc.returns[idx].push(off.get());
+        self.count(1);
     }
 
     /// The depot index of the block at `off`, checked against the chunk table.
@@ -832,6 +885,7 @@ impl<M: PMem> Pool<M> {
                 POff::new(self.header.layout.chunk_off(start))
             }
         };
+        self.count(0);
         self.mem.write_bytes(off.get() + WORD, data);
         // Release: a reader that sees the header (Acquire in `blob_len`) sees the bytes.
         let check = blob_check(hash, off.get(), self.salt);
@@ -866,6 +920,7 @@ impl<M: PMem> Pool<M> {
     /// # Panics
     /// If `off` is not a blob's start.
     pub fn free_blob(&self, cache: &mut AllocCache, off: POff) {
+        self.count(1);
         match self.blob_run(off) {
             Some((i, chunks)) => self.free_run(i, chunks),
             None => {
