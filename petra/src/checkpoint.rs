@@ -202,10 +202,20 @@ impl Checkpointer {
     /// a round, and under safe points the safe point the writer would have asked for after it,
     /// with the epoch collector helped along before and after (the round's end, which the next
     /// round waits for, is deferred through it).
+    ///
+    /// A writer asks only once the last round's end ran, but another round may be running (one
+    /// asked for by a caller): the thread tries a few times, a little apart, before it leaves
+    /// the round to the next ask.
     pub(crate) fn asked_round<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings, local: &LocalHandle) {
-        self.advance(local);
-        if self.round(core, rings, local).is_some() && core.safe.on() {
-            core.safe.relieve(rings.len() as u64 * rings.ring_bytes(), || core.safe.make(core, rings));
+        for _ in 0..8 {
+            self.advance(local);
+            if self.round(core, rings, local).is_some() {
+                if core.safe.on() {
+                    core.safe.relieve(rings.len() as u64 * rings.ring_bytes(), || core.safe.make(core, rings));
+                }
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
         self.advance(local);
     }

@@ -32,8 +32,8 @@ pub(crate) struct KvRow {
     /// 99.9th percentile.
     #[serde(rename = "p99.9")]
     pub(crate) p99_9: Option<f64>,
-    /// 99.99th percentile and the slowest operation (in the JSON only: pmemkv_bench's CSV
-    /// stops at 99.9), where the rare long operations show.
+    /// 99.99th percentile and the slowest operation (in the files only: the printed lines are
+    /// pmemkv_bench's, which stop at 99.9), where the rare long operations show.
     #[serde(rename = "p99.99")]
     pub(crate) p99_99: Option<f64>,
     pub(crate) max: Option<f64>,
