@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use petra::error::OpenError;
-use petra::mem::{CrashPlan, PMem, SimMem};
-use petra::pool::{Mapping, POff, Pool, PoolConfig};
+use petra::mem::{CrashPlan, MediaModel, PMem, SimMem};
+use petra::pool::header::{HEADER_SIZE, State};
+use petra::pool::{Header, Mapping, POff, Pool, PoolConfig};
 use petra_recovery::crash::{CrashTest, Report};
 
 const REGION_TAG: u8 = 9;
@@ -134,6 +135,60 @@ fn an_interrupted_create_leaves_no_pool_or_a_whole_one() {
     );
     report.assert_ok();
     assert!(report.images > 10);
+}
+
+/// What the state line of the pool in `mem` says, or why the pool is refused.
+fn state_line(mem: &SimMem) -> Result<State, String> {
+    let mut page = vec![0u8; HEADER_SIZE as usize];
+    mem.read_bytes(0, &mut page);
+    let header = Header::decode(&page).map_err(|e| e.to_string())?;
+    State::decode(&page, &header.uuid).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_state_line_write_torn_anywhere_leaves_the_line_before_it_or_after_it() {
+    // A closed pool is marked in use and closed again; every crash image, under persistent
+    // memory and in the page cache (each page at every moment of its own), must open, its state
+    // line the one before the write the crash interrupted or the one after: never refused, never
+    // "boot unknown".
+    for model in [MediaModel::PersistentMemory, MediaModel::PageCache] {
+        let test = CrashTest {
+            model,
+            plan: CrashPlan::all(1.0, 5).with_syncs(),
+            exhaustive_bound: 1 << 12,
+            ..CrashTest::new(5)
+        };
+        let workload = |mem: Arc<SimMem>| {
+            let before = state_line(&mem).unwrap();
+            let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
+            let boot = mem.boot();
+            let marking = mem.events();
+            pool.mark_in_use().unwrap();
+            let marked = mem.events();
+            pool.close().unwrap();
+            (before, boot, marking, marked)
+        };
+        let report = test.run(setup, workload, |&(before, boot, marking, marked), image, mem| {
+            let read = state_line(&mem)?;
+            Pool::open_in(mem).map_err(|e| format!("refused: {e}"))?;
+            let event = image.point.event;
+            let expected: &[State] = if event <= marking {
+                &[before]
+            } else if event < marked {
+                &[before, State::in_use(boot)]
+            } else {
+                &[State::in_use(boot), State::clean(boot)]
+            };
+            if expected.contains(&read) {
+                Ok(())
+            } else {
+                Err(format!("at event {event} the state line reads {read:?}, expected one of {expected:?}"))
+            }
+        });
+        eprintln!("{model:?}: {} points, {} images", report.points, report.images);
+        report.assert_ok();
+        assert!(report.points >= 10, "{model:?}: {} crash points", report.points);
+    }
 }
 
 #[test]

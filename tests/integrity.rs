@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use petra::error::{AllocError, Damage, EngineError};
+use petra::error::{AllocError, Damage, EngineError, OpenError};
 use petra::mem::{Durability, PMem};
-use petra::pool::header::{ROOT_ENTRY_SIZE, ROOT_TABLE_OFF, SHUTDOWN_OFF};
+use petra::pool::header::{ROOT_ENTRY_SIZE, ROOT_TABLE_OFF, STATE_COPIES};
 use petra::pool::{Mapping, POff, Pool, PoolConfig, RootEntry};
 use petra::{Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
 use petra_recovery::scratch_dir;
@@ -228,25 +228,37 @@ fn values_moved_swapped_or_copied_fail_their_check_and_a_chunk_tail_is_no_block(
 }
 
 #[test]
-fn a_damaged_state_line_says_neither_clean_nor_this_boot() {
+fn a_damaged_copy_of_the_state_line_is_covered_by_the_other_and_both_are_refused() {
     let dir = scratch_dir();
     let path = made(dir.path(), "p.pool");
     let pool = Pool::open(&path, &Mapping::default()).unwrap();
     assert!(pool.was_clean() && pool.same_boot());
     drop(pool);
-    for at in [SHUTDOWN_OFF, SHUTDOWN_OFF + 8, SHUTDOWN_OFF + 24] {
-        let copy = dir.path().join("copy.pool");
+    let copy = dir.path().join("copy.pool");
+    let damaged = |at: &[u64]| {
         std::fs::copy(&path, &copy).unwrap();
         let mut b = std::fs::read(&copy).unwrap();
-        b[at as usize] ^= 0x10;
+        for &at in at {
+            b[at as usize] ^= 0x10;
+        }
         std::fs::write(&copy, b).unwrap();
-        let pool = Pool::open(&copy, &Mapping::default()).unwrap();
-        assert!(!pool.was_clean() && !pool.same_boot(), "byte {at:#x} flipped");
-        // Recovery then runs (it is right for any pool) and every key is there.
-        let (engine, report) = Engine::open(pool, rings()).unwrap();
-        assert!(!report.clean);
-        assert_eq!(engine.entries::<u64>(petra::StructId(0)).unwrap().len(), 20);
+    };
+    // Each word of either copy: the other copy says what the line said.
+    for off in STATE_COPIES {
+        for at in [off, off + 8, off + 16, off + 24] {
+            damaged(&[at]);
+            let pool = Pool::open(&copy, &Mapping::default()).unwrap();
+            assert!(pool.was_clean() && pool.same_boot(), "byte {at:#x} flipped");
+            let (engine, report) = Engine::open(pool, rings()).unwrap();
+            assert!(report.clean, "byte {at:#x} flipped");
+            assert_eq!(engine.entries::<u64>(petra::StructId(0)).unwrap().len(), 20);
+        }
     }
+    // Both copies: no crash leaves that; the pool is refused, the file untouched.
+    damaged(&[STATE_COPIES[0] + 8, STATE_COPIES[1] + 24]);
+    let before = std::fs::read(&copy).unwrap();
+    assert!(matches!(Pool::open(&copy, &Mapping::default()), Err(OpenError::StateLine)));
+    assert_eq!(std::fs::read(&copy).unwrap(), before);
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use petra::error::{AllocError, CreateError, OpenError, RebuildError};
 use petra::mem::{Counting, Durability, MemCounts, PMem, SimMem};
+use petra::pool::header::STATE_COPIES;
 use petra::pool::{Mapping, POff, Pool, PoolConfig, RootEntry};
 use petra_recovery::scratch_dir;
 
@@ -99,13 +100,20 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     // Files of the previous formats (check words mixed differently; version 2 without the checks
     // of chunk table entries, blob values and engine words; version 3 with value checks not tied
     // to their place; version 4 without the engine's safe point; version 5 with MDList nodes of
-    // base-16 coordinates) are refused.
-    for old in [1u32, 2, 3, 4, 5] {
+    // base-16 coordinates; version 6 with one copy of the state line) are refused.
+    for old in [1u32, 2, 3, 4, 5, 6] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&old.to_le_bytes());
         std::fs::write(&bad, &b).unwrap();
-        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 6 } if found == old));
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 7 } if found == old));
     }
+
+    // Both copies of the state line damaged (one alone is covered by the other).
+    let mut b = good.clone();
+    b[STATE_COPIES[0] as usize + 8] ^= 0x04;
+    b[STATE_COPIES[1] as usize + 8] ^= 0x04;
+    std::fs::write(&bad, &b).unwrap();
+    assert!(matches!(refused(&bad), OpenError::StateLine));
 
     let mut b = good.clone();
     b[60] ^= 0x40; // inside the uuid

@@ -57,8 +57,8 @@ const DATA_OFF_AT: usize = 40;
 const ROOT_TABLE_AT: usize = 1024;
 const ROOT_ENTRY: usize = 64;
 const ROOT_ENTRIES: usize = 48;
-/// The header bytes a flip aims at: its fixed fields, the shutdown word and half the boot id (the
-/// seeds were drawn with this bound).
+/// The header bytes a flip aims at: its fixed fields, the shutdown word and half the boot id of the
+/// state line's first copy (the seeds were drawn with this bound).
 const HEADER_FIELDS: usize = 144;
 const SEC: u64 = 1_000_000_000;
 
@@ -105,14 +105,11 @@ impl Kind {
     /// The configuration the stores of this battery are made and opened with: a maximum size small
     /// enough for a chunk table of one page, large enough for the stores' few tens of MiB; the
     /// default durability policy (safe points, so that rounds fold only what a safe point covers
-    /// and the unclosed files hold what a kill leaves under it).
+    /// and the unclosed files hold what a kill leaves under it). Under safe points a state line
+    /// read as another boot brings an unclosed pool back to its last safe point: a damaged boot id
+    /// (`unsorted/unclosed/flip-header#4` with `PETRA_CORRUPTION_CASES=12`) must be covered by the
+    /// line's other copy, not read so.
     fn config(self, path: &Path, create: CreateMode) -> Config {
-        // An open gap, to be closed, not a case to drop: a damaged boot id in the state line of an
-        // unclosed file (`unsorted/unclosed/flip-header#4` with `PETRA_CORRUPTION_CASES=12`) reads
-        // as a power loss, which brings the pool back to its last safe point: the writes
-        // acknowledged after it are gone without an error. Without safe points (`Process`) the
-        // same file opens intact. The header's state line is the only word of which boot the
-        // pool was last in use in, and a torn one is what a power loss in `mark_in_use` leaves.
         Config { create, order: self.order(), size: 2 << 20, max_size: 64 << 20, ..Config::new(path) }
     }
 }
@@ -1004,9 +1001,12 @@ fn compare(before: &[u8], after: &[u8]) -> String {
 fn region(bytes: &[u8], off: usize) -> String {
     match off {
         0..128 => "the header's fixed fields".into(),
-        128..136 => "the shutdown word".into(),
-        136..152 => "the boot id".into(),
-        152..160 => "the state line's check word".into(),
+        128..136 => "the shutdown word (state line, first copy)".into(),
+        136..152 => "the boot id (state line, first copy)".into(),
+        152..160 => "the state line's first check word".into(),
+        192..200 => "the shutdown word (state line, second copy)".into(),
+        200..216 => "the boot id (state line, second copy)".into(),
+        216..224 => "the state line's second check word".into(),
         160..ROOT_TABLE_AT => "reserved header bytes".into(),
         ROOT_TABLE_AT..PAGE => format!("root entry {}", (off - ROOT_TABLE_AT) / ROOT_ENTRY),
         _ if bytes.len() < PAGE => "past the header".into(),

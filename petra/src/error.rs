@@ -55,6 +55,10 @@ pub enum OpenError {
     /// The header's layout fields are inconsistent.
     #[error("corrupt pool header: {0}")]
     BadLayout(String),
+    /// Both copies of the header's state line fail their checks: which boot the pool was last in
+    /// use in, and whether it was closed cleanly, is unknown. A crash leaves at least one whole.
+    #[error("corrupt pool header: both copies of the state line fail their checks")]
+    StateLine,
     /// The file is shorter than its header and chunk table say it must be.
     #[error("truncated pool: the file has {len} bytes, the pool needs {expected}")]
     Truncated {

@@ -14,7 +14,7 @@
 //! ```text
 //! offset size  field                      written
 //!      0    8  magic "PETRAPOL"           once, last step of create
-//!      8    4  format version (3)         once
+//!      8    4  format version (7)         once
 //!     12    4  header size (4096)         once
 //!     16    8  chunk size (power of two)  once
 //!     24    8  chunk table offset (4096)  once
@@ -25,12 +25,20 @@
 //!     72   48  reserved, zero
 //!    120    4  CRC-32 of bytes [0, 120)   once
 //!    124    4  reserved, zero
-//!    128    8  shutdown word              CLEAN_SHUTDOWN after a clean close, 0 once in use
-//!    136   16  boot id                    the machine boot the pool was last in use in
-//!    152    8  state check                check word of the shutdown word, the boot id and the
-//!                                         uuid
-//!    160  864  reserved, zero
+//!    128   32  state line, first copy     (below) the copy that decides
+//!    160   32  reserved, zero
+//!    192   32  state line, second copy    (below) covers the first when that one fails its check
+//!    224  800  reserved, zero
 //!   1024 3072  root table: 48 entries of 64 bytes (one cache line each)
+//! ```
+//!
+//! State line copy (32 bytes, the two copies on lines of their own):
+//!
+//! ```text
+//!      0    8  shutdown word              CLEAN_SHUTDOWN after a clean close, 0 once in use
+//!      8   16  boot id                    the machine boot the pool was last in use in
+//!     24    8  state check                check word of the copy's index, the shutdown word,
+//!                                         the boot id and the uuid
 //! ```
 //!
 //! Root table entry (64 bytes, written whole, then flushed and fenced; a torn entry fails its
@@ -44,9 +52,19 @@
 //!     60    4  reserved, zero
 //! ```
 //!
-//! The state line (shutdown word, boot id, state check) is written at the first change after an
-//! open and at a clean close, its check word last: a line torn by a crash fails its check and
-//! reads as "in use, boot unknown", which is what a crash leaves.
+//! The state line (shutdown word, boot id) says whether the pool was closed cleanly and which boot
+//! of the machine it was last in use in: recovery trusts the whole pool in that boot and goes back
+//! to the last power-safe point in another. It is written at the first change after an open and at
+//! a clean close, as a double write: the first copy (its check word last), flushed and fenced,
+//! then the second the same way. A crash tears at most the copy being written, so at least one is
+//! whole: the first copy torn leaves the second with the old line, which is still true (nothing
+//! it vouches for has changed yet); the second torn, or not yet written, leaves the first with the
+//! new one, complete. A reader takes the first copy if it checks, else the second. Two whole
+//! copies that differ are a crash between the two writes: the first is the newer, and the write
+//! had taken effect. A single damaged copy is covered by the other, which says the same. Both
+//! failing their checks is no crash state (the format writes both before the magic): it is damage,
+//! and the pool is refused ([`OpenError::StateLine`]). Each check covers the copy's index, so a
+//! copy moved to the other's place fails too.
 //!
 //! Chunk table entry (u64, an 8-byte store, flushed and fenced before the chunk is used):
 //!
@@ -70,20 +88,25 @@ use crate::hash::check_words;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads. 6: an MDList node holds base-4 coordinates'
+/// The format version this build writes and reads. 7: the header's state line has two checked
+/// copies, and a pool whose copies both fail their checks is refused. 6: an MDList node holds base-4 coordinates'
 /// slots from its own dimension up. 5: the engine records its last power-safe point. 4: a byte value's check is tied to its place
 /// and to the pool. 3: the chunk table, byte values, the state line and the engine's words are
 /// checked. 2: the check words of descriptors and node records and the hashes of byte values are
 /// XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
-/// Offset of the shutdown word.
-pub const SHUTDOWN_OFF: u64 = 128;
-/// Offset of the boot id (16 bytes).
-pub const BOOT_OFF: u64 = 136;
-/// Offset of the state line's check word.
-pub const STATE_CHECK_OFF: u64 = 152;
+/// Offsets of the state line's two copies, in the order they are written and read.
+pub const STATE_COPIES: [u64; 2] = [128, 192];
+/// Offset of the shutdown word (of the first copy of the state line).
+pub const SHUTDOWN_OFF: u64 = STATE_COPIES[0];
+/// Offset of the boot id (16 bytes; of the first copy of the state line).
+pub const BOOT_OFF: u64 = SHUTDOWN_OFF + 8;
+/// Offset of the state line's check word (of the first copy).
+pub const STATE_CHECK_OFF: u64 = SHUTDOWN_OFF + 24;
+/// Bytes of one copy of the state line.
+pub const STATE_COPY_SIZE: u64 = 32;
 /// Offset of the root table.
 pub const ROOT_TABLE_OFF: u64 = 1024;
 /// Size of one root table entry.
@@ -285,10 +308,61 @@ impl RootEntry {
     }
 }
 
-/// The check of the header's state line: the shutdown word and the boot id, tied to the pool.
-pub(crate) fn state_check(shutdown: u64, boot: u128, uuid: &[u8; 16]) -> u64 {
+/// What the header's state line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// [`CLEAN_SHUTDOWN`] after a clean close, 0 while in use.
+    pub shutdown: u64,
+    /// The machine boot the pool was last in use in (0 if the memory knows no boots).
+    pub boot: u128,
+}
+
+impl State {
+    /// The line of a pool in use in `boot`.
+    pub fn in_use(boot: u128) -> State {
+        State { shutdown: 0, boot }
+    }
+
+    /// The line of a pool closed cleanly in `boot`.
+    pub fn clean(boot: u128) -> State {
+        State { shutdown: CLEAN_SHUTDOWN, boot }
+    }
+
+    /// Whether it says the pool was closed cleanly.
+    pub fn is_clean(&self) -> bool {
+        self.shutdown == CLEAN_SHUTDOWN
+    }
+
+    /// The four words of copy `copy` (0 or 1) of this line in the pool `uuid`, check word last.
+    pub fn encode(&self, copy: usize, uuid: &[u8; 16]) -> [u64; 4] {
+        let (lo, hi) = (self.boot as u64, (self.boot >> 64) as u64);
+        [self.shutdown, lo, hi, state_check(copy, self.shutdown, self.boot, uuid)]
+    }
+
+    /// The line copy `copy` holds in `words`, or `None` if it fails its check (torn, damaged,
+    /// moved from the other copy's place, or of another pool).
+    pub fn decode_copy(words: [u64; 4], copy: usize, uuid: &[u8; 16]) -> Option<State> {
+        let state = State { shutdown: words[0], boot: (words[2] as u128) << 64 | words[1] as u128 };
+        (words[3] == state_check(copy, state.shutdown, state.boot, uuid)).then_some(state)
+    }
+
+    /// The state line of a header page: its first copy if that checks, else its second. Neither
+    /// checking is damage (see the [module docs](self)).
+    pub fn decode(page: &[u8], uuid: &[u8; 16]) -> Result<State, OpenError> {
+        let words = |off: u64| std::array::from_fn(|i| u64_at(page, off as usize + i * 8));
+        STATE_COPIES
+            .iter()
+            .enumerate()
+            .find_map(|(copy, &off)| State::decode_copy(words(off), copy, uuid))
+            .ok_or(OpenError::StateLine)
+    }
+}
+
+/// The check of copy `copy` of the header's state line: the copy's index, the shutdown word and
+/// the boot id, tied to the pool.
+fn state_check(copy: usize, shutdown: u64, boot: u128, uuid: &[u8; 16]) -> u64 {
     let id = u128::from_le_bytes(*uuid);
-    check_words([shutdown, boot as u64, (boot >> 64) as u64, id as u64, (id >> 64) as u64])
+    check_words([copy as u64, shutdown, boot as u64, (boot >> 64) as u64, id as u64, (id >> 64) as u64])
 }
 
 /// The two kinds of slab block.
@@ -451,7 +525,7 @@ mod tests {
         assert!(matches!(Header::decode(&p), Err(OpenError::BadMagic { .. })));
         let mut p = good.clone();
         p[8] = 1;
-        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 6 })));
+        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 7 })));
         let mut p = good.clone();
         p[50] ^= 1;
         assert!(matches!(Header::decode(&p), Err(OpenError::HeaderChecksum { .. })));
@@ -459,6 +533,80 @@ mod tests {
         let mut h = header();
         h.layout.chunk_size = 1000;
         assert!(matches!(Header::decode(&page_of(&h)), Err(OpenError::BadLayout(_))));
+    }
+
+    /// A header page whose two state line copies hold `state`.
+    fn page_with_state(h: &Header, state: State) -> Vec<u8> {
+        let mut p = page_of(h);
+        for (copy, &off) in STATE_COPIES.iter().enumerate() {
+            for (i, w) in state.encode(copy, &h.uuid).iter().enumerate() {
+                let at = off as usize + i * 8;
+                p[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn a_flipped_boot_id_in_either_copy_is_covered_by_the_other() {
+        let h = header();
+        let state = State::in_use(0x0123_4567_89AB_CDEF_FEDC_BA98_7654_3210);
+        let good = page_with_state(&h, state);
+        assert_eq!(State::decode(&good, &h.uuid).unwrap(), state);
+        for (copy, &off) in STATE_COPIES.iter().enumerate() {
+            for bit in 0..128 {
+                let mut p = good.clone();
+                p[off as usize + 8 + bit / 8] ^= 1 << (bit % 8);
+                let words = std::array::from_fn(|i| u64_at(&p, off as usize + i * 8));
+                assert_eq!(State::decode_copy(words, copy, &h.uuid), None, "copy {copy}, boot id bit {bit}");
+                assert_eq!(State::decode(&p, &h.uuid).unwrap(), state, "copy {copy}, boot id bit {bit} flipped");
+            }
+        }
+        // Both copies damaged: no crash leaves that, and the line says nothing.
+        let mut p = good.clone();
+        p[STATE_COPIES[0] as usize + 8] ^= 1;
+        p[STATE_COPIES[1] as usize + 20] ^= 0x40;
+        assert!(matches!(State::decode(&p, &h.uuid), Err(OpenError::StateLine)));
+        // The copies swapped, or a header of another pool: each copy's check is tied to its place.
+        let mut p = good.clone();
+        let (a, b) = (STATE_COPIES[0] as usize, STATE_COPIES[1] as usize);
+        let first: Vec<u8> = p[a..a + 32].to_vec();
+        p.copy_within(b..b + 32, a);
+        p[b..b + 32].copy_from_slice(&first);
+        assert!(matches!(State::decode(&p, &h.uuid), Err(OpenError::StateLine)), "copies swapped");
+        assert!(matches!(State::decode(&good, &[8; 16]), Err(OpenError::StateLine)), "another pool's uuid");
+    }
+
+    #[test]
+    fn a_state_line_torn_anywhere_reads_as_the_old_line_or_the_new_one() {
+        // Every prefix of the double write's stores, in the order `Pool::write_state` makes them
+        // (the first copy's four words, check word last, then the second's), from each line to
+        // each other: what a crash, or a page written back in the middle, leaves.
+        let h = header();
+        let lines = [State::clean(5), State::in_use(5), State::in_use(6), State::clean(6), State::in_use(u128::MAX)];
+        for &old in &lines {
+            for &new in &lines {
+                let mut p = page_with_state(&h, old);
+                let stores: Vec<(usize, u64)> = STATE_COPIES
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(copy, &off)| {
+                        new.encode(copy, &h.uuid).into_iter().enumerate().map(move |(i, w)| (off as usize + i * 8, w))
+                    })
+                    .collect();
+                for done in 0..=stores.len() {
+                    if done > 0 {
+                        let (at, w) = stores[done - 1];
+                        p[at..at + 8].copy_from_slice(&w.to_le_bytes());
+                    }
+                    let read =
+                        State::decode(&p, &h.uuid).unwrap_or_else(|e| panic!("{old:?} to {new:?}, {done} stores: {e}"));
+                    // The first copy's check word is the write's commit point.
+                    let expected = if done >= 4 { new } else { old };
+                    assert_eq!(read, expected, "{old:?} to {new:?}, {done} stores");
+                }
+            }
+        }
     }
 
     #[test]

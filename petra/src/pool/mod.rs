@@ -2,9 +2,9 @@
 //!
 //! - [`Pool::create`] and [`Pool::open`] work on a file, mapped by [`MmapMem`] under an exclusive
 //!   lock; [`Pool::create_in`] and [`Pool::open_in`] on any memory, such as the crash simulator's.
-//! - Opening validates the header before anything is mapped or written: a file that is not a
-//!   pool, of another version, corrupt or truncated is refused with its own [`OpenError`] and left
-//!   byte for byte as it was.
+//! - Opening validates the header (its state line included: one of its two copies must check)
+//!   before anything is mapped or written: a file that is not a pool, of another version, corrupt
+//!   or truncated is refused with its own [`OpenError`] and left byte for byte as it was.
 //! - Opening writes nothing: [`was_clean`](Pool::was_clean) tells whether the last user closed it
 //!   with [`close`](Pool::close), [`same_boot`](Pool::same_boot) whether it was last in use in
 //!   this boot of the machine. The pool is marked in use (its state line: not clean, this boot;
@@ -33,8 +33,7 @@ use crate::error::{CreateError, OpenError};
 use crate::mem::{CACHE_LINE, Durability, FlushKind, MmapMem, MmapOptions, PMem, WORD};
 use alloc::Allocator;
 use header::{
-    BOOT_OFF, CLEAN_SHUTDOWN, HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF,
-    SHUTDOWN_OFF, STATE_CHECK_OFF, state_check,
+    HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF, STATE_COPIES, State,
 };
 
 /// How a pool file is mapped.
@@ -95,8 +94,8 @@ pub struct Pool<M: PMem = MmapMem> {
     alloc: Allocator,
     /// What the state line said at open: the last user closed the pool cleanly.
     was_clean: bool,
-    /// What the state line said at open: the boot the pool was last in use in, if it says.
-    last_boot: Option<u128>,
+    /// What the state line said at open: the boot the pool was last in use in.
+    last_boot: u128,
     /// Whether the state line says "in use, this boot" now; the lock orders its first write
     /// before any other change.
     in_use: parking_lot::Mutex<bool>,
@@ -157,10 +156,11 @@ impl Pool<MmapMem> {
         let mut page = vec![0u8; HEADER_SIZE as usize];
         file.read_exact_at(&mut page, 0).map_err(io_err(path))?;
         let header = Header::decode(&page)?;
+        let state = State::decode(&page, &header.uuid)?;
         check_len(&header.layout, len)?;
         check_table(&header, len, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
         let mem = MmapMem::map(file, &mmap_options(mapping, header.layout.max_len())).map_err(io_err(path))?;
-        let mut pool = Pool::attach(mem, header, false);
+        let mut pool = Pool::attach(mem, header, state, false);
         pool.path = Some(path.to_owned());
         Ok(pool)
     }
@@ -258,13 +258,14 @@ impl<M: PMem> Pool<M> {
         let mut page = vec![0u8; HEADER_SIZE as usize];
         mem.read_bytes(0, &mut page);
         let header = Header::decode(&page)?;
+        let state = State::decode(&page, &header.uuid)?;
         check_len(&header.layout, len)?;
         check_table(&header, len, |off, buf| {
             mem.read_bytes(off, buf);
             Ok(())
         })
         .expect("reading memory cannot fail")?;
-        Ok(Pool::attach(mem, header, false))
+        Ok(Pool::attach(mem, header, state, false))
     }
 
     fn format(mem: M, layout: Layout) -> Result<Pool<M>, CreateError> {
@@ -277,16 +278,15 @@ impl<M: PMem> Pool<M> {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let header = Header { layout, uuid: *uuid::Uuid::new_v4().as_bytes(), created };
         let bytes = header.encode();
-        // Everything but the magic first, so that an interrupted create leaves no magic; the
-        // state line says in use, this boot.
+        // Everything but the magic first, so that an interrupted create leaves no magic; both
+        // copies of the state line say in use, this boot.
         mem.write_bytes(MAGIC.len() as u64, &bytes[MAGIC.len()..]);
-        let boot = mem.boot();
-        // Relaxed: the fence below orders them.
-        mem.store(BOOT_OFF, boot as u64, Ordering::Relaxed);
-        mem.store(BOOT_OFF + 8, (boot >> 64) as u64, Ordering::Relaxed);
-        mem.store(STATE_CHECK_OFF, state_check(0, boot, &header.uuid), Ordering::Relaxed);
+        let state = State::in_use(mem.boot());
+        for (copy, &off) in STATE_COPIES.iter().enumerate() {
+            store_state_copy(&mem, off, state.encode(copy, &header.uuid));
+            mem.flush(off);
+        }
         mem.flush_range(0, bytes.len() as u64);
-        mem.flush(SHUTDOWN_OFF);
         // Fence: the header is durable before the magic claims it is a pool.
         mem.fence();
         mem.write_bytes(0, &bytes[..MAGIC.len()]);
@@ -294,42 +294,38 @@ impl<M: PMem> Pool<M> {
         // Fence: the pool exists once the magic is durable.
         mem.fence();
         mem.sync().map_err(|source| CreateError::Io { path: PathBuf::new(), source })?;
-        Ok(Pool::attach(mem, header, true))
+        Ok(Pool::attach(mem, header, state, true))
     }
 
-    /// Takes a validated pool: reads its state line, writing nothing.
-    fn attach(mem: M, header: Header, fresh: bool) -> Pool<M> {
-        // Relaxed: an open runs alone.
-        let shutdown = mem.load(SHUTDOWN_OFF, Ordering::Relaxed);
-        let boot =
-            (mem.load(BOOT_OFF + 8, Ordering::Relaxed) as u128) << 64 | mem.load(BOOT_OFF, Ordering::Relaxed) as u128;
-        // A line torn by a crash, or damaged, says nothing: in use, boot unknown.
-        let valid = mem.load(STATE_CHECK_OFF, Ordering::Relaxed) == state_check(shutdown, boot, &header.uuid);
+    /// Takes a validated pool and what its state line says, writing nothing.
+    fn attach(mem: M, header: Header, state: State, fresh: bool) -> Pool<M> {
         let alloc = Allocator::attach(&mem, &header, fresh);
         let salt = alloc::blob_salt(&header.uuid);
         Pool {
             mem,
             header,
             alloc,
-            was_clean: valid && shutdown == CLEAN_SHUTDOWN,
-            last_boot: valid.then_some(boot),
+            was_clean: state.is_clean(),
+            last_boot: state.boot,
             in_use: parking_lot::Mutex::new(fresh),
             path: None,
             salt,
         }
     }
 
-    /// Writes the state line: `shutdown` and `boot`, then their check word, flushed and fenced.
-    fn write_state(&self, shutdown: u64, boot: u128) {
-        // Relaxed: the fence below orders the line for the media; the check word is stored last,
-        // so a crash in the middle leaves a line that fails it.
-        self.mem.store(SHUTDOWN_OFF, shutdown, Ordering::Relaxed);
-        self.mem.store(BOOT_OFF, boot as u64, Ordering::Relaxed);
-        self.mem.store(BOOT_OFF + 8, (boot >> 64) as u64, Ordering::Relaxed);
-        self.mem.store(STATE_CHECK_OFF, state_check(shutdown, boot, &self.header.uuid), Ordering::Relaxed);
-        self.mem.flush(SHUTDOWN_OFF);
-        // Fence: the state line is durable before what it vouches for changes.
-        self.mem.fence();
+    /// Writes the state line, a double write (see [`header`]): the first copy, flushed and
+    /// fenced, then the second, flushed and fenced. A crash tears at most one copy; the other is
+    /// whole and says the line before this write or this one.
+    fn write_state(&self, state: State) {
+        for (copy, &off) in STATE_COPIES.iter().enumerate() {
+            store_state_copy(&self.mem, off, state.encode(copy, &self.header.uuid));
+            self.mem.flush(off);
+            // Fence: this copy is durable before the next one is touched (and, after the second,
+            // the line before what it vouches for changes). On a page-cache file the two copies
+            // share a page, which the kernel writes back with its content of one moment: a prefix
+            // of these stores, in program order.
+            self.mem.fence();
+        }
     }
 
     /// Marks the pool in use, in this boot, durably (persisted and synced), unless it is already:
@@ -338,7 +334,7 @@ impl<M: PMem> Pool<M> {
     pub fn mark_in_use(&self) -> io::Result<()> {
         let mut in_use = self.in_use.lock();
         if !*in_use {
-            self.write_state(0, self.mem.boot());
+            self.write_state(State::in_use(self.mem.boot()));
             // On a page-cache file, pages written after this may reach the disk first: the mark
             // must be there before them.
             self.mem.sync()?;
@@ -355,7 +351,7 @@ impl<M: PMem> Pool<M> {
         }
         self.mem.sync()?;
         // The clean mark is durable before the lock is released (and synced after everything).
-        self.write_state(CLEAN_SHUTDOWN, self.mem.boot());
+        self.write_state(State::clean(self.mem.boot()));
         self.mem.sync()
     }
 
@@ -400,7 +396,7 @@ impl<M: PMem> Pool<M> {
     /// machine, and every store of its last run is in the memory.
     pub fn same_boot(&self) -> bool {
         let boot = self.mem.boot();
-        boot != 0 && self.last_boot == Some(boot)
+        boot != 0 && self.last_boot == boot
     }
 
     /// The file's path, for a pool opened from a file.
@@ -450,4 +446,22 @@ impl<M: PMem> Pool<M> {
         Ok(())
     }
 }
-const _: () = assert!(ROOT_TABLE_OFF.is_multiple_of(CACHE_LINE) && SHUTDOWN_OFF.is_multiple_of(WORD));
+/// Stores one copy of the state line at `off`, its check word last, so that a crash in the middle
+/// leaves a copy that fails it. The caller flushes and fences.
+fn store_state_copy<M: PMem>(mem: &M, off: u64, words: [u64; 4]) {
+    for (i, w) in words.into_iter().enumerate() {
+        // Relaxed: the state line is written by one thread (under the `in_use` lock, or while
+        // formatting, alone); the caller's fence orders it for the media, and the copy lies in
+        // one line, whose stores reach the media in order.
+        mem.store(off + i as u64 * WORD, w, Ordering::Relaxed);
+    }
+}
+
+const _: () = assert!(
+    ROOT_TABLE_OFF.is_multiple_of(CACHE_LINE)
+        && STATE_COPIES[0].is_multiple_of(CACHE_LINE)
+        && STATE_COPIES[1].is_multiple_of(CACHE_LINE)
+        && STATE_COPIES[0] + CACHE_LINE <= STATE_COPIES[1]
+        && STATE_COPIES[1] + CACHE_LINE <= ROOT_TABLE_OFF
+        && header::STATE_COPY_SIZE <= CACHE_LINE
+);
