@@ -320,3 +320,42 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
         assert_eq!(engine.handle().unwrap().get(s, 7u64).unwrap(), Some(last));
     }
 }
+
+/// A recovery after a power loss (the pool left in use in another boot) goes back to the last
+/// power-safe point. A process that dies in the middle of it, once it has marked the pool in use,
+/// leaves a pool whose mark still names the boot of the power loss: the next open, in this
+/// boot, goes back to the safe point again, instead of taking the pool whole as after a mere
+/// process death. Once a recovery finished, the mark names this boot.
+#[test]
+fn a_recovery_after_a_power_loss_that_dies_is_done_again_from_the_safe_point() {
+    use crate::DurabilityPolicy;
+    use crate::mem::MediaModel;
+    let settings = engine_config().durability(DurabilityPolicy::Periodic(std::time::Duration::from_secs(3600)));
+    let mem = Arc::new(SimMem::new(0, MAX_LEN).with_model(MediaModel::PageCache));
+    let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config()).unwrap(), settings.clone()).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    assert!(h.execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+    engine.sync().unwrap();
+    assert!(h.execute(Transaction::new().put(s, 2u64, 20)).unwrap().is_committed());
+    // The power fails: the disk holds what the last sync left; the machine boots again.
+    let image = mem.persisted_bytes();
+    drop(h);
+    drop(engine);
+    let open = |mem: &Mem| Engine::open(Pool::open_in(Arc::clone(mem)).unwrap(), settings.clone());
+    let after = Arc::new(SimMem::from_bytes(&image, MAX_LEN).with_model(MediaModel::PageCache));
+    crate::recovery::dies::after_mark();
+    assert!(catch_unwind(AssertUnwindSafe(|| open(&after))).is_err());
+    // The process died: the same memory, in the same boot, is opened again.
+    let (engine, report) = open(&after).unwrap();
+    assert!(report.safe_point.is_some(), "taken whole after a recovery from a power loss died: {report:?}");
+    assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10)]);
+    let mut h = engine.handle().unwrap();
+    assert!(h.execute(Transaction::new().put(s, 3u64, 30)).unwrap().is_committed());
+    drop(h);
+    drop(engine);
+    // A process death now, in the same boot: everything in the memory is recovered.
+    let (engine, report) = open(&after).unwrap();
+    assert_eq!(report.safe_point, None, "{report:?}");
+    assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (3, 30)]);
+}

@@ -96,8 +96,13 @@ pub struct Pool<M: PMem = MmapMem> {
     was_clean: bool,
     /// What the state line said at open: the boot the pool was last in use in.
     last_boot: u128,
-    /// Whether the state line says "in use, this boot" now; the lock orders its first write
-    /// before any other change.
+    /// The boot the mark "in use" names: this one, unless the pool was left in use in another
+    /// boot (a power loss may have come between), when it keeps naming that boot until
+    /// [`claim_boot`](Pool::claim_boot): a process that dies while recovery goes back to the last
+    /// power-safe point leaves a pool that is recovered again the same way, not taken whole.
+    mark_boot: u128,
+    /// Whether the state line says "in use" now; the lock orders its first write before any
+    /// other change.
     in_use: parking_lot::Mutex<bool>,
     path: Option<PathBuf>,
     /// The salt of blob checks, of the uuid.
@@ -301,12 +306,15 @@ impl<M: PMem> Pool<M> {
     fn attach(mem: M, header: Header, state: State, fresh: bool) -> Pool<M> {
         let alloc = Allocator::attach(&mem, &header, fresh);
         let salt = alloc::blob_salt(&header.uuid);
+        let boot = mem.boot();
+        let mark_boot = if fresh || state.is_clean() || state.boot == boot { boot } else { state.boot };
         Pool {
             mem,
             header,
             alloc,
             was_clean: state.is_clean(),
             last_boot: state.boot,
+            mark_boot,
             in_use: parking_lot::Mutex::new(fresh),
             path: None,
             salt,
@@ -328,17 +336,37 @@ impl<M: PMem> Pool<M> {
         }
     }
 
-    /// Marks the pool in use, in this boot, durably (persisted and synced), unless it is already:
-    /// before the pool's first change after an open. The engine calls it once it has accepted the
-    /// pool; the pool's own writers (the chunk and root tables) call it too.
+    /// Marks the pool in use durably (persisted and synced), unless it is already: before the
+    /// pool's first change after an open. The engine calls it once it has accepted the pool; the
+    /// pool's own writers (the chunk and root tables) call it too. The mark names this boot,
+    /// unless the pool was left in use in another (see [`claim_boot`](Pool::claim_boot)).
     pub fn mark_in_use(&self) -> io::Result<()> {
         let mut in_use = self.in_use.lock();
         if !*in_use {
-            self.write_state(State::in_use(self.mem.boot()));
+            self.write_state(State::in_use(self.mark_boot));
             // On a page-cache file, pages written after this may reach the disk first: the mark
             // must be there before them.
             self.mem.sync()?;
             *in_use = true;
+        }
+        Ok(())
+    }
+
+    /// Once a recovery after another boot has made that boot's last run void (its rewrite
+    /// committed): the mark "in use" names this boot from now on, so that a process that dies
+    /// later in this boot is recovered whole, with everything it left in the memory. Until then
+    /// it named the boot the pool was left in use in, so that a process that died during that
+    /// recovery left it to be done again from the last power-safe point. Synced.
+    pub fn claim_boot(&mut self) -> io::Result<()> {
+        let boot = self.mem.boot();
+        if self.mark_boot == boot {
+            return Ok(());
+        }
+        self.mark_boot = boot;
+        self.last_boot = boot;
+        if *self.in_use.lock() {
+            self.write_state(State::in_use(boot));
+            self.mem.sync()?;
         }
         Ok(())
     }
@@ -371,8 +399,8 @@ impl<M: PMem> Pool<M> {
     /// [`Counting`](crate::mem::Counting) around the mapping), keeping the allocator's state: the
     /// pool is not attached again.
     pub fn map_mem<N: PMem>(self, f: impl FnOnce(M) -> N) -> Pool<N> {
-        let Pool { mem, header, alloc, was_clean, last_boot, in_use, path, salt } = self;
-        Pool { mem: f(mem), header, alloc, was_clean, last_boot, in_use, path, salt }
+        let Pool { mem, header, alloc, was_clean, last_boot, mark_boot, in_use, path, salt } = self;
+        Pool { mem: f(mem), header, alloc, was_clean, last_boot, mark_boot, in_use, path, salt }
     }
 
     /// The durability in force.

@@ -220,6 +220,8 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     }
     // Accepted: from here on, recovery writes.
     pool.mark_in_use().map_err(EngineError::from)?;
+    #[cfg(test)]
+    dies::here();
     report.present_keys = found.present.len() as u64;
     report.max_txid = found.max_txid;
     if clean {
@@ -252,6 +254,9 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
         rewrite::rewrite(&pool, meta, state.attempt, &structures, &found.present, found.max_txid)?;
     // 6. Everything not live is free.
     report.allocator = rebuild_allocator(&mut pool, live)?;
+    // The rewrite made the last run's descriptors void: from now on a process death in this
+    // boot leaves everything recoverable (see `Pool::claim_boot`).
+    pool.claim_boot().map_err(EngineError::from)?;
     pool.keep_recovery_room(true);
     report.epoch = epoch;
     Ok((Recovered { pool, meta, epoch, max_txid: found.max_txid, txid_reserved, structures, report }, accepted))
@@ -371,4 +376,26 @@ pub(crate) fn salvage<M: PMem + 'static>(pool: &Pool<M>) -> Result<Salvaged, Eng
 /// Rebuilds the allocator with `live` the only blocks in use ([`Pool::rebuild`]).
 fn rebuild_allocator<M: PMem>(pool: &mut Pool<M>, live: Vec<POff>) -> Result<RebuildReport, EngineError> {
     pool.rebuild(live).map_err(|e| EngineError::Corrupt(format!("allocator rebuild: {e}")))
+}
+
+/// A unit test's death of the process in the middle of a recovery: set on a thread, its next
+/// recovery panics once it has marked the pool in use, as a process killed there would stop.
+#[cfg(test)]
+pub(crate) mod dies {
+    use std::cell::Cell;
+
+    thread_local! {
+        static AFTER_MARK: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The next recovery on this thread dies once it has marked the pool in use.
+    pub(crate) fn after_mark() {
+        AFTER_MARK.with(|d| d.set(true));
+    }
+
+    pub(super) fn here() {
+        if AFTER_MARK.with(|d| d.replace(false)) {
+            panic!("the process dies in the middle of a recovery");
+        }
+    }
 }
