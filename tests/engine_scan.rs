@@ -360,7 +360,8 @@ fn large_scan<M: PMem + 'static>(engine: &Engine<M>, s: StructId, seed: u64) {
 
 /// A scan of a large range returns while two writers write in it without a pause, with the
 /// state at its txid: on a skiplist, on a hash map (where every scan walks the whole map, as an
-/// unsorted store's does), and on a skiplist of two-word keys and byte values. The rings are
+/// unsorted store's does), on a skiplist of two-word keys and byte values, and on an MDList
+/// (whose descent re-pins with its stack of nodes). The rings are
 /// small, so that checkpoint rounds come due while the scan runs. (A double collect, which
 /// returned only once two walks in a row saw the same, did not return until the writers
 /// stopped.)
@@ -375,4 +376,6 @@ fn a_scan_of_a_large_range_returns_while_two_writers_write_in_it() {
     large_scan(&engine, map, 2);
     let bytes = petra_recovery::battery::create(&engine, petra_recovery::battery::Kind::SkipListWide);
     large_scan(&engine, bytes, 3);
+    let mdlist = engine.create_mdlist().unwrap();
+    large_scan(&engine, mdlist, 4);
 }

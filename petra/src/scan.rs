@@ -8,11 +8,11 @@
 //! `s` is taken during the call (a transaction that returned before the call has a smaller txid,
 //! one that starts after it a larger one). It never retries and never waits: its work is one walk
 //! of the range, plus, at a key written since `s`, a step down the key's `prev` chain per such
-//! write. While it walks a chain (list, skiplist, hash map) it re-pins (every millisecond or so,
-//! checked every [`CHECK_EVERY`] nodes; every 8 nodes in debug builds), going on from a fresh
-//! search, so that a long scan does not hold the epoch back; what the snapshot still needs waits
-//! for it instead (below). The MDList's walk (a depth-first descent) holds one pin throughout:
-//! it cannot yet go on from a key. Callers read byte values after the walk, unpinned, while the snapshot is held.
+//! write. While it walks it re-pins (every millisecond or so, checked every [`CHECK_EVERY`]
+//! nodes; every 8 nodes in debug builds), so that a long scan does not hold the epoch back; what
+//! the snapshot still needs waits for it instead (below). A chain (list, skiplist, hash map) goes
+//! on from a fresh search; the MDList's depth-first descent goes on with its stack of nodes,
+//! which an MDList never frees while open. Callers read byte values after the walk, unpinned, while the snapshot is held.
 //!
 //! This is **not** the double collect it replaces (two equal walks in a row), which returned only
 //! once a walk saw no change, and under a steady writer anywhere in the range never did.

@@ -293,6 +293,11 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
                     stack.push((c, e));
                 }
             }
+            // A long walk re-pins here, and goes on with the same stack: it holds only linked
+            // nodes, which an MDList never unlinks or frees while the engine is open (see
+            // `removes_nodes`), so a re-pin leaves every one of them in place. (What a re-pin
+            // lets go, the descriptors that info words name, is read again at each node.)
+            cx.pause();
         }
     }
 
