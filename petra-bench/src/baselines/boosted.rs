@@ -13,12 +13,10 @@ use crossbeam_skiplist::SkipMap;
 use parking_lot::{Mutex, MutexGuard};
 use petra::OpKind;
 
+use super::{STRIPES, stripe_of, stripes_of};
 use crate::error::Result;
 use crate::targets::tx::{TxMap, TxWorker};
 use crate::workload::GenOp;
-
-/// Stripes of the key locks.
-const STRIPES: usize = 1024;
 
 /// A set of `u64` keys with `u64` values, safe to share between threads, each op on its own
 /// linearizable: what [`Boosted`] runs transactions on.
@@ -72,20 +70,13 @@ impl<B: BaseSet> Default for Boosted<B> {
     }
 }
 
-fn stripe_of(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % STRIPES
-}
-
 /// A change to undo: the key and what it held before (`None`: absent).
 type Undo = (u64, Option<u64>);
 
 impl<B: BaseSet> Boosted<B> {
     /// Runs `ops` with strict semantics under their keys' locks; whether it committed.
     pub(crate) fn run(&self, ops: &[GenOp]) -> bool {
-        let mut stripes: Vec<usize> = ops.iter().map(|op| stripe_of(op.key)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let _guards: Vec<MutexGuard<'_, ()>> = stripes.iter().map(|&s| self.locks[s].lock()).collect();
+        let _guards: Vec<MutexGuard<'_, ()>> = stripes_of(ops).into_iter().map(|s| self.locks[s].lock()).collect();
         let mut undo: Vec<Undo> = Vec::with_capacity(ops.len());
         for op in ops {
             let ok = match op.kind {
@@ -158,79 +149,31 @@ impl<B: BaseSet> TxWorker for &Boosted<B> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-
     use super::*;
     use crate::baselines::sorted_list::SortedList;
-
-    /// The strict semantics on a model: all ops or none.
-    fn model_run(model: &mut BTreeMap<u64, u64>, ops: &[GenOp]) -> bool {
-        let mut next = model.clone();
-        for op in ops {
-            let ok = match op.kind {
-                OpKind::Insert => next.insert(op.key, op.value).is_none(),
-                OpKind::Delete => next.remove(&op.key).is_some(),
-                OpKind::Update => next.contains_key(&op.key) && next.insert(op.key, op.value).is_some(),
-                _ => next.contains_key(&op.key),
-            };
-            if !ok {
-                return false;
-            }
-        }
-        *model = next;
-        true
-    }
-
-    fn commits_all_or_nothing<B: BaseSet>(contents: impl Fn(&B) -> Vec<(u64, u64)>) {
-        let map = Boosted::<B>::default();
-        let mut model = BTreeMap::new();
-        let mut rng = StdRng::seed_from_u64(4);
-        let kinds = [OpKind::Insert, OpKind::Delete, OpKind::Update, OpKind::Find];
-        for _ in 0..20_000 {
-            let ops: Vec<GenOp> = (0..rng.random_range(1..=6))
-                .map(|_| GenOp {
-                    kind: kinds[rng.random_range(0..4)],
-                    key: rng.random_range(0..40),
-                    value: rng.random(),
-                })
-                .collect();
-            assert_eq!(map.run(&ops), model_run(&mut model, &ops), "{ops:?}");
-        }
-        assert_eq!(contents(map.base()), model.into_iter().collect::<Vec<_>>());
-    }
+    use crate::baselines::testing::{commits_all_or_nothing, moving_keys_keeps_their_number};
 
     #[test]
     fn the_lock_based_list_and_skiplist_commit_all_or_nothing() {
-        commits_all_or_nothing::<SortedList>(|l| (0..40).filter_map(|k| l.get(k).map(|v| (k, v))).collect());
-        commits_all_or_nothing::<SkipMap<u64, u64>>(|m| m.iter().map(|e| (*e.key(), *e.value())).collect());
+        let list = Boosted::<SortedList>::default();
+        commits_all_or_nothing(
+            |ops| list.run(ops),
+            || (0..40).filter_map(|k| list.base().get(k).map(|v| (k, v))).collect(),
+        );
+        let skiplist = Boosted::<SkipMap<u64, u64>>::default();
+        commits_all_or_nothing(
+            |ops| skiplist.run(ops),
+            || skiplist.base().iter().map(|e| (*e.key(), *e.value())).collect(),
+        );
     }
 
     #[test]
     fn two_threads_moving_keys_keep_their_number() {
-        // Each transaction deletes one key and inserts another: committed or not, the number of
-        // present keys never changes, which a torn transaction would break.
         let map = Boosted::<SortedList>::default();
-        for k in 0..50 {
-            assert!(map.run(&[GenOp { kind: OpKind::Insert, key: k, value: k }]));
-        }
-        std::thread::scope(|s| {
-            for t in 0..2 {
-                let map = &map;
-                s.spawn(move || {
-                    let mut rng = StdRng::seed_from_u64(t);
-                    for _ in 0..20_000 {
-                        let (a, b) = (rng.random_range(0..100), rng.random_range(0..100));
-                        map.run(&[
-                            GenOp { kind: OpKind::Delete, key: a, value: 0 },
-                            GenOp { kind: OpKind::Insert, key: b, value: 0 },
-                        ]);
-                    }
-                });
-            }
-        });
-        assert_eq!((0..100).filter(|&k| map.base().get(k).is_some()).count(), 50);
+        moving_keys_keeps_their_number(
+            |ops| map.run(ops),
+            || (0..100).filter(|&k| map.base().get(k).is_some()).count(),
+            20_000,
+        );
     }
 }

@@ -12,12 +12,10 @@ use std::collections::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use petra::OpKind;
 
+use super::{STRIPES, stripe_of, stripes_of};
 use crate::error::Result;
 use crate::targets::tx::{TxMap, TxWorker};
 use crate::workload::GenOp;
-
-/// Stripes of [`LockMap`].
-const STRIPES: usize = 1024;
 
 /// Abstract locking with an undo log. See the [module docs](self).
 #[derive(Debug)]
@@ -31,18 +29,11 @@ impl Default for LockMap {
     }
 }
 
-fn stripe_of(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % STRIPES
-}
-
 impl LockMap {
     /// Runs `ops` with strict semantics under their keys' locks; whether it committed.
     pub(crate) fn run(&self, ops: &[GenOp]) -> bool {
-        let mut stripes: Vec<usize> = ops.iter().map(|op| stripe_of(op.key)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, HashMap<u64, u64>>)> =
-            stripes.iter().map(|&s| (s, self.stripes[s].lock())).collect();
+            stripes_of(ops).into_iter().map(|s| (s, self.stripes[s].lock())).collect();
         let mut undo: Vec<(u64, Option<u64>)> = Vec::with_capacity(ops.len());
         let mut committed = true;
         for op in ops {
@@ -109,75 +100,23 @@ impl TxWorker for &LockMap {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-
     use super::*;
-
-    /// The strict semantics on a model: all ops or none.
-    fn model_run(model: &mut BTreeMap<u64, u64>, ops: &[GenOp]) -> bool {
-        let mut next = model.clone();
-        for op in ops {
-            let ok = match op.kind {
-                OpKind::Insert => next.insert(op.key, op.value).is_none(),
-                OpKind::Delete => next.remove(&op.key).is_some(),
-                OpKind::Update => next.contains_key(&op.key) && next.insert(op.key, op.value).is_some(),
-                _ => next.contains_key(&op.key),
-            };
-            if !ok {
-                return false;
-            }
-        }
-        *model = next;
-        true
-    }
+    use crate::baselines::testing::{commits_all_or_nothing, moving_keys_keeps_their_number};
 
     #[test]
     fn the_lock_map_commits_all_or_nothing() {
         let map = LockMap::default();
-        let mut model = BTreeMap::new();
-        let mut rng = StdRng::seed_from_u64(4);
-        let kinds = [OpKind::Insert, OpKind::Delete, OpKind::Update, OpKind::Find];
-        for _ in 0..20_000 {
-            let ops: Vec<GenOp> = (0..rng.random_range(1..=6))
-                .map(|_| GenOp {
-                    kind: kinds[rng.random_range(0..4)],
-                    key: rng.random_range(0..40),
-                    value: rng.random(),
-                })
-                .collect();
-            assert_eq!(map.run(&ops), model_run(&mut model, &ops), "{ops:?}");
-        }
-        let mut all: Vec<(u64, u64)> = map.stripes.iter().flat_map(|s| s.lock().clone()).collect();
-        all.sort_unstable();
-        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+        let contents = || {
+            let mut all: Vec<(u64, u64)> = map.stripes.iter().flat_map(|s| s.lock().clone()).collect();
+            all.sort_unstable();
+            all
+        };
+        commits_all_or_nothing(|ops| map.run(ops), contents);
     }
 
     #[test]
     fn two_threads_moving_keys_keep_their_number() {
-        // Each transaction deletes one key and inserts another: committed or not, the number of
-        // present keys never changes, which a torn transaction would break.
         let map = LockMap::default();
-        for k in 0..50 {
-            map.put(k, k);
-        }
-        std::thread::scope(|s| {
-            for t in 0..2 {
-                let map = &map;
-                s.spawn(move || {
-                    let mut rng = StdRng::seed_from_u64(t);
-                    for _ in 0..50_000 {
-                        let (a, b) = (rng.random_range(0..100), rng.random_range(0..100));
-                        map.run(&[
-                            GenOp { kind: OpKind::Delete, key: a, value: 0 },
-                            GenOp { kind: OpKind::Insert, key: b, value: 0 },
-                        ]);
-                    }
-                });
-            }
-        });
-        assert_eq!(map.stripes.iter().map(|s| s.lock().len()).sum::<usize>(), 50);
+        moving_keys_keeps_their_number(|ops| map.run(ops), || map.stripes.iter().map(|s| s.lock().len()).sum(), 50_000);
     }
 }
