@@ -471,9 +471,10 @@ fn the_running_engines_ledger_holds_exactly_what_its_structures_use() {
     });
     // Drain the deferred work: rounds (which queue the removals of the nodes they make absent),
     // and writes that run the removals and frees that came due; a write of a key that has a
-    // node allocates nothing.
-    let mut h = engine.handle().unwrap();
-    assert!(h.execute(Transaction::new().put(ids[0], 1000u64, 1)).unwrap().is_committed());
+    // node allocates nothing. Each step writes through a handle of its own: the nodes a handle
+    // unlinks wait in its thread's bag of deferred work until the bag fills (64 items) or the
+    // handle is dropped, which hands them on.
+    assert!(engine.handle().unwrap().execute(Transaction::new().put(ids[0], 1000u64, 1)).unwrap().is_committed());
     let want = |engine: &Engine<SimMem>| {
         let present: usize = ids.iter().map(|&s| entries(engine, s).unwrap().len()).sum();
         let blobs = entries(engine, ids[3]).unwrap().len();
@@ -483,6 +484,7 @@ fn the_running_engines_ledger_holds_exactly_what_its_structures_use() {
     let mut held = Vec::new();
     for step in 0..400u64 {
         engine.checkpoint().unwrap();
+        let mut h = engine.handle().unwrap();
         for i in 0..8 {
             assert!(h.execute(Transaction::new().put(ids[0], 1000u64, step * 8 + i)).unwrap().is_committed());
         }
@@ -492,5 +494,12 @@ fn the_running_engines_ledger_holds_exactly_what_its_structures_use() {
         }
     }
     let tail = &held[held.len() - 5..];
-    panic!("the ledger holds {tail:?} blocks at the end of the drain, the structures use {}", want(&engine));
+    // Per structure: nodes linked (absent keys' included) and keys present.
+    let linked: Vec<(u64, usize)> =
+        ids.iter().map(|&s| (engine.check_links(s).unwrap(), entries(&engine, s).unwrap().len())).collect();
+    panic!(
+        "the ledger holds {tail:?} blocks at the end of the drain, the structures use {} (linked and present per \
+         structure: {linked:?})",
+        want(&engine)
+    );
 }
