@@ -96,10 +96,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::{Guard, LocalHandle};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
 use crate::mem::{CACHE_LINE, PMem, WORD};
@@ -109,6 +109,7 @@ use crate::structures::info::Info;
 use crate::structures::mix64;
 use crate::structures::node::{INFO, KEY_HI, RECORD_END, load_key, write_record};
 use crate::tx::{OpKind, StructId};
+use crate::wake::Wake;
 
 /// The rounds' shared state.
 #[derive(Debug, Default)]
@@ -127,63 +128,7 @@ pub(crate) struct Checkpointer {
     stats: Mutex<CheckpointStats>,
     /// The wake-up of the engine's rounds' thread, if the rounds that the fill starts run on
     /// it (see [`EngineConfig::background_rounds`](crate::EngineConfig::background_rounds)).
-    background: Option<Arc<RoundWake>>,
-}
-
-/// What wakes the rounds' thread: a round asked for by a writer whose ring is filling, or the
-/// end of its run.
-#[derive(Debug, Default)]
-pub(crate) struct RoundWake {
-    /// A round was asked for since the thread last woke. Writers read it without the lock, so
-    /// that only the one that sets it wakes the thread.
-    asked: AtomicBool,
-    /// The thread's run: it runs while this is the number it started with.
-    run: Mutex<u64>,
-    woken: Condvar,
-}
-
-impl RoundWake {
-    /// The run a thread starting now belongs to.
-    pub(crate) fn run(&self) -> u64 {
-        *self.run.lock()
-    }
-
-    /// Asks the thread for a round; asks before it wakes are one.
-    fn ask(&self) {
-        // Relaxed: a hint; the writer that sets the flag wakes the thread.
-        if self.asked.load(Ordering::Relaxed) {
-            return;
-        }
-        // AcqRel: one writer sets it; the thread's swap in `wait` takes it back.
-        if !self.asked.swap(true, Ordering::AcqRel) {
-            // Under the lock: the thread either has not yet looked at the flag (it will see it)
-            // or waits (and is woken).
-            let _run = self.run.lock();
-            self.woken.notify_one();
-        }
-    }
-
-    /// Waits until a round is asked for (`true`), or run `run` has ended (`false`).
-    pub(crate) fn wait(&self, run: u64) -> bool {
-        let mut current = self.run.lock();
-        while *current == run {
-            // AcqRel: as in `ask`.
-            if self.asked.swap(false, Ordering::AcqRel) {
-                return true;
-            }
-            self.woken.wait(&mut current);
-        }
-        false
-    }
-
-    /// Ends run `run` (its thread returns from [`wait`](RoundWake::wait) with `false`).
-    pub(crate) fn stop(&self, run: u64) {
-        let mut current = self.run.lock();
-        if *current == run {
-            *current += 1;
-        }
-        self.woken.notify_all();
-    }
+    background: Option<Arc<Wake>>,
 }
 
 impl Checkpointer {
@@ -194,7 +139,7 @@ impl Checkpointer {
     }
 
     /// The wake-up of the rounds' thread, if the engine runs one.
-    pub(crate) fn background(&self) -> Option<Arc<RoundWake>> {
+    pub(crate) fn background(&self) -> Option<Arc<Wake>> {
         self.background.clone()
     }
 

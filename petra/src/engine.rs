@@ -12,7 +12,7 @@ use std::time::Duration;
 use crossbeam_epoch::Collector;
 use parking_lot::Mutex;
 
-use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer, RoundWake};
+use crate::checkpoint::{CheckpointReport, CheckpointStats, Checkpointer};
 use crate::error::{Damage, EngineError};
 use crate::handle::{Handle, Shared};
 use crate::key::{Key, KeyWidth};
@@ -22,9 +22,10 @@ use crate::pool::Pool;
 use crate::protocol::Core;
 use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refused};
 use crate::ring::Rings;
-use crate::safe::{DurabilityPolicy, Wake};
+use crate::safe::DurabilityPolicy;
 use crate::structures::registry::{self, Registry, Structure};
 use crate::tx::{MAX_OPS, Op, OpKind, Shape, StructId, StructureKind, Transaction, Values};
+use crate::wake::{Wake, Worker};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -111,97 +112,34 @@ impl EngineConfig {
     }
 }
 
-/// The background thread that makes a safe point every interval (see [`DurabilityPolicy`]), and
-/// soon when one is asked for ([`SafePoints::ask`](crate::safe::SafePoints::ask)).
-#[derive(Debug)]
-pub(crate) struct Syncer {
-    /// Its wake-up, and the run it belongs to.
-    wake: Arc<Wake>,
-    run: u64,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Syncer {
-    /// Starts the syncer of `shared`, which makes a safe point every `every` while the engine
-    /// lives, and when asked. It holds the engine only while it makes one.
-    fn start<M: PMem + 'static>(shared: &Arc<Shared<M>>, every: Duration) -> Syncer {
-        let weak = Arc::downgrade(shared);
-        let wake = Arc::clone(&shared.core.safe.wake);
-        let run = wake.run();
-        let woken = Arc::clone(&wake);
-        let thread = std::thread::Builder::new()
-            .name("petra-safe-points".into())
-            .spawn(move || {
-                while woken.wait(run, every) {
-                    let Some(shared) = weak.upgrade() else { return };
-                    shared.core.safe.keep_error(shared.safe_point());
-                }
-            })
-            .expect("a thread for the safe points");
-        Syncer { wake, run, thread: Some(thread) }
-    }
-
-    /// Stops the thread and waits for it to end (unless this is that thread).
-    fn stop(mut self) {
-        self.wake.stop(self.run);
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
+/// Starts the background syncer of `shared`, which makes a safe point every `every` while the
+/// engine lives, and soon when one is asked for
+/// ([`SafePoints::ask`](crate::safe::SafePoints::ask)). It holds the engine only while it makes
+/// one.
+fn start_syncer<M: PMem + 'static>(shared: &Arc<Shared<M>>, every: Duration) -> Worker {
+    let weak = Arc::downgrade(shared);
+    let gap = crate::safe::SafePoints::asked_gap(every);
+    Worker::spawn("petra-safe-points", Arc::clone(&shared.core.safe.wake), move |wake, run| {
+        while wake.wait(run, Some(every), gap) {
+            let Some(shared) = weak.upgrade() else { return };
+            shared.core.safe.keep_error(shared.safe_point());
         }
-    }
+    })
 }
 
-impl Drop for Syncer {
-    fn drop(&mut self) {
-        self.wake.stop(self.run);
-    }
-}
-
-/// The thread that runs the automatic checkpoint rounds when the engine is configured so
-/// ([`EngineConfig::background_rounds`]): writers whose rings fill ask it for one.
-#[derive(Debug)]
-pub(crate) struct Rounder {
-    wake: Arc<RoundWake>,
-    run: u64,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Rounder {
-    /// Starts the rounds' thread of `shared`. It holds the engine only while it runs rounds.
-    fn start<M: PMem + 'static>(shared: &Arc<Shared<M>>, wake: Arc<RoundWake>) -> Rounder {
-        let weak = Arc::downgrade(shared);
-        let run = wake.run();
-        let woken = Arc::clone(&wake);
-        let collector = shared.collector.clone();
-        let thread = std::thread::Builder::new()
-            .name("petra-rounds".into())
-            .spawn(move || {
-                let local = collector.register();
-                while woken.wait(run) {
-                    let Some(shared) = weak.upgrade() else { return };
-                    shared.checkpointer.asked_round(&shared.core, &shared.rings, &local);
-                }
-            })
-            .expect("a thread for the checkpoint rounds");
-        Rounder { wake, run, thread: Some(thread) }
-    }
-
-    /// Stops the thread and waits for it to end (unless this is that thread).
-    fn stop(mut self) {
-        self.wake.stop(self.run);
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
+/// Starts the thread of `shared` that runs the automatic checkpoint rounds when the engine is
+/// configured so ([`EngineConfig::background_rounds`]), woken by `wake` when writers whose rings
+/// fill ask for one. It holds the engine only while it runs rounds.
+fn start_rounder<M: PMem + 'static>(shared: &Arc<Shared<M>>, wake: Arc<Wake>) -> Worker {
+    let weak = Arc::downgrade(shared);
+    let collector = shared.collector.clone();
+    Worker::spawn("petra-rounds", wake, move |wake, run| {
+        let local = collector.register();
+        while wake.wait(run, None, Duration::ZERO) {
+            let Some(shared) = weak.upgrade() else { return };
+            shared.checkpointer.asked_round(&shared.core, &shared.rings, &local);
         }
-    }
-}
-
-impl Drop for Rounder {
-    fn drop(&mut self) {
-        self.wake.stop(self.run);
-    }
+    })
 }
 
 /// The engine over one pool: its structures, rings and txid counter. Cheap to clone.
@@ -283,8 +221,7 @@ impl<M: PMem + 'static> Engine<M> {
             collector: Collector::new(),
             rings,
             checkpointer: Checkpointer::new(config.checkpoint_fill, config.background_rounds),
-            syncer: Mutex::new(None),
-            rounder: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
         });
         let engine = Engine { shared };
         engine.start_threads();
@@ -294,25 +231,20 @@ impl<M: PMem + 'static> Engine<M> {
     /// Starts the background syncer if the policy wants one, and the rounds' thread if the
     /// configuration does.
     fn start_threads(&self) {
+        let mut threads = self.shared.threads.lock();
         if let Some(every) = self.shared.core.safe.interval() {
-            *self.shared.syncer.lock() = Some(Syncer::start(&self.shared, every));
+            threads.push(start_syncer(&self.shared, every));
         }
         if let Some(wake) = self.shared.checkpointer.background() {
-            *self.shared.rounder.lock() = Some(Rounder::start(&self.shared, wake));
+            threads.push(start_rounder(&self.shared, wake));
         }
     }
 
     /// The shared state, taken out of the engine if this is its last holder (its threads
     /// stopped first, so that they hold nothing), or the engine back, its threads running again.
     fn into_shared(self) -> Result<Shared<M>, Engine<M>> {
-        let syncer = self.shared.syncer.lock().take();
-        if let Some(s) = syncer {
-            s.stop();
-        }
-        let rounder = self.shared.rounder.lock().take();
-        if let Some(r) = rounder {
-            r.stop();
-        }
+        let threads = std::mem::take(&mut *self.shared.threads.lock());
+        threads.into_iter().for_each(Worker::stop);
         Arc::try_unwrap(self.shared).map_err(|shared| {
             let engine = Engine { shared };
             engine.start_threads();

@@ -37,10 +37,9 @@ pub(crate) struct Shared<M: PMem> {
     pub(crate) collector: Collector,
     pub(crate) rings: Rings,
     pub(crate) checkpointer: Checkpointer,
-    /// The background thread that makes safe points under a periodic policy.
-    pub(crate) syncer: parking_lot::Mutex<Option<crate::engine::Syncer>>,
-    /// The thread that runs the automatic rounds, if the engine runs them on one.
-    pub(crate) rounder: parking_lot::Mutex<Option<crate::engine::Rounder>>,
+    /// The engine's background threads: the safe points' syncer under a periodic policy, and
+    /// the automatic rounds' thread if the engine runs them on one.
+    pub(crate) threads: parking_lot::Mutex<Vec<crate::wake::Worker>>,
 }
 
 impl<M: PMem + 'static> Shared<M> {

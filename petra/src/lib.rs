@@ -104,6 +104,7 @@ mod scan;
 mod structures;
 mod sync;
 mod tx;
+mod wake;
 
 pub use checkpoint::{CheckpointReport, CheckpointStats};
 pub use engine::{Engine, EngineConfig, SalvageReport};

@@ -159,69 +159,15 @@ pub(crate) struct SafePoints {
     /// [`take_error`](SafePoints::take_error).
     error: Mutex<Option<io::Error>>,
     /// The background syncer's wake-up (`Periodic` only).
-    pub(crate) wake: Arc<Wake>,
+    pub(crate) wake: Arc<crate::wake::Wake>,
 }
 
-/// What wakes the background syncer before its interval is up: a safe point asked for
-/// ([`SafePoints::ask`]), or the end of its run.
-#[derive(Debug, Default)]
-pub(crate) struct Wake {
-    state: Mutex<WakeState>,
-    woken: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct WakeState {
-    /// A safe point was asked for since the syncer last woke.
-    asked: bool,
-    /// The syncer's run: a syncer runs while this is the number it started with.
-    run: u64,
-}
-
-impl Wake {
-    /// The run a syncer starting now belongs to.
-    pub(crate) fn run(&self) -> u64 {
-        self.state.lock().run
-    }
-
-    /// Asks the syncer for a safe point soon (see [`wait`](Wake::wait)); asks before it wakes
-    /// are one.
-    fn ask(&self) {
-        let mut state = self.state.lock();
-        if !state.asked {
-            state.asked = true;
-            self.woken.notify_all();
-        }
-    }
-
-    /// Ends run `run` (its syncer returns from [`wait`](Wake::wait) with `false`).
-    pub(crate) fn stop(&self, run: u64) {
-        let mut state = self.state.lock();
-        if state.run == run {
-            state.run += 1;
-        }
-        self.woken.notify_all();
-    }
-
-    /// Waits until `every` has passed, or a safe point was asked for and [`ASKED_GAP`] (at most
-    /// a quarter of `every`) has: `true`, or `false` once run `run` has ended. Called as the last
-    /// safe point ends, so asked-for safe points are spaced by the gap at least: each one costs
-    /// the writers a fault on every page they write again after it, as well as the sync.
-    pub(crate) fn wait(&self, run: u64, every: Duration) -> bool {
-        let now = std::time::Instant::now();
-        let deadline = now + every;
-        let soonest = now + ASKED_GAP.min(every / 4);
-        let mut state = self.state.lock();
-        while state.run == run {
-            let now = std::time::Instant::now();
-            if now >= deadline || (state.asked && now >= soonest) {
-                state.asked = false;
-                return true;
-            }
-            let until = if state.asked { soonest } else { deadline };
-            self.woken.wait_until(&mut state, until);
-        }
-        false
+impl SafePoints {
+    /// The least time between the background syncer's safe points when they are asked for:
+    /// [`ASKED_GAP`], at most a quarter of its interval `every`. Each one costs the writers a
+    /// fault on every page they write again after it, as well as the sync.
+    pub(crate) fn asked_gap(every: Duration) -> Duration {
+        ASKED_GAP.min(every / 4)
     }
 }
 
@@ -264,7 +210,7 @@ impl SafePoints {
             leading: Mutex::new(false),
             led: Condvar::new(),
             error: Mutex::new(None),
-            wake: Arc::new(Wake::default()),
+            wake: Arc::default(),
         }
     }
 
