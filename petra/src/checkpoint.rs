@@ -425,8 +425,13 @@ impl Checkpointer {
         if fill == 0 || ring.used(head) * 100 <= ring.cap * fill || !self.ready() {
             return;
         }
+        // The rounds' thread, if there is one, unless it lags: a ring past twice the fill (at
+        // most 90%) means it was kept off the cores while the writers went on, and the writer
+        // runs the round itself, as without the thread, so that the rings do not grow in number
+        // for want of a thread's turn.
+        let wake = self.background.as_ref().filter(|_| ring.used(head) * 100 <= ring.cap * (2 * fill).min(90));
         if !core.safe.on() {
-            match &self.background {
+            match wake {
                 Some(wake) => wake.ask(),
                 None => {
                     self.round(core, rings, local);
@@ -445,7 +450,7 @@ impl Checkpointer {
             return;
         }
         ring.fired.store(head, Ordering::Relaxed);
-        match &self.background {
+        match wake {
             Some(wake) => wake.ask(),
             None => {
                 self.round(core, rings, local);
