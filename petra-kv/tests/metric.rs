@@ -351,9 +351,13 @@ fn steady_ingest(
         }
         s.trim(set, 0, Some(keep)).unwrap();
         drop(s);
-        // A safe point after every round of samples, as the background syncer makes them, but
-        // at a fixed point of the run: a loaded machine can keep the syncer off the cores for
-        // longer than its interval, and the rings then grow towards their budget meanwhile.
+        // A checkpoint and a safe point after every round of samples, as the store's own
+        // threads make them, but at fixed points of the run: a loaded machine can keep those
+        // threads off the cores for longer than the run takes to fill a ring, and the rings then
+        // grow meanwhile (up to the budget for safe points, and until the writers run the rounds
+        // themselves, see `Checkpointer::maybe_round`). 3000 samples take less than the fill that
+        // asks for a round: the rounds are these.
+        store.checkpoint().unwrap();
         store.sync().unwrap();
         lens.push(std::fs::metadata(path).unwrap().len());
     }
