@@ -152,6 +152,7 @@ pub struct Engine<M: PMem + 'static> {
 impl<M: PMem + 'static> Engine<M> {
     /// How many removals and replaced values were put back to wait for a scan's snapshot.
     pub(crate) fn waited_for_snapshots(&self) -> [u64; 2] {
+        // Relaxed: counts read once the threads that moved them are done.
         self.shared.core.reclaim.snapshots.waited.each_ref().map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
     }
 }

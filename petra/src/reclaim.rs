@@ -194,6 +194,7 @@ impl Reclaim {
             if txid > self.snapshots.oldest() {
                 // A snapshot below the replacer may read the value. Replacers come due in about
                 // their txid order: the next ones wait too.
+                // Relaxed: a test's count, read once the threads that moved it are done.
                 #[cfg(test)]
                 self.snapshots.waited[1].fetch_add(1, Ordering::Relaxed);
                 self.blob_frees.push((blob, txid));
@@ -249,6 +250,7 @@ impl Reclaim {
             }
             // Read after the pop: as in `free_due`.
             if item.stamp > self.snapshots.oldest() {
+                // Relaxed: a test's count, as in `free_due`.
                 #[cfg(test)]
                 self.snapshots.waited[0].fetch_add(1, Ordering::Relaxed);
                 self.removals.push(item);
