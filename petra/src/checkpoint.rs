@@ -430,6 +430,10 @@ impl Checkpointer {
         // runs the round itself, as without the thread, so that the rings do not grow in number
         // for want of a thread's turn.
         let wake = self.background.as_ref().filter(|_| ring.used(head) * 100 <= ring.cap * (2 * fill).min(90));
+        #[cfg(test)]
+        if self.background.is_some() && wake.is_none() {
+            steps::take_over();
+        }
         if !core.safe.on() {
             match wake {
                 Some(wake) => wake.ask(),
@@ -925,5 +929,19 @@ pub(crate) mod steps {
     /// The rounds run so far on this thread.
     pub(crate) fn rounds() -> u64 {
         ROUNDS.with(Cell::get)
+    }
+
+    thread_local! {
+        static TAKEN_OVER: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn take_over() {
+        TAKEN_OVER.with(|s| s.set(s.get() + 1));
+    }
+
+    /// The times a writer on this thread, its ring past twice the fill, went to run a round
+    /// itself instead of asking the rounds' thread.
+    pub(crate) fn taken_over() -> u64 {
+        TAKEN_OVER.with(Cell::get)
     }
 }

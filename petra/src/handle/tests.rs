@@ -286,8 +286,9 @@ fn a_transaction_that_panicked_happened_whole_or_not_at_all_and_recovery_agrees(
 }
 
 /// With background rounds, a writer whose ring fills asks the engine's thread for rounds and
-/// runs none itself; the rounds run there and fold its descriptors; the engine closes with the
-/// thread stopped. Without, the writer runs them.
+/// runs none itself, unless the thread lags (its ring past twice the fill); the rounds run there
+/// and fold its descriptors; the engine closes with the thread stopped. Without, the writer runs
+/// them.
 #[test]
 fn background_rounds_run_on_the_engines_thread_not_the_writers() {
     for background in [false, true] {
@@ -297,6 +298,7 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
         let s = engine.create_skiplist().unwrap();
         let mut h = engine.handle().unwrap();
         let before = crate::checkpoint::steps::rounds();
+        let took_over = crate::checkpoint::steps::taken_over();
         // 20 000 descriptors through rings of 511: a round at every quarter ring. Then on until
         // the rounds folded 10 000 of them, wherever they ran (a busy machine may keep the
         // rounds' thread off the cores for a while; the writer asks again meanwhile).
@@ -308,8 +310,11 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
             i += 1;
         }
         let here = crate::checkpoint::steps::rounds() - before;
+        let took_over = crate::checkpoint::steps::taken_over() - took_over;
         if background {
-            assert_eq!(here, 0, "the writer ran {here} rounds itself");
+            // Only where the rounds' thread lagged (its ring past twice the fill): on a busy
+            // machine that happens, on an idle one seldom.
+            assert!(here <= took_over, "the writer ran {here} rounds itself, {took_over} of them taken over");
         } else {
             assert!(here > 20, "the writer ran {here} rounds");
         }
