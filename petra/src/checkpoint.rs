@@ -252,6 +252,9 @@ pub struct CheckpointStats {
     pub records: u64,
     /// Time spent in rounds (by whichever threads ran them).
     pub busy: std::time::Duration,
+    /// Descriptor rings whose regions rounds gave back to the pool, once empty and held by no
+    /// handle (all but one spare).
+    pub rings_given_back: u64,
 }
 
 /// A batch a round found: in each of its rings, every descriptor from where the rounds have
@@ -488,6 +491,12 @@ impl Checkpointer {
         let started = std::time::Instant::now();
         #[cfg(test)]
         steps::round();
+        // The last round's end ran: the rings it emptied, and that no handle holds, go back to
+        // the pool (but a spare).
+        let given = rings.give_back(&core.pool) as u64;
+        if given > 0 {
+            ckpt.stats.lock().rings_given_back += given;
+        }
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
         done.ready();
