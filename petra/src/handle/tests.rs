@@ -9,6 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::checkpoint::steps::{self, Count};
 use crate::descriptor::{Desc, TxStatus};
 use crate::mem::SimMem;
 use crate::pool::{Pool, PoolConfig};
@@ -297,8 +298,8 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
         let engine = Engine::create(pool, engine_config().background_rounds(background)).unwrap();
         let s = engine.create_skiplist().unwrap();
         let mut h = engine.handle().unwrap();
-        let before = crate::checkpoint::steps::rounds();
-        let took_over = crate::checkpoint::steps::taken_over();
+        let before = steps::of(Count::Round);
+        let took_over = steps::of(Count::TakeOver);
         // 20 000 descriptors through rings of 511: a round at every quarter ring. Then on until
         // the rounds folded 10 000 of them, wherever they ran (a busy machine may keep the
         // rounds' thread off the cores for a while; the writer asks again meanwhile).
@@ -309,8 +310,8 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
             assert!(h.execute(Transaction::new().put(s, i % 512, i)).unwrap().is_committed());
             i += 1;
         }
-        let here = crate::checkpoint::steps::rounds() - before;
-        let took_over = crate::checkpoint::steps::taken_over() - took_over;
+        let here = steps::of(Count::Round) - before;
+        let took_over = steps::of(Count::TakeOver) - took_over;
         if background {
             // Only where the rounds' thread lagged (its ring past twice the fill): on a busy
             // machine that happens, on an idle one seldom.
