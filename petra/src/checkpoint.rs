@@ -252,6 +252,9 @@ pub struct CheckpointStats {
     pub records: u64,
     /// Time spent in rounds (by whichever threads ran them).
     pub busy: std::time::Duration,
+    /// Descriptor rings whose regions rounds gave back to the pool, once empty and held by no
+    /// handle (all but one spare).
+    pub rings_given_back: u64,
 }
 
 /// A batch a round found: in each of its rings, every descriptor from where the rounds have
@@ -432,7 +435,7 @@ impl Checkpointer {
         let wake = self.background.as_ref().filter(|_| ring.used(head) * 100 <= ring.cap * (2 * fill).min(90));
         #[cfg(test)]
         if self.background.is_some() && wake.is_none() {
-            steps::take_over();
+            steps::add(steps::Count::TakeOver);
         }
         if !core.safe.on() {
             match wake {
@@ -487,7 +490,13 @@ impl Checkpointer {
         }
         let started = std::time::Instant::now();
         #[cfg(test)]
-        steps::round();
+        steps::add(steps::Count::Round);
+        // The last round's end ran: the rings it emptied, and that no handle holds, go back to
+        // the pool (but a spare).
+        let given = rings.give_back(&core.pool) as u64;
+        if given > 0 {
+            ckpt.stats.lock().rings_given_back += given;
+        }
         // Relaxed: only the round holding the lock moves it.
         let number = ckpt.started.load(Ordering::Relaxed) + 1;
         done.ready();
@@ -841,7 +850,7 @@ fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainE
     let mut cur = top;
     loop {
         #[cfg(test)]
-        steps::step();
+        steps::add(steps::Count::Step);
         if cur == op {
             return ChainEnd::Op;
         }
@@ -875,7 +884,7 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node
     let mut cur = top;
     while !cur.is_final() {
         #[cfg(test)]
-        steps::step();
+        steps::add(steps::Count::Step);
         let (x, k) = (cur.desc(), cur.opid());
         let desc = Desc::new(mem, x);
         // Acquire: as every read of `prev`.
@@ -899,49 +908,33 @@ fn cache_chain<M: PMem + 'static>(core: &Core<M>, round: &Round, top: Info, node
     }
 }
 
-/// A unit test's counts, of this thread: the steps rounds took down `prev` chains, and the
-/// rounds run.
+/// A unit test's counts, of this thread: one array of counters, one per [`steps::Count`].
 #[cfg(test)]
 pub(crate) mod steps {
     use std::cell::Cell;
 
-    thread_local! {
-        static STEPS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub(super) fn step() {
-        STEPS.with(|s| s.set(s.get() + 1));
-    }
-
-    /// The steps taken so far on this thread.
-    pub(crate) fn taken() -> u64 {
-        STEPS.with(Cell::get)
-    }
-
-    thread_local! {
-        static ROUNDS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub(super) fn round() {
-        ROUNDS.with(|s| s.set(s.get() + 1));
-    }
-
-    /// The rounds run so far on this thread.
-    pub(crate) fn rounds() -> u64 {
-        ROUNDS.with(Cell::get)
+    /// What a thread counts.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) enum Count {
+        /// Steps rounds took down `prev` chains.
+        Step,
+        /// Rounds run.
+        Round,
+        /// Times a writer, its ring past twice the fill, went to run a round itself instead of
+        /// asking the rounds' thread.
+        TakeOver,
     }
 
     thread_local! {
-        static TAKEN_OVER: Cell<u64> = const { Cell::new(0) };
+        static COUNTS: [Cell<u64>; 3] = const { [const { Cell::new(0) }; 3] };
     }
 
-    pub(super) fn take_over() {
-        TAKEN_OVER.with(|s| s.set(s.get() + 1));
+    pub(super) fn add(c: Count) {
+        COUNTS.with(|a| a[c as usize].set(a[c as usize].get() + 1));
     }
 
-    /// The times a writer on this thread, its ring past twice the fill, went to run a round
-    /// itself instead of asking the rounds' thread.
-    pub(crate) fn taken_over() -> u64 {
-        TAKEN_OVER.with(Cell::get)
+    /// The count of `c` on this thread so far.
+    pub(crate) fn of(c: Count) -> u64 {
+        COUNTS.with(|a| a[c as usize].get())
     }
 }

@@ -38,6 +38,10 @@ const RING_TAG: u8 = 2;
 /// passes over it.
 pub(crate) const PAD: u64 = 0x5041_u64 << 48;
 
+/// Empty rings no handle holds that [`Rings::give_back`] keeps, so that a handle made after
+/// another was dropped takes one without the pool allocating.
+const SPARE_RINGS: usize = 1;
+
 /// One descriptor ring. See the [module docs](self).
 #[derive(Debug)]
 pub(crate) struct Ring {
@@ -127,15 +131,36 @@ struct RingSlot {
     /// Given up for good: a panic unwound through a transaction of the handle that held it (see
     /// `Handle`'s `unfinished`).
     dead: bool,
+    /// Its region was given back to the pool ([`Rings::give_back`]): the entry only keeps the
+    /// indices of the others in place, and the next new ring takes it.
+    gone: bool,
+}
+
+impl RingSlot {
+    fn new(ring: Ring) -> RingSlot {
+        RingSlot { ring: Arc::new(ring), taken: false, dead: false, gone: false }
+    }
+
+    /// No handle holds it and one may take it.
+    fn idle(&self) -> bool {
+        !self.taken && !self.dead && !self.gone
+    }
 }
 
 /// The engine's rings, each taken by at most one handle at a time, under a lock that loom sees
 /// (it orders their positions between handles).
 #[derive(Debug)]
 pub(crate) struct Rings {
-    slots: Mutex<Vec<RingSlot>>,
+    slots: Mutex<Slots>,
     /// Bytes of a new ring.
     ring_bytes: u64,
+}
+
+#[derive(Debug)]
+struct Slots {
+    all: Vec<RingSlot>,
+    /// A ring given back had been written since the open.
+    gone_written: bool,
 }
 
 impl Rings {
@@ -143,12 +168,9 @@ impl Rings {
     /// descriptor of the old epoch into records); new ones get `ring_bytes` bytes (rounded up to
     /// whole chunks).
     pub(crate) fn of_pool<M: PMem>(pool: &Pool<M>, ring_bytes: u64) -> Rings {
-        let slots = pool
-            .regions(RING_TAG)
-            .into_iter()
-            .map(|(off, len)| RingSlot { ring: Arc::new(Ring::new(off.get(), len)), taken: false, dead: false })
-            .collect();
-        Rings { slots: Mutex::new(slots), ring_bytes }
+        let all =
+            pool.regions(RING_TAG).into_iter().map(|(off, len)| RingSlot::new(Ring::new(off.get(), len))).collect();
+        Rings { slots: Mutex::new(Slots { all, gone_written: false }), ring_bytes }
     }
 
     /// Bytes of a new ring, as configured.
@@ -161,14 +183,24 @@ impl Rings {
     /// the ring, and its head as its last writer published it.
     pub(crate) fn take<M: PMem>(&self, pool: &Pool<M>, len: u64) -> Result<(usize, Arc<Ring>, u64), AllocError> {
         let mut slots = self.slots.lock();
-        let i = match slots.iter().position(|r| !r.taken && !r.dead && r.ring.has_room(len)) {
+        let slots = &mut slots.all;
+        let i = match slots.iter().position(|r| r.idle() && r.ring.has_room(len)) {
             Some(i) => i,
             None => {
                 let chunk = pool.header().layout.chunk_size;
                 let bytes = self.ring_bytes.max(1).div_ceil(chunk) * chunk;
                 let off = pool.alloc_region(RING_TAG, bytes)?.get();
-                slots.push(RingSlot { ring: Arc::new(Ring::new(off, bytes)), taken: false, dead: false });
-                slots.len() - 1
+                let slot = RingSlot::new(Ring::new(off, bytes));
+                match slots.iter().position(|r| r.gone) {
+                    Some(i) => {
+                        slots[i] = slot;
+                        i
+                    }
+                    None => {
+                        slots.push(slot);
+                        slots.len() - 1
+                    }
+                }
             }
         };
         slots[i].taken = true;
@@ -181,31 +213,66 @@ impl Rings {
     /// Gives back ring `i`, which the caller took: another handle may resume it once it has room,
     /// unless `dead` (its last descriptor's transaction never returned), then never.
     pub(crate) fn release(&self, i: usize, dead: bool) {
-        let mut slots = self.slots.lock();
+        let slots = &mut self.slots.lock().all;
         slots[i].taken = false;
         slots[i].dead |= dead;
+    }
+
+    /// Gives the regions of the rings no handle holds and whose every slot is recycled back to
+    /// the pool, all but [`SPARE_RINGS`] of them: rings taken while checkpoint rounds lagged
+    /// behind the writers (or by handles since dropped) do not keep their chunks once the rounds
+    /// have caught up. Returns how many it gave back. Called by a checkpoint round (one at a
+    /// time) after the last round's end ran.
+    ///
+    /// A ring whose tail has reached its head holds nothing recovery reads: its descriptors are
+    /// at or below the checkpoint txid (the tail moves only then, on the disk too while safe
+    /// points are kept), as much as slots written over would be. No handle holds it, and none
+    /// can take it while the lock is held; a round that read it before sees no slot to fold.
+    pub(crate) fn give_back<M: PMem>(&self, pool: &Pool<M>) -> usize {
+        let mut slots = self.slots.lock();
+        let Slots { all, gone_written } = &mut *slots;
+        let mut spare = SPARE_RINGS;
+        let mut given = 0;
+        for slot in all.iter_mut().filter(|r| r.idle()) {
+            // Acquire (both): the recycling that raised the tail, and the head its last writer
+            // published under this lock, come before the region is given back.
+            let (tail, head) = (slot.ring.tail.load(Ordering::Acquire), slot.ring.head.load(Ordering::Acquire));
+            if tail < head {
+                continue;
+            }
+            if spare > 0 {
+                spare -= 1;
+                continue;
+            }
+            pool.free_region(crate::pool::POff::new(slot.ring.off));
+            *gone_written |= head > 0;
+            slot.gone = true;
+            given += 1;
+        }
+        given
     }
 
     /// Calls `f` with every ring, under the table's lock (no handle takes or gives one back
     /// meanwhile; `f` must not either), allocating nothing.
     pub(crate) fn each(&self, mut f: impl FnMut(&Ring)) {
-        self.slots.lock().iter().for_each(|r| f(&r.ring));
+        self.slots.lock().all.iter().filter(|r| !r.gone).for_each(|r| f(&r.ring));
     }
 
     /// Every ring.
     pub(crate) fn all(&self) -> Vec<Arc<Ring>> {
-        self.slots.lock().iter().map(|r| Arc::clone(&r.ring)).collect()
+        self.slots.lock().all.iter().filter(|r| !r.gone).map(|r| Arc::clone(&r.ring)).collect()
     }
 
     /// How many rings the pool holds.
     pub(crate) fn len(&self) -> usize {
-        self.slots.lock().len()
+        self.slots.lock().all.iter().filter(|r| !r.gone).count()
     }
 
     /// Whether any descriptor was written since the open.
     pub(crate) fn written(&self) -> bool {
+        let slots = self.slots.lock();
         // Relaxed: called with every handle gone (each published its ring's head when dropped).
-        self.slots.lock().iter().any(|r| r.ring.head.load(Ordering::Relaxed) > 0)
+        slots.gone_written || slots.all.iter().any(|r| !r.gone && r.ring.head.load(Ordering::Relaxed) > 0)
     }
 }
 

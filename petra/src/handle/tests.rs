@@ -9,6 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::checkpoint::steps::{self, Count};
 use crate::descriptor::{Desc, TxStatus};
 use crate::mem::SimMem;
 use crate::pool::{Pool, PoolConfig};
@@ -297,8 +298,8 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
         let engine = Engine::create(pool, engine_config().background_rounds(background)).unwrap();
         let s = engine.create_skiplist().unwrap();
         let mut h = engine.handle().unwrap();
-        let before = crate::checkpoint::steps::rounds();
-        let took_over = crate::checkpoint::steps::taken_over();
+        let before = steps::of(Count::Round);
+        let took_over = steps::of(Count::TakeOver);
         // 20 000 descriptors through rings of 511: a round at every quarter ring. Then on until
         // the rounds folded 10 000 of them, wherever they ran (a busy machine may keep the
         // rounds' thread off the cores for a while; the writer asks again meanwhile).
@@ -309,8 +310,8 @@ fn background_rounds_run_on_the_engines_thread_not_the_writers() {
             assert!(h.execute(Transaction::new().put(s, i % 512, i)).unwrap().is_committed());
             i += 1;
         }
-        let here = crate::checkpoint::steps::rounds() - before;
-        let took_over = crate::checkpoint::steps::taken_over() - took_over;
+        let here = steps::of(Count::Round) - before;
+        let took_over = steps::of(Count::TakeOver) - took_over;
         if background {
             // Only where the rounds' thread lagged (its ring past twice the fill): on a busy
             // machine that happens, on an idle one seldom.
@@ -363,4 +364,73 @@ fn a_recovery_after_a_power_loss_that_dies_is_done_again_from_the_safe_point() {
     let (engine, report) = open(&after).unwrap();
     assert_eq!(report.safe_point, None, "{report:?}");
     assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (3, 30)]);
+}
+
+/// Rings taken by handles since dropped go back to the pool once the rounds have emptied them,
+/// all but a spare: the pool's chunks in runs come back down, new handles take the spare and
+/// then new regions (the chunks given back), and what was written before and after survives a
+/// crash and a power loss. On persistent memory, and on a page cache, where a ring's slots
+/// come back only once a safe point has put the checkpoint that covers them on the disk.
+#[test]
+fn rings_emptied_and_held_by_no_handle_go_back_to_the_pool_but_a_spare() {
+    for page_cache in [false, true] {
+        rings_go_back(page_cache);
+    }
+}
+
+fn rings_go_back(page_cache: bool) {
+    use crate::DurabilityPolicy;
+    use crate::mem::MediaModel;
+    let (mem, settings) = if page_cache {
+        let mem = SimMem::new(0, MAX_LEN).with_model(MediaModel::PageCache);
+        (mem, engine_config().durability(DurabilityPolicy::Periodic(std::time::Duration::from_secs(3600))))
+    } else {
+        (SimMem::new(0, MAX_LEN), engine_config())
+    };
+    let mem = Arc::new(mem);
+    let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config()).unwrap(), settings.clone()).unwrap();
+    let s = engine.create_list().unwrap();
+    assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+    let mut model = BTreeMap::from([(1u64, 10u64)]);
+    let runs_before = engine.pool().chunk_counts().runs;
+    let mut handles: Vec<_> = (0..5).map(|_| engine.handle().unwrap()).collect();
+    for (i, h) in handles.iter_mut().enumerate() {
+        let k = 100 + i as u64;
+        assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
+        model.insert(k, k);
+    }
+    // The first took the ring the prefill's handle gave back; the other four, new ones.
+    assert_eq!(engine.rings(), 5, "a ring per handle");
+    assert_eq!(engine.pool().chunk_counts().runs - runs_before, 4, "a one-chunk region per new ring");
+    let mut kept = handles.pop().unwrap();
+    drop(handles);
+    // Rounds fold what the dropped handles wrote; once their ends ran, the rings are empty.
+    for i in 0..8u64 {
+        assert!(kept.execute(Transaction::new().put(s, 200 + i, i)).unwrap().is_committed());
+        model.insert(200 + i, i);
+        kept.checkpoint();
+        engine.sync().unwrap();
+    }
+    assert_eq!(engine.rings(), 2, "page cache {page_cache}: the kept handle's ring and one spare");
+    assert_eq!(engine.checkpoint_stats().rings_given_back, 3);
+    assert_eq!(engine.pool().chunk_counts().runs - runs_before, 1, "three regions went back");
+    // New handles take the spare, then regions of their own again.
+    let mut more: Vec<_> = (0..3).map(|_| engine.handle().unwrap()).collect();
+    for (i, h) in more.iter_mut().enumerate() {
+        let k = 300 + i as u64;
+        assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
+        model.insert(k, k);
+    }
+    assert_eq!(engine.rings(), 4);
+    let want = Vec::from_iter(model);
+    assert_eq!(engine.entries::<u64>(s).unwrap(), want);
+    engine.sync().unwrap();
+    let persisted = SimMem::from_bytes(&mem.persisted_bytes(), MAX_LEN);
+    let persisted = if page_cache { persisted.with_model(MediaModel::PageCache) } else { persisted };
+    drop((more, kept));
+    drop(engine.into_pool().unwrap());
+    let (died, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), settings.clone()).unwrap();
+    assert_eq!(died.entries::<u64>(s).unwrap(), want, "page cache {page_cache}: recovered from the memory");
+    let (lost, _) = Engine::open(Pool::open_in(Arc::new(persisted)).unwrap(), settings).unwrap();
+    assert_eq!(lost.entries::<u64>(s).unwrap(), want, "page cache {page_cache}: recovered from the persisted image");
 }

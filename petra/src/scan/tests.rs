@@ -6,6 +6,7 @@
 use std::sync::mpsc;
 
 use super::inclusive;
+use crate::checkpoint::steps::{self, Count};
 use crate::mem::SimMem;
 use crate::pool::{Pool, PoolConfig};
 use crate::protocol::hook;
@@ -259,9 +260,9 @@ fn a_round_walks_past_the_newer_ops_on_a_hot_key_once_not_once_per_op() {
     // Finds a batch holding the first writes (and the set-up's).
     assert!(h2.checkpoint_round().is_some());
     writes(WRITES);
-    let before = crate::checkpoint::steps::taken();
+    let before = steps::of(Count::Step);
     let report = h2.checkpoint_round().expect("the round runs");
-    let steps = crate::checkpoint::steps::taken() - before;
+    let steps = steps::of(Count::Step) - before;
     assert!(report.descriptors >= WRITES, "{report:?}");
     // The first op's walks go down past the newer writes to its own (`chain_below`), and past
     // them and the batch's writes (`cache_chain`): 3 * WRITES steps, and a few for each other
