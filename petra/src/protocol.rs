@@ -541,7 +541,7 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     // Acquire: see the descriptor the info word names.
                     let cur = Info(self.mem().load(node + INFO, Ordering::Acquire));
                     if cur.is_marked() {
-                        set.help_remove(&self.cx, node);
+                        set.help_remove_at(&self.cx, &pos, node);
                         continue;
                     }
                     if !cur.is_final() && cur.desc() == d {

@@ -95,7 +95,12 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
 
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
         let key = load_key(cx.mem(), node, self.wide);
-        chain_remove(cx, self.bucket_link(key), node, self.wide)
+        chain_remove(cx, self.bucket_link(key), None, node, self.wide)
+    }
+
+    fn help_remove_at(&self, cx: &impl Ctx<M>, &(pred_link, curr): &ChainPos, node: u64) {
+        let key = load_key(cx.mem(), node, self.wide);
+        chain_remove(cx, self.bucket_link(key), (curr == node).then_some(pred_link), node, self.wide)
     }
 
     fn ordered(&self) -> bool {

@@ -80,21 +80,31 @@ pub(crate) fn chain_link<M: PMem>(mem: &M, pos: &ChainPos, node: u64) -> bool {
     mem.compare_exchange(pred_link, succ, node, Ordering::Release, Ordering::Relaxed).is_ok()
 }
 
-/// Marks `node`'s `next` and unlinks it from the chain at `link` (of two-word keys if `wide`).
-pub(crate) fn chain_remove<M: PMem>(cx: &impl Ctx<M>, link: u64, node: u64, wide: bool) {
+/// Marks `node`'s `next` and unlinks it from the chain at `link` (of two-word keys if `wide`):
+/// through `pred_link` if given (the link word a search just found holding `node`) and it still
+/// holds `node` unmarked, else by a search from `link`, which unlinks every marked node on its
+/// way, this one included.
+pub(crate) fn chain_remove<M: PMem>(cx: &impl Ctx<M>, link: u64, pred_link: Option<u64>, node: u64, wide: bool) {
     let mem = cx.mem();
-    loop {
+    let succ = loop {
         let next = mem.load(node + NEXT, Ordering::Acquire);
         if next & MARK != 0 {
-            break;
+            break next;
         }
         // AcqRel: marking orders against inserts after the node, which then fail.
         if mem.compare_exchange(node + NEXT, next, next | MARK, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            break;
+            break next;
         }
+    };
+    // AcqRel: unlinking publishes the new link like any link (as in `chain_search`). It fails
+    // if the predecessor changed meanwhile or is marked itself (its link then holds the mark).
+    if let Some(pred_link) = pred_link
+        && mem.compare_exchange(pred_link, node, succ & !MARK, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    {
+        cx.retire(node);
+        return;
     }
     let key = load_key(mem, node, wide);
-    // The search unlinks every marked node on its way, this one included.
     let _ = chain_search(cx, link, key, wide);
 }
 
@@ -159,7 +169,11 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
     }
 
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
-        chain_remove(cx, List::link(self), node, self.wide)
+        chain_remove(cx, List::link(self), None, node, self.wide)
+    }
+
+    fn help_remove_at(&self, cx: &impl Ctx<M>, &(pred_link, curr): &ChainPos, node: u64) {
+        chain_remove(cx, List::link(self), (curr == node).then_some(pred_link), node, self.wide)
     }
 
     fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
@@ -183,5 +197,94 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
     ) -> Result<u64, Damage> {
         let shape = (self.wide, node_bytes(self.wide), strict);
         Ok(check_chain(cx, self.link(), shape, |_| true, visit)?.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::mem::SimMem;
+    use crate::structures::info::Info;
+    use crate::structures::node::KEY;
+
+    /// A thread's context over bare memory: it records the nodes it retires.
+    struct Cx {
+        mem: SimMem,
+        retired: RefCell<Vec<u64>>,
+    }
+
+    impl Ctx<SimMem> for Cx {
+        fn mem(&self) -> &SimMem {
+            &self.mem
+        }
+        fn retire(&self, node: u64) {
+            self.retired.borrow_mut().push(node);
+        }
+        fn resolve(&self, _: Info) -> Option<u64> {
+            None
+        }
+    }
+
+    /// The link word at 64, then a node per key at 128, 192, ..., chained in order.
+    fn chain(keys: &[u64]) -> Cx {
+        let mem = SimMem::new(4096, 4096);
+        let node = |i: usize| 128 + 64 * i as u64;
+        mem.store(LINK, if keys.is_empty() { 0 } else { node(0) }, Ordering::Relaxed);
+        for (i, &k) in keys.iter().enumerate() {
+            mem.store(node(i) + KEY, k, Ordering::Relaxed);
+            let next = if i + 1 < keys.len() { node(i + 1) } else { 0 };
+            mem.store(node(i) + NEXT, next, Ordering::Relaxed);
+        }
+        Cx { mem, retired: RefCell::new(Vec::new()) }
+    }
+
+    const LINK: u64 = 64;
+
+    /// The keys the chain holds, marked nodes included, each with its mark.
+    fn keys(cx: &Cx) -> Vec<(u64, bool)> {
+        let mut out = Vec::new();
+        let mut curr = cx.mem.load(LINK, Ordering::Relaxed) & !MARK;
+        while curr != 0 {
+            let next = cx.mem.load(curr + NEXT, Ordering::Relaxed);
+            out.push((cx.mem.load(curr + KEY, Ordering::Relaxed), next & MARK != 0));
+            curr = next & !MARK;
+        }
+        out
+    }
+
+    /// A removal unlinks through the link its search found when that still holds the node
+    /// unmarked, with no second search; when an insert took the link meanwhile, or the
+    /// predecessor was marked, it searches again: the insert stays, and every marked node on
+    /// the way goes. Each node unlinked is retired once, by the thread whose CAS unlinked it.
+    #[test]
+    fn a_removal_unlinks_through_the_link_its_search_found_only_while_that_holds_it() {
+        let (n10, n20) = (128, 192);
+        // Nothing changed since the search: one CAS.
+        let cx = chain(&[10, 20, 30]);
+        let (pos, found) = chain_search(&cx, LINK, 20, false);
+        assert_eq!((pos, found), ((n10 + NEXT, n20), Some(n20)));
+        chain_remove(&cx, LINK, Some(pos.0), n20, false);
+        assert_eq!(keys(&cx), [(10, false), (30, false)]);
+        assert_eq!(*cx.retired.borrow(), [n20]);
+
+        // Key 15 went in before 20 after the search: the link names it now.
+        let cx = chain(&[10, 20, 30]);
+        let (pos, _) = chain_search(&cx, LINK, 20, false);
+        let n15 = 512;
+        cx.mem.store(n15 + KEY, 15, Ordering::Relaxed);
+        assert!(chain_link(&cx.mem, &pos, n15));
+        chain_remove(&cx, LINK, Some(pos.0), n20, false);
+        assert_eq!(keys(&cx), [(10, false), (15, false), (30, false)]);
+        assert_eq!(*cx.retired.borrow(), [n20]);
+
+        // Key 10 was marked for removal after the search: its link holds the mark.
+        let cx = chain(&[10, 20, 30]);
+        let (pos, _) = chain_search(&cx, LINK, 20, false);
+        cx.mem.store(n10 + NEXT, n20 | MARK, Ordering::Relaxed);
+        chain_remove(&cx, LINK, Some(pos.0), n20, false);
+        assert_eq!(keys(&cx), [(30, false)]);
+        assert_eq!(*cx.retired.borrow(), [n10, n20]);
     }
 }

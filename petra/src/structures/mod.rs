@@ -88,6 +88,12 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn link(&self, cx: &impl Ctx<M>, pos: &Self::Pos, node: u64) -> bool;
     /// Completes the physical removal of a node whose info word is marked.
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64);
+    /// As [`help_remove`](LinkedSet::help_remove), for a node that a search has just found at
+    /// `pos`: a structure whose removal must find the node's predecessor tries the one `pos`
+    /// names first, and searches again only if that no longer holds.
+    fn help_remove_at(&self, cx: &impl Ctx<M>, _pos: &Self::Pos, node: u64) {
+        self.help_remove(cx, node)
+    }
     /// Whether nodes left absent are removed (through [`remove_if`]); if not, an absent node
     /// stays, and a later insert of its key takes it over.
     fn removes_nodes(&self) -> bool {
@@ -256,7 +262,7 @@ pub(crate) fn check_chain<M: PMem>(
 /// key absent): the mark on the info word makes the removal exclusive of any op taking the node.
 pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, set: &S, key: u128, info: Info) {
     debug_assert!(set.removes_nodes(), "removals are scheduled only for structures that remove nodes");
-    let Some(node) = set.search(cx, key).1 else { return };
+    let (pos, Some(node)) = set.search(cx, key) else { return };
     // A node with a record stays linked until a checkpoint round has cleared the record (and
     // removes the node itself): a present record must never be left in an unlinked node (see
     // `checkpoint`). Acquire (the info word, read first): a round's record stores come before
@@ -268,6 +274,6 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, se
     }
     // AcqRel: the mark is a transition of the info word like any other.
     if mem.compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-        set.help_remove(cx, node);
+        set.help_remove_at(cx, &pos, node);
     }
 }
