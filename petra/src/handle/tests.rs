@@ -364,3 +364,43 @@ fn a_recovery_after_a_power_loss_that_dies_is_done_again_from_the_safe_point() {
     assert_eq!(report.safe_point, None, "{report:?}");
     assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (3, 30)]);
 }
+
+#[test]
+fn a_read_of_a_committed_unpersisted_write_persists_it_before_it_returns() {
+    // A writer stops once committed, before it persists; meanwhile another handle reads its
+    // key, by a single read and by a read-only transaction of two ops, and the power fails just
+    // after each read returned (only what was flushed and fenced is left). The value read must
+    // be in what recovery finds: a reader that meets a committed, unpersisted transaction
+    // persists it before it returns its write.
+    for single in [true, false] {
+        let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+        let mut owner = engine.handle().unwrap();
+        let reader = Rc::new(RefCell::new(engine.handle().unwrap()));
+        let lost = Rc::new(RefCell::new(None));
+        let (r, l, m) = (Rc::clone(&reader), Rc::clone(&lost), Arc::clone(&mem));
+        hook::set_before_persist(move |d| {
+            assert_eq!(Desc::new(&*m, d).state().status, TxStatus::Committed);
+            let read = if single {
+                r.borrow_mut().get(s, 1u64).unwrap()
+            } else {
+                let out = r.borrow_mut().execute(Transaction::new().get(s, 1u64).get(s, 2u64)).unwrap();
+                results(&out)[0]
+            };
+            assert_eq!(read, Some(11), "single {single}: the committed write is read");
+            *l.borrow_mut() = Some(m.persisted_bytes());
+        });
+        let out = owner.execute(&put_both(s, 11)).unwrap();
+        hook::clear();
+        assert_eq!(results(&out), [Some(10), Some(20)]);
+        let image = lost.borrow_mut().take().expect("the reader ran while the writer was stopped");
+        drop((owner, reader));
+        drop(engine.into_pool().unwrap());
+        let (recovered, _) =
+            Engine::open(Pool::open_in(SimMem::from_bytes(&image, MAX_LEN)).unwrap(), engine_config()).unwrap();
+        assert_eq!(
+            recovered.entries::<u64>(s).unwrap(),
+            [(1, 11), (2, 11)],
+            "single {single}: a value read before the power loss is lost"
+        );
+    }
+}
