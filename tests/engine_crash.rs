@@ -275,11 +275,10 @@ struct Mixed {
 
 /// One step of a mixed workload: a single read (a third), a read-only transaction of two or
 /// three ops (a sixth), else a writer of one to three ops on four keys a structure (a third of
-/// them on the skiplist of byte values). A read asks
-/// for a key the thread wrote last one time in two, so that many reads find a value. Every value
-/// written is written once (`tag`, thread, step and op in its bits), so a value read names its
-/// writer; a write to the skiplist of byte values is large (a run of chunks,
-/// [`LARGE`](petra_recovery::battery::LARGE)) one time in two.
+/// them on the skiplist of byte values). A read asks for a key the thread wrote last one time in
+/// two, so that many reads find a value. Every value written is written once (`tag`, thread, step
+/// and op in its bits), so a value read names its writer; a write to the skiplist of byte values
+/// is large (a run of chunks, [`LARGE`](petra_recovery::battery::LARGE)) one time in two.
 enum Step {
     Read(StructId, u64),
     Tx(Vec<Op>),
@@ -435,8 +434,8 @@ fn a_kill_loop_on_memory_that_keeps_only_flushed_and_fenced_lines_loses_nothing_
     // threads run single reads, read-only transactions and writers with large values; every
     // acknowledged transaction and read must be explained by what recovery finds, and the next
     // round recovers from that image and carries on from there. `PETRA_KILL_ROUNDS` sets the
-    // number of rounds (12).
-    let rounds: u64 = std::env::var("PETRA_KILL_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(12);
+    // number of rounds (8).
+    let rounds: u64 = std::env::var("PETRA_KILL_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(8);
     let mut mem = setup();
     let mut base = Model::default();
     base.apply(&initial_ops());
