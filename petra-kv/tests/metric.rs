@@ -527,8 +527,26 @@ struct PowerRecord {
 /// a set drawn at random, one thread, syncing after every `sync_every`; leaves the store as a
 /// power loss would.
 fn power_workload(mem: Arc<SimMem>, seed: u64, samples: u64, sync_every: u64, policy: DurabilityPolicy) -> PowerRecord {
+    power_workload_on(mem, seed, samples, sync_every, policy, 0)
+}
+
+/// [`power_workload`] on the memory's model, whatever it is; with `resend_every` > 0, after every
+/// that many samples the last sample of a set is stored again, which must be a duplicate and
+/// change nothing.
+fn power_workload_on(
+    mem: Arc<SimMem>,
+    seed: u64,
+    samples: u64,
+    sync_every: u64,
+    policy: DurabilityPolicy,
+    resend_every: u64,
+) -> PowerRecord {
     let store = MetricStore::open_with(Pool::open_in(Arc::clone(&mem)).unwrap(), policy).unwrap();
-    assert_eq!(store.medium(), petra::mem::Durability::PageCache);
+    let medium = match mem.model() {
+        MediaModel::PageCache => petra::mem::Durability::PageCache,
+        MediaModel::PersistentMemory => petra::mem::Durability::Simulated,
+    };
+    assert_eq!(store.medium(), medium);
     let ids: Vec<SetId> = POWER_SETS.iter().map(|n| store.set_id(n).expect("made by the setup")).collect();
     let mut s = store.session().unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -553,6 +571,11 @@ fn power_workload(mem: Arc<SimMem>, seed: u64, samples: u64, sync_every: u64, po
         let start = mem.events();
         assert_eq!(s.store_sample(ids[set], &sample).unwrap(), Stored::New);
         record.samples.push(StoredSample { start, end: mem.events(), set, sample });
+        if resend_every > 0 && i % resend_every == 0 {
+            let again = &record.samples[rng.random_range(0..record.samples.len())];
+            let latest = record.samples.iter().rfind(|x| x.set == again.set).expect("that one at least");
+            assert_eq!(s.store_sample(ids[latest.set], &latest.sample).unwrap(), Stored::Duplicate);
+        }
         if i % sync_every == 0 {
             let begin = mem.events();
             store.sync().unwrap();
@@ -690,4 +713,45 @@ fn without_safe_points_power_loss_loses_synced_samples() {
     assert!(!report.failures.is_empty(), "no image of {} failed without safe points", report.images);
     // Every failure is the check's verdict, none a panic of recovery.
     assert_eq!(refused + lost + other, report.failures.len(), "{:?}", report.failures.first());
+}
+
+/// Persistent memory (flush and fence make a line durable, any line may reach the media before):
+/// with no safe points at all (`Process`), every image at every flush, fence and a share of
+/// stores, and at the crash points with the most lines pending, keeps of each set every sample
+/// acknowledged before the crash, each once (re-sends of a set's latest sample among them), none
+/// torn, the sets all at one instant of the run.
+#[test]
+fn crash_images_on_persistent_memory_keep_every_acknowledged_sample_once() {
+    let mut total = Report::default();
+    for seed in [31, 32] {
+        let test = CrashTest {
+            plan: CrashPlan::all(0.01, seed),
+            exhaustive_bound: 16,
+            samples: 6,
+            max_points: 100,
+            busiest: 16,
+            ..CrashTest::new(seed)
+        };
+        let mut kept = None;
+        let report = test.run(
+            power_setup,
+            |mem| {
+                let record = power_workload_on(mem, seed, 45, u64::MAX, DurabilityPolicy::Process, 4);
+                kept = Some(record.clone());
+                record
+            },
+            // Bound at the crash: what `Immediate` promises of the page cache, persistent memory
+            // gives under any policy.
+            |record, image, mem| power_check(record, DurabilityPolicy::Immediate, image, mem),
+        );
+        let record = kept.expect("the workload ran");
+        for (set, name) in POWER_SETS.iter().enumerate() {
+            let n = record.samples.iter().filter(|x| x.set == set).count();
+            assert!(n >= 8, "{n} samples of {name}");
+        }
+        eprintln!("seed {seed}: {} points, {} images, {} failing", report.points, report.images, report.failures.len());
+        total.merge(report);
+    }
+    assert!(total.images >= 1_000, "only {} images", total.images);
+    total.assert_ok();
 }

@@ -370,3 +370,190 @@ fn without_safe_points_power_loss_loses_synced_batches() {
     // Every failure is the check's verdict, none a panic of recovery.
     assert_eq!(refused + lost + other, report.failures.len(), "{:?}", report.failures.first());
 }
+
+/// A batch of one session of a concurrent run: its changes to the session's own keys, and the
+/// shared key it puts its tag in.
+#[derive(Debug, Clone)]
+struct SessionBatch {
+    start: u64,
+    end: u64,
+    changes: Changes,
+    shared: Vec<u8>,
+    tag: Vec<u8>,
+}
+
+/// Sessions of the concurrent crash test; each writes its own keys ([`own_key`]) and one of the
+/// shared keys in every batch.
+const SESSIONS: usize = 3;
+const SHARED: [&[u8]; 2] = [b"shared/0", b"shared/1"];
+
+/// Key `i` of session `t`: short ones, and long ones (over 15 bytes) whose first 15 bytes every
+/// session's share, so that in a sorted store the sessions' long keys are entries of one bucket
+/// that they edit concurrently.
+fn own_key(t: usize, i: u32) -> Vec<u8> {
+    if i < 3 { format!("s{t}/{i}").into_bytes() } else { format!("long-key-shared/s{t}/{i}").into_bytes() }
+}
+
+/// The session whose own key `k` is, if any.
+fn owner(k: &[u8]) -> Option<usize> {
+    (0..SESSIONS).find(|&t| (0..6).any(|i| own_key(t, i) == k))
+}
+
+/// `SESSIONS` sessions on threads of their own, `batches` batches each: one to four changes to
+/// the session's own keys, short and long (one value in eight several KiB long), and a put of
+/// the batch's tag (session and index) to one of the shared keys, which the sessions race for.
+fn concurrent_workload(mem: Arc<SimMem>, batches: usize, seed: u64) -> Vec<Vec<SessionBatch>> {
+    let store = Store::open_in(Pool::open_in(Arc::clone(&mem)).unwrap()).unwrap();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..SESSIONS)
+            .map(|t| {
+                let (store, mem) = (&store, &mem);
+                sc.spawn(move || {
+                    let mut s = store.session().unwrap();
+                    let mut rng = StdRng::seed_from_u64(seed * 10 + t as u64);
+                    let mut done = Vec::new();
+                    for i in 0..batches {
+                        let mut changes = BTreeMap::new();
+                        for _ in 0..rng.random_range(1..=4) {
+                            let key = own_key(t, rng.random_range(0..6));
+                            let value = rng.random_bool(0.75).then(|| {
+                                if rng.random_bool(0.125) {
+                                    random_bytes(&mut rng, 1 << 10..12 << 10)
+                                } else {
+                                    random_bytes(&mut rng, 0..40)
+                                }
+                            });
+                            changes.insert(key, value);
+                        }
+                        let changes: Changes = changes.into_iter().collect();
+                        let shared = SHARED[rng.random_range(0..SHARED.len())].to_vec();
+                        let tag = format!("{t}.{i}").into_bytes();
+                        let mut b = batch_of(&changes);
+                        b.put(&shared, &tag);
+                        let start = mem.events();
+                        s.write(&b).unwrap();
+                        done.push(SessionBatch { start, end: mem.events(), changes, shared, tag });
+                    }
+                    done
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Recovers the image's store and checks it against the sessions' batches: for each session,
+/// its own keys hold the state after every batch it had acknowledged before the crash, and of
+/// the one it had in flight all or nothing; each shared key holds the tag of a batch so kept (or
+/// nothing if none wrote it), and of no batch that a kept one writing it started after.
+fn concurrent_check(sessions: &[Vec<SessionBatch>], crash: u64, mem: SimMem) -> Result<(), String> {
+    let store = Store::open_in(Pool::open_in(mem).map_err(|e| format!("open: {e}"))?).map_err(|e| format!("{e}"))?;
+    let got: Model = contents(&store).map_err(|e| format!("read: {e}"))?.into_iter().collect();
+    if got.get(&b"base"[..]) != Some(&b"0".to_vec()) {
+        return Err("the key written before the run is lost".into());
+    }
+    let ours = |k: &[u8]| k == b"base" || SHARED.contains(&k) || owner(k).is_some();
+    if let Some(k) = got.keys().find(|k| !ours(k)) {
+        return Err(format!("a key no batch wrote: {}", String::from_utf8_lossy(k)));
+    }
+    // Per session, how many of its batches may have been kept: those acknowledged, and the one
+    // in flight if its changes are there (all of them: else the session's keys match neither).
+    // Both when the one in flight changed nothing of the session's own keys.
+    let mut options: Vec<Vec<usize>> = Vec::new();
+    for (t, batches) in sessions.iter().enumerate() {
+        let own: Model = got.iter().filter(|(k, _)| owner(k) == Some(t)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let done = batches.iter().take_while(|b| b.end <= crash).count();
+        let mut m = Model::new();
+        for b in &batches[..done] {
+            apply(&mut m, &b.changes);
+        }
+        let in_flight = batches.get(done).filter(|b| b.start <= crash);
+        let mut with = m.clone();
+        if let Some(b) = in_flight {
+            apply(&mut with, &b.changes);
+        }
+        let mut uptos = Vec::new();
+        if own == m {
+            uptos.push(done);
+        }
+        if in_flight.is_some() && own == with {
+            uptos.push(done + 1);
+        }
+        if uptos.is_empty() {
+            return Err(format!(
+                "session {t}: {done} batches acknowledged{}, but its keys hold neither that state nor that plus the \
+                 one in flight: {}",
+                if in_flight.is_some() { " and one in flight" } else { "" },
+                differences(&own, &m)
+            ));
+        }
+        options.push(uptos);
+    }
+    // Every combination of the sessions' options, until one explains the shared keys.
+    let combos: usize = options.iter().map(Vec::len).product();
+    let mut first_error = None;
+    for mut c in 0..combos {
+        let mut kept: Vec<&SessionBatch> = Vec::new();
+        for (batches, uptos) in sessions.iter().zip(&options) {
+            kept.extend(&batches[..uptos[c % uptos.len()]]);
+            c /= uptos.len();
+        }
+        match shared_explained(&got, &kept) {
+            Ok(()) => return Ok(()),
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    Err(first_error.expect("at least one combination"))
+}
+
+/// Whether each shared key holds the tag of a batch of `kept` (or nothing if none wrote it),
+/// and of no batch that a kept one writing it started after.
+fn shared_explained(got: &Model, kept: &[&SessionBatch]) -> Result<(), String> {
+    for key in SHARED {
+        let writers: Vec<&&SessionBatch> = kept.iter().filter(|b| b.shared == key).collect();
+        let name = String::from_utf8_lossy(key);
+        let Some(tag) = got.get(key) else {
+            if writers.is_empty() {
+                continue;
+            }
+            return Err(format!("{name} is absent, but {} kept batches wrote it", writers.len()));
+        };
+        let Some(b) = writers.iter().find(|b| &b.tag == tag) else {
+            return Err(format!(
+                "{name} holds {}, the tag of no batch kept (a batch torn: its session's keys lack it)",
+                String::from_utf8_lossy(tag)
+            ));
+        };
+        if let Some(later) = writers.iter().find(|w| w.start > b.end) {
+            return Err(format!(
+                "{name} holds {}, but {} wrote it after that returned",
+                String::from_utf8_lossy(tag),
+                String::from_utf8_lossy(&later.tag)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn concurrent_sessions_keep_every_acknowledged_batch_whole_in_every_crash_image() {
+    let mut total = Report::default();
+    for (seed, order) in [(51, Order::Sorted), (52, Order::Unsorted { buckets: 8 })] {
+        let test = CrashTest {
+            plan: CrashPlan::all(0.01, seed),
+            exhaustive_bound: 16,
+            samples: 6,
+            max_points: 100,
+            busiest: 16,
+            ..CrashTest::new(seed)
+        };
+        total.merge(test.run(
+            || setup(order),
+            |mem| concurrent_workload(mem, 12, seed),
+            |sessions, image, mem| concurrent_check(sessions, image.point.event, mem),
+        ));
+    }
+    eprintln!("{} crash points, {} images", total.points, total.images);
+    total.assert_ok();
+    assert!(total.images >= 1_000, "only {} crash images", total.images);
+}

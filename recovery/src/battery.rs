@@ -74,10 +74,27 @@ pub fn create_all<M: PMem + 'static>(engine: &Engine<M>) -> Vec<StructId> {
     ALL.iter().map(|&k| create(engine, k)).collect()
 }
 
+/// The bit of a word value that asks for a large byte value (see [`encode`]).
+pub const LARGE: u64 = 1 << 62;
+
+/// Whether the byte value of the word `v` is longer than the largest slab block, so that it
+/// takes a run of chunks of its own.
+pub fn is_large(v: u64) -> bool {
+    v & LARGE != 0
+}
+
 /// The byte value that stands for the word `v`: `v`'s little-endian bytes, repeated (with the
-/// byte count mixed in) to a length of 8 to 300 bytes that depends on `v`.
+/// byte count mixed in) to a length of 8 to 300 bytes that depends on `v`; with the bit
+/// [`LARGE`] set, to a length between one and two and a half times the largest slab block
+/// ([`MAX_CLASS_SIZE`](petra::pool::alloc::MAX_CLASS_SIZE)), so a run of chunks.
 pub fn encode(v: u64) -> Vec<u8> {
-    let len = 8 + (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % 293;
+    let spread = (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
+    let len = if is_large(v) {
+        let block = petra::pool::alloc::MAX_CLASS_SIZE as usize;
+        block + spread % (block * 3 / 2)
+    } else {
+        8 + spread % 293
+    };
     (0..len).map(|i| v.to_le_bytes()[i % 8] ^ (i / 8) as u8).collect()
 }
 
@@ -222,14 +239,23 @@ pub fn entries<M: PMem + 'static>(engine: &Engine<M>, s: StructId) -> Result<Vec
 }
 
 /// The slab blocks a recovered engine must hold live, no more (a leak) and no fewer: a node
-/// per present key, a blob per present key of a structure of byte values (every test value
-/// fits a slab block), and the [`HEADS`].
+/// per present key, a blob per present key of a structure of byte values whose value fits a
+/// slab block (all but the [`LARGE`] ones), and the [`HEADS`].
 pub fn live_blocks<M: PMem + 'static>(engine: &Engine<M>, present_keys: u64) -> u64 {
-    let blobs: usize = engine
+    present_keys + byte_values(engine).filter(|&v| !is_large(v)).count() as u64 + HEADS
+}
+
+/// The blob runs a recovered engine must hold live: one per present [`LARGE`] byte value.
+pub fn live_runs<M: PMem + 'static>(engine: &Engine<M>) -> u64 {
+    byte_values(engine).filter(|&v| is_large(v)).count() as u64
+}
+
+/// The words of the present values of every structure of byte values.
+fn byte_values<M: PMem + 'static>(engine: &Engine<M>) -> impl Iterator<Item = u64> {
+    engine
         .structures()
         .into_iter()
         .filter(|&s| engine.values(s).is_ok_and(|v| v == Values::Bytes))
-        .map(|s| entries(engine, s).expect("a scan").len())
-        .sum();
-    present_keys + blobs as u64 + HEADS
+        .flat_map(|s| entries(engine, s).expect("a scan"))
+        .map(|(_, v)| v)
 }

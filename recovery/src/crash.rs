@@ -41,6 +41,10 @@ pub struct CrashTest {
     pub samples: usize,
     /// Check at most this many crash points, spread evenly over the run (0: all).
     pub max_points: usize,
+    /// Besides those, check the this many crash points of the run with the most pending lines
+    /// or pages (where the most stores may or may not have reached the media), if not already
+    /// among them.
+    pub busiest: usize,
     /// The largest the memory of an image may grow to during recovery.
     pub max_len: u64,
 }
@@ -56,6 +60,7 @@ impl CrashTest {
             exhaustive_bound: 64,
             samples: 16,
             max_points: 0,
+            busiest: 0,
             max_len: 1 << 30,
         }
     }
@@ -84,7 +89,13 @@ impl fmt::Display for Failure {
         if let Some(sync) = self.last_sync {
             write!(f, " after the sync at event {sync}")?;
         }
-        write!(f, " choice {:?}: {}", self.choice, self.message)?;
+        // A point with many pending lines has a long choice: the first ones say enough to read
+        // the message (the failure keeps them all, for `replay`).
+        if self.choice.len() > 24 {
+            write!(f, " choice {:?} and {} more: {}", &self.choice[..24], self.choice.len() - 24, self.message)?;
+        } else {
+            write!(f, " choice {:?}: {}", self.choice, self.message)?;
+        }
         if let Some(d) = &self.dump {
             write!(f, " (image in {})", d.display())?;
         }
@@ -163,7 +174,13 @@ impl CrashTest {
             return states;
         }
         let step = states.len() as f64 / self.max_points as f64;
-        (0..self.max_points).map(|i| states[(i as f64 * step) as usize].clone()).collect()
+        let mut picked: Vec<usize> = (0..self.max_points).map(|i| (i as f64 * step) as usize).collect();
+        let mut busiest: Vec<usize> = (0..states.len()).filter(|i| picked.binary_search(i).is_err()).collect();
+        // Most pending first; the earlier of equals, so that the choice is the same on every run.
+        busiest.sort_by_key(|&i| (std::cmp::Reverse(states[i].pending()), i));
+        picked.extend(busiest.into_iter().take(self.busiest));
+        picked.sort_unstable();
+        picked.into_iter().map(|i| states[i].clone()).collect()
     }
 
     fn check_states<T: Sync, C>(&self, record: &T, states: &[CrashState], check: &C) -> Report

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::checkpoint::steps::{self, Count};
 use crate::descriptor::{Desc, TxStatus};
-use crate::mem::SimMem;
+use crate::mem::{CrashPlan, SimMem};
 use crate::pool::{Pool, PoolConfig};
 use crate::protocol::hook;
 use crate::{Engine, EngineConfig, Outcome, StructId, Transaction};
@@ -433,4 +433,143 @@ fn rings_go_back(page_cache: bool) {
     assert_eq!(died.entries::<u64>(s).unwrap(), want, "page cache {page_cache}: recovered from the memory");
     let (lost, _) = Engine::open(Pool::open_in(Arc::new(persisted)).unwrap(), settings).unwrap();
     assert_eq!(lost.entries::<u64>(s).unwrap(), want, "page cache {page_cache}: recovered from the persisted image");
+}
+
+#[test]
+fn a_read_of_a_committed_unpersisted_write_persists_it_before_it_returns() {
+    // A writer stops once committed, before it persists; meanwhile another handle reads its
+    // key, by a single read and by a read-only transaction of two ops, and the power fails just
+    // after each read returned (only what was flushed and fenced is left). The value read must
+    // be in what recovery finds: a reader that meets a committed, unpersisted transaction
+    // persists it before it returns its write.
+    for single in [true, false] {
+        let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+        let mut owner = engine.handle().unwrap();
+        let reader = Rc::new(RefCell::new(engine.handle().unwrap()));
+        let lost = Rc::new(RefCell::new(None));
+        let (r, l, m) = (Rc::clone(&reader), Rc::clone(&lost), Arc::clone(&mem));
+        hook::set_before_persist(move |d| {
+            assert_eq!(Desc::new(&*m, d).state().status, TxStatus::Committed);
+            let read = if single {
+                r.borrow_mut().get(s, 1u64).unwrap()
+            } else {
+                let out = r.borrow_mut().execute(Transaction::new().get(s, 1u64).get(s, 2u64)).unwrap();
+                results(&out)[0]
+            };
+            assert_eq!(read, Some(11), "single {single}: the committed write is read");
+            *l.borrow_mut() = Some(m.persisted_bytes());
+        });
+        let out = owner.execute(&put_both(s, 11)).unwrap();
+        hook::clear();
+        assert_eq!(results(&out), [Some(10), Some(20)]);
+        let image = lost.borrow_mut().take().expect("the reader ran while the writer was stopped");
+        drop((owner, reader));
+        drop(engine.into_pool().unwrap());
+        let (recovered, _) =
+            Engine::open(Pool::open_in(SimMem::from_bytes(&image, MAX_LEN)).unwrap(), engine_config()).unwrap();
+        assert_eq!(
+            recovered.entries::<u64>(s).unwrap(),
+            [(1, 11), (2, 11)],
+            "single {single}: a value read before the power loss is lost"
+        );
+    }
+}
+
+/// One step of a history run on one thread: the state after it, and the simulator events before
+/// it began and when it was acknowledged (`u64::MAX`: never).
+struct Step {
+    state: Vec<(u64, u64)>,
+    start: u64,
+    end: u64,
+}
+
+#[test]
+fn crash_images_around_a_transaction_that_panicked_recover_a_prefix_of_the_history() {
+    // Crash images at every flush and fence, and a share of stores, of a history in which a
+    // transaction panics: halfway (after its first op; nobody finishes it, or another handle's
+    // put meets it and finishes it) or in the closure of `execute_with` after it committed. The
+    // owner's and another handle's transactions go on after it, none aborted (the help stack was
+    // left empty). Every image recovers to the state after a prefix of the history's steps,
+    // holding at least every step acknowledged before the crash.
+    for panic in [Panic::Halfway, Panic::HalfwayThenHelped, Panic::InTheClosure] {
+        let (mem, engine, s) = engine(&[(1, 10), (2, 20)]);
+        mem.set_plan(CrashPlan::all(0.25, 7));
+        let mut owner = engine.handle().unwrap();
+        let mut other = engine.handle().unwrap();
+        let mut model = BTreeMap::from([(1u64, 10u64), (2, 20)]);
+        let mut steps = vec![Step { state: Vec::from_iter(model.clone()), start: 0, end: 0 }];
+        let mut step = |model: &BTreeMap<u64, u64>, start: u64, end: u64| {
+            steps.push(Step { state: Vec::from_iter(model.clone()), start, end });
+        };
+        let panicking = mem.events();
+        let out = if panic == Panic::InTheClosure {
+            catch_unwind(AssertUnwindSafe(|| owner.execute_with(&put_both(s, 11), |_, _| panic!("in the closure"))))
+        } else {
+            hook::set_after_op(|_, i| {
+                if i == 0 {
+                    panic!("halfway")
+                }
+            });
+            let out = catch_unwind(AssertUnwindSafe(|| owner.execute(&put_both(s, 11))));
+            hook::clear();
+            out.map(|_| Ok(()))
+        };
+        assert!(out.is_err(), "{panic:?}: it panicked");
+        assert!(owner.help_stack.is_empty(), "{panic:?}: the help stack is left empty");
+        if panic == Panic::InTheClosure {
+            // Committed and persisted before the closure ran: durable once it panicked.
+            model.extend([(1, 11), (2, 11)]);
+            step(&model, panicking, mem.events());
+        }
+        if panic == Panic::HalfwayThenHelped {
+            let start = mem.events();
+            assert_eq!(results(&other.execute(Transaction::new().put(s, 2u64, 22)).unwrap()), [Some(20)]);
+            model.insert(2, 22);
+            step(&model, start, mem.events());
+            // The put of key 1 finishes the stopped transaction first (over the put of key 2).
+            let start = mem.events();
+            assert_eq!(results(&other.execute(Transaction::new().put(s, 1u64, 12)).unwrap()), [Some(11)]);
+            let end = mem.events();
+            model.extend([(1, 11), (2, 11)]);
+            step(&model, start, end);
+            model.insert(1, 12);
+            step(&model, start, end);
+        }
+        for k in 4..16u64 {
+            let h = if k % 2 == 0 { &mut owner } else { &mut other };
+            let start = mem.events();
+            assert_eq!(results(&h.execute(Transaction::new().put(s, k, k * 10)).unwrap()), [None], "{panic:?}");
+            model.insert(k, k * 10);
+            step(&model, start, mem.events());
+        }
+        let mut states = mem.take_crash_states();
+        states.push(mem.crash_now());
+        let (mut images, mut from_panic) = (0, 0);
+        for state in &states {
+            let crash = state.point.event;
+            let acked = steps.iter().filter(|st| st.end <= crash).count();
+            let started = steps.iter().filter(|st| st.start <= crash).count();
+            from_panic += usize::from(crash >= panicking);
+            for choice in state.images(32, 4, 7) {
+                let image = state.image(&choice);
+                let (recovered, _) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config())
+                    .unwrap_or_else(|e| panic!("{panic:?}: crash {}: recovery: {e}", state.point));
+                let got = recovered.entries::<u64>(s).unwrap();
+                assert!(
+                    steps[acked.max(1) - 1..started.max(1)].iter().any(|st| st.state == got),
+                    "{panic:?}: crash {} choice {choice:?}: recovered {got:?}, not the state after one of steps {} \
+                     to {} (acknowledged to started)",
+                    image.point,
+                    acked.max(1) - 1,
+                    started.max(1) - 1
+                );
+                images += 1;
+            }
+        }
+        eprintln!(
+            "{panic:?}: {} points, {images} images, {from_panic} from the panicking transaction on",
+            states.len()
+        );
+        assert!(images >= 300 && from_panic >= 40, "{panic:?}: {images} images, {from_panic} points from the panic on");
+    }
 }
