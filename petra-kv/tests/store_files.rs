@@ -173,3 +173,47 @@ fn engine_keys_that_break_the_stores_layout_are_damage() {
         }
     }
 }
+
+/// A store's creation stopped before its format magic (the engine made, then the meta list, then
+/// the data structure, the magic never inserted), closed or left as a crash leaves it: the open
+/// refuses it as no store, and the file is as it was.
+#[test]
+fn a_store_whose_creation_was_interrupted_before_the_magic_is_refused_untouched() {
+    use petra::{KeyWidth, StructureKind, Values};
+    let dir = petra_recovery::scratch_dir();
+    let pool_config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, ..PoolConfig::default() };
+    let data = [
+        (Order::Sorted, StructureKind::SkipList),
+        (Order::Unsorted { buckets: 64 }, StructureKind::HashMap { buckets: 64 }),
+    ];
+    for (o, (order, kind)) in data.into_iter().enumerate() {
+        for stage in 0..3 {
+            for closed in [true, false] {
+                let path = dir.path().join(format!("{o}-{stage}-{closed}.pool"));
+                let engine =
+                    Engine::create(Pool::create(&path, &pool_config).unwrap(), EngineConfig::rings(1 << 20)).unwrap();
+                if stage >= 1 {
+                    engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Words).unwrap();
+                }
+                if stage >= 2 {
+                    engine.create_structure(kind, KeyWidth::U128, Values::Bytes).unwrap();
+                }
+                if closed {
+                    engine.close().unwrap();
+                } else {
+                    drop(engine);
+                }
+                let before = std::fs::read(&path).unwrap();
+                let case = format!("{order:?}, stage {stage}, closed {closed}");
+                match Store::open(&config(&path, CreateMode::Open, order)) {
+                    Err(KvError::NotAStore { why, .. }) if stage < 2 => {
+                        assert!(why.contains("structures"), "{case}: {why}")
+                    }
+                    Err(KvError::NotAStore { why, .. }) => assert!(why.contains("no magic"), "{case}: {why}"),
+                    other => panic!("{case}: {other:?}"),
+                }
+                assert!(std::fs::read(&path).unwrap() == before, "{case}: the file was modified");
+            }
+        }
+    }
+}
