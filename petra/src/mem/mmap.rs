@@ -651,7 +651,7 @@ pub(crate) fn reserve_space(file: &File, old_len: u64, new_len: u64) -> io::Resu
 
 /// The id of the running boot of the machine (Linux's `/proc/sys/kernel/random/boot_id`), or 0
 /// where it is unknown.
-fn machine_boot() -> u128 {
+pub(crate) fn machine_boot() -> u128 {
     static BOOT: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     *BOOT.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

@@ -34,7 +34,7 @@ mod sim;
 #[cfg(loom)]
 pub use self::loom::LoomMem;
 pub use counting::{Counting, MemCounts};
-pub(crate) use mmap::reserve_space;
+pub(crate) use mmap::{machine_boot, reserve_space};
 pub use mmap::{FlushKind, MmapMem, MmapOptions};
 pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, MediaModel, SimMem};
 
