@@ -221,6 +221,40 @@ fn pool_uuid(bytes: &[u8]) -> [u8; 16] {
     bytes[48..64].try_into().unwrap()
 }
 
+/// A pool file with holes (a sparse copy: its zero pages not written) gets blocks for every byte
+/// before its first change, its bytes as they were: a store into a hole on a full file system
+/// would be a SIGBUS, where running out must be an error.
+#[test]
+fn a_sparse_copy_of_a_pool_gets_its_blocks_before_the_first_change() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &PoolConfig { initial_size: 4 << 20, ..small() }).unwrap();
+    pool.local().alloc_blob(&[7u8; 100]).unwrap();
+    pool.close().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let copy = dir.path().join("sparse.pool");
+    let file = std::fs::File::create_new(&copy).unwrap();
+    file.set_len(bytes.len() as u64).unwrap();
+    for (i, page) in bytes.chunks(4096).enumerate() {
+        if page.iter().any(|&b| b != 0) {
+            file.write_all_at(page, i as u64 * 4096).unwrap();
+        }
+    }
+    drop(file);
+    let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    assert!(blocks(&copy) < bytes.len() as u64 / 2, "the copy is sparse: {} bytes of blocks", blocks(&copy));
+    let pool = open(&copy).unwrap();
+    assert!(blocks(&copy) < bytes.len() as u64 / 2, "an open that changes nothing reserves nothing");
+    pool.mark_in_use().unwrap();
+    assert!(blocks(&copy) >= bytes.len() as u64, "{} bytes of blocks for {}", blocks(&copy), bytes.len());
+    drop(pool);
+    let after = std::fs::read(&copy).unwrap();
+    assert_eq!(after.len(), bytes.len());
+    // Only the state line changed (page 0's bytes 128 to 256).
+    assert!(after[256..] == bytes[256..] && after[..128] == bytes[..128], "the reservation changed bytes");
+}
+
 #[test]
 fn a_held_pool_is_refused() {
     let dir = scratch_dir();

@@ -173,6 +173,14 @@ pub trait PMem: Send + Sync {
         let _ = (from, to);
     }
 
+    /// Makes sure every byte of `[0, len)` has its blocks on the medium, so that a store to any
+    /// of it cannot fail for want of room (a SIGBUS on a full file system, for a file with holes:
+    /// a sparse copy, say). Changes no byte. An error (ENOSPC) if the room is not there. The
+    /// default, for memory that has no file, does nothing.
+    fn reserve_all(&self) -> io::Result<()> {
+        Ok(())
+    }
+
     /// The largest length [`grow`](PMem::grow) can reach.
     fn max_len(&self) -> u64;
 
@@ -337,6 +345,9 @@ impl<M: PMem + ?Sized> PMem for std::sync::Arc<M> {
     }
     fn grow(&self, new_len: u64) -> Result<(), GrowError> {
         (**self).grow(new_len)
+    }
+    fn reserve_all(&self) -> io::Result<()> {
+        (**self).reserve_all()
     }
     fn populate(&self, from: u64, to: u64) {
         (**self).populate(from, to)

@@ -245,7 +245,10 @@ fn read_uses<M: PMem>(mem: &M, header: &Header, n: u64) -> Vec<ChunkUse> {
 impl<M: PMem> Pool<M> {
     /// Takes `n` contiguous chunks for `new_use`, zeroed and with their table entries persisted.
     fn take_run(&self, n: u64, new_use: ChunkUse) -> Result<u64, AllocError> {
-        self.mark_in_use().map_err(|e| AllocError::Grow(format!("cannot mark the pool in use: {e}")))?;
+        self.mark_in_use().map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => AllocError::NoSpace { requested: self.mem.len() },
+            _ => AllocError::Grow(format!("cannot mark the pool in use: {e}")),
+        })?;
         let layout = self.header.layout;
         let mut chunks = self.alloc.chunks.lock();
         let full = AllocError::PoolFull { requested: n * layout.chunk_size, max: layout.max_len() };

@@ -367,9 +367,15 @@ impl<M: PMem> Pool<M> {
     /// pool's first change after an open. The engine calls it once it has accepted the pool; the
     /// pool's own writers (the chunk and root tables) call it too. The mark names this boot,
     /// unless the pool was left in use in another (see [`claim_boot`](Pool::claim_boot)).
+    ///
+    /// First, every byte of the file is given its blocks ([`PMem::reserve_all`]): a file with
+    /// holes (a sparse copy, or one grown where blocks could not be reserved) would otherwise
+    /// meet a full file system with a SIGBUS at a store into one. Growth reserves the blocks it
+    /// adds, so from here on running out of room is an error (ENOSPC) returned by a call.
     pub fn mark_in_use(&self) -> io::Result<()> {
         let mut in_use = self.in_use.lock();
         if !*in_use {
+            self.mem.reserve_all()?;
             self.write_unwritten_entries();
             self.write_state(State::in_use(self.mark_boot));
             // On a page-cache file, pages written after this may reach the disk first: the mark
