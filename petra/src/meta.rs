@@ -41,6 +41,7 @@ use crate::error::{Damage, EngineError};
 use crate::hash::check_words;
 use crate::mem::PMem;
 use crate::pool::Pool;
+use crate::structures::hashmap::BUCKETS_TAG;
 
 /// Region tag of the meta region.
 const META_TAG: u8 = 1;
@@ -89,7 +90,16 @@ impl Meta {
             Some(&(off, _)) if pool.mem().load(off.get(), Ordering::Acquire) == MAGIC => {
                 return Err(EngineError::Corrupt("the pool already holds an engine".into()));
             }
-            Some(&(off, _)) => off.get(),
+            Some(&(off, _)) => {
+                // Taken over only if nothing says the creation had finished: an engine whose
+                // magic is damaged is not overwritten.
+                if let Some(why) = created(pool, off.get()) {
+                    return Err(
+                        Damage { what: format!("the engine's meta magic is damaged ({why})"), at: off.get() }.into()
+                    );
+                }
+                off.get()
+            }
             None => pool.alloc_region(META_TAG, BYTES)?.get(),
         };
         let meta = Meta { off, uuid };
@@ -136,7 +146,11 @@ impl Meta {
         }
         // Relaxed: an open runs alone.
         if mem.load(off, Ordering::Relaxed) != MAGIC {
-            return Err(EngineError::NoEngine);
+            // No engine only if its creation can have stopped here; else the magic is damaged.
+            return Err(match created(pool, off) {
+                Some(why) => Damage { what: format!("the engine's meta magic is damaged ({why})"), at: off }.into(),
+                None => EngineError::NoEngine,
+            });
         }
         let found = mem.load(off + UUID, Ordering::Relaxed) as u128
             | (mem.load(off + UUID + 8, Ordering::Relaxed) as u128) << 64;
@@ -270,6 +284,32 @@ impl Meta {
     /// descriptor of the epoch.
     pub(crate) fn clear_clean<M: PMem>(self, mem: &M) {
         self.set(mem, CLEAN, 0);
+    }
+}
+
+/// Why the pool says its engine was created, though the meta region at `off` has no magic, if it
+/// does; `None` if the region is what an interrupted [`Meta::create`] leaves (it writes the magic,
+/// a single 8-byte store, last, into a zeroed region, and makes nothing else before it). The magic
+/// word holds neither 0 nor the magic; a descriptor ring or a hash map's bucket array exists (made
+/// after the magic); a root slot holds a structure; or the structure count is above 0.
+fn created<M: PMem>(pool: &Pool<M>, off: u64) -> Option<String> {
+    // Relaxed: an open, or a create, runs alone.
+    let magic = pool.mem().load(off, Ordering::Relaxed);
+    if magic != 0 {
+        return Some(format!("it holds {magic:#x}"));
+    }
+    for (tag, what) in [(crate::ring::RING_TAG, "descriptor rings"), (BUCKETS_TAG, "bucket arrays")] {
+        if !pool.regions(tag).is_empty() {
+            return Some(format!("the pool holds {what}"));
+        }
+    }
+    if let Some(slot) = (0..crate::pool::header::ROOT_ENTRIES).find(|&s| pool.root(s).is_some()) {
+        return Some(format!("root slot {slot} holds a structure"));
+    }
+    let meta = Meta { off, uuid: u128::from_le_bytes(pool.header().uuid) };
+    match meta.load(pool.mem(), STRUCTURES) {
+        Ok(n) if n > 0 => Some(format!("it counts {n} structures")),
+        _ => None,
     }
 }
 
