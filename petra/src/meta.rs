@@ -80,6 +80,33 @@ pub(crate) struct MetaState {
     pub(crate) safe: u64,
 }
 
+impl MetaState {
+    /// The words checked against each other, each copy being checked alone: what the engine
+    /// writes keeps a txid handed out (the checkpoint, the safe point) below the reservation
+    /// (raised, durably, before the txids it covers are used; the page or the lines holding both
+    /// reach the media in that order), the epoch at most the attempt (begun, durably, before it
+    /// commits), and a clean mark at most the epoch it was made in. Why not, if they disagree.
+    fn agree(&self) -> Result<(), String> {
+        let reserved = self.txid_reserved;
+        if self.checkpoint >= reserved {
+            return Err(format!(
+                "the checkpoint txid {} is not below the txid reservation {reserved}",
+                self.checkpoint
+            ));
+        }
+        if self.safe >= reserved {
+            return Err(format!("the safe txid {} is not below the txid reservation {reserved}", self.safe));
+        }
+        if self.epoch == 0 || self.epoch > self.attempt {
+            return Err(format!("epoch {} of attempt {}", self.epoch, self.attempt));
+        }
+        if self.clean > self.epoch {
+            return Err(format!("a clean mark of epoch {} in epoch {}", self.clean, self.epoch));
+        }
+        Ok(())
+    }
+}
+
 impl Meta {
     /// Sets up the meta region of a new engine in `pool`, which has none (a region without the
     /// magic is an interrupted create: it is taken over): epoch 1, txids reserved up to
@@ -175,6 +202,7 @@ impl Meta {
             structures: meta.load(mem, STRUCTURES)?,
             safe: meta.load(mem, SAFE)?,
         };
+        state.agree().map_err(|what| Damage { what, at: off })?;
         Ok((meta, state))
     }
 
@@ -368,6 +396,65 @@ mod tests {
             let read = Meta::find(&pool).unwrap().1.checkpoint;
             assert!(read == 5 || read == 9, "{kept} stores kept: {read}");
             assert_eq!(read == 9, kept >= 3, "{kept} stores kept");
+        }
+    }
+
+    /// Words that pass their own checks but contradict each other: damage, each named.
+    #[test]
+    fn words_that_disagree_are_refused() {
+        let pool = pool();
+        let meta = Meta::create(&pool).unwrap();
+        let mem = pool.mem();
+        meta.set_checkpoint_txid(mem, 5);
+        let reserved = Meta::find(&pool).unwrap().1.txid_reserved;
+        let cases = [
+            (CHECKPOINT, reserved, "checkpoint txid"),
+            (CHECKPOINT, u64::MAX, "checkpoint txid"),
+            (SAFE, reserved + 7, "safe txid"),
+            (TXID_RESERVED, 5, "checkpoint txid"),
+            (EPOCH, 2, "epoch 2 of attempt 1"),
+            (EPOCH, 0, "epoch 0"),
+            (CLEAN, 2, "clean mark of epoch 2"),
+        ];
+        for (word, value, what) in cases {
+            let before = meta.load(mem, word).unwrap();
+            meta.store(mem, word, value);
+            match Meta::find(&pool) {
+                Err(EngineError::Damaged(d)) => assert!(d.what.contains(what), "{value} at {word}: {d}"),
+                other => panic!("{value} at {word}: {other:?}"),
+            }
+            meta.store(mem, word, before);
+            Meta::find(&pool).unwrap();
+        }
+    }
+
+    /// A descriptor of a txid at or above the reservation, in a pool whose memory is whole (the
+    /// process died in this boot): the reservation was raised before its txids were handed out,
+    /// so one of the two is damaged.
+    #[test]
+    fn a_descriptor_not_below_the_txid_reservation_is_damage() {
+        use std::sync::Arc;
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 8 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let engine_config = crate::EngineConfig::rings(64 << 10).durability(crate::DurabilityPolicy::Process);
+        let mem = Arc::new(SimMem::new(0, 8 << 20));
+        let engine =
+            crate::Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), engine_config.clone()).unwrap();
+        let s = engine.create_list().unwrap();
+        let mut h = engine.handle().unwrap();
+        for k in 0..3u64 {
+            assert!(h.execute(crate::Transaction::new().put(s, k, k)).unwrap().is_committed());
+        }
+        drop(h);
+        drop(engine);
+        let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
+        assert!(pool.same_boot() && !pool.was_clean());
+        let (meta, state) = Meta::find(&pool).unwrap();
+        // Lowered as far as the words' own agreement lets it: every descriptor is at or above.
+        meta.store(pool.mem(), TXID_RESERVED, state.checkpoint.max(state.safe) + 1);
+        match crate::Engine::open(pool, engine_config) {
+            Err(EngineError::Damaged(d)) => assert!(d.what.contains("not below the txid reservation"), "{d}"),
+            other => panic!("{:?}", other.map(|_| ())),
         }
     }
 

@@ -288,7 +288,13 @@ fn read<M: PMem>(
         // After a power loss, a pool that kept safe points goes back to the last one: what came
         // after it may have reached the disk in part, in any order (see `safe`).
         let upto = if whole || state.safe == 0 { u64::MAX } else { state.safe };
-        let kdmap = kdmap::read(pool, (state.epoch, state.checkpoint, upto), structures.len(), whole, damage);
+        let kdmap = kdmap::read(
+            pool,
+            (state.epoch, state.checkpoint, upto, state.txid_reserved),
+            structures.len(),
+            whole,
+            damage,
+        );
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;
