@@ -133,9 +133,6 @@ impl<M: PMem> PMem for Counting<M> {
     fn populate(&self, from: u64, to: u64) {
         self.inner.populate(from, to)
     }
-    fn reserve_all(&self) -> io::Result<()> {
-        self.inner.reserve_all()
-    }
     fn max_len(&self) -> u64 {
         self.inner.max_len()
     }

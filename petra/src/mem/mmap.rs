@@ -555,15 +555,6 @@ impl PMem for MmapMem {
         let _ = (from, to);
     }
 
-    fn reserve_all(&self) -> io::Result<()> {
-        if self.private {
-            // The file is never written: changes live in the process's memory.
-            return Ok(());
-        }
-        let _guard = self.grow_lock.lock();
-        reserve_existing(&self.file, self.len.load(Ordering::Relaxed))
-    }
-
     fn max_len(&self) -> u64 {
         self.max_len
     }
@@ -660,7 +651,7 @@ fn reserve_space_with(
 /// Makes sure every byte of the first `len` bytes of `file` has its blocks, changing none of
 /// them: `posix_fallocate` over them (which leaves allocated blocks as they are), or, where it
 /// cannot, zeroes written into each hole (a hole reads as zeroes already).
-fn reserve_existing(file: &File, len: u64) -> io::Result<()> {
+pub(crate) fn reserve_existing(file: &File, len: u64) -> io::Result<()> {
     reserve_existing_with(file, len, fallocate)
 }
 

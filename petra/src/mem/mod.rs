@@ -34,8 +34,8 @@ mod sim;
 #[cfg(loom)]
 pub use self::loom::LoomMem;
 pub use counting::{Counting, MemCounts};
-pub(crate) use mmap::{machine_boot, reserve_space};
 pub use mmap::{FlushKind, MmapMem, MmapOptions};
+pub(crate) use mmap::{machine_boot, reserve_existing, reserve_space};
 pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, MediaModel, SimMem};
 
 /// Size of a cache line, the unit of flushing and of atomic persistence of ordered stores.
@@ -171,14 +171,6 @@ pub trait PMem: Send + Sync {
     /// nothing.
     fn populate(&self, from: u64, to: u64) {
         let _ = (from, to);
-    }
-
-    /// Makes sure every byte of `[0, len)` has its blocks on the medium, so that a store to any
-    /// of it cannot fail for want of room (a SIGBUS on a full file system, for a file with holes:
-    /// a sparse copy, say). Changes no byte. An error (ENOSPC) if the room is not there. The
-    /// default, for memory that has no file, does nothing.
-    fn reserve_all(&self) -> io::Result<()> {
-        Ok(())
     }
 
     /// The largest length [`grow`](PMem::grow) can reach.
@@ -345,9 +337,6 @@ impl<M: PMem + ?Sized> PMem for std::sync::Arc<M> {
     }
     fn grow(&self, new_len: u64) -> Result<(), GrowError> {
         (**self).grow(new_len)
-    }
-    fn reserve_all(&self) -> io::Result<()> {
-        (**self).reserve_all()
     }
     fn populate(&self, from: u64, to: u64) {
         (**self).populate(from, to)

@@ -140,7 +140,8 @@ impl Pool<MmapMem> {
         made
     }
 
-    /// Opens the pool file at `path`, exclusively. Nothing is written unless every check passes.
+    /// Opens the pool file at `path`, exclusively. Nothing is written unless every check passes;
+    /// the file's blocks are reserved (its bytes unchanged) once the pool's own checks have.
     pub fn open(path: impl AsRef<Path>, mapping: &Mapping) -> Result<Pool<MmapMem>, OpenError> {
         let path = path.as_ref();
         let file = OpenOptions::new().read(true).write(!mapping.private).open(path).map_err(|e| {
@@ -166,6 +167,15 @@ impl Pool<MmapMem> {
         check_len(&header.layout, len)?;
         let whole = is_whole(&state, crate::mem::machine_boot());
         check_table(&header, len, whole, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
+        if !mapping.private {
+            // Every byte of the file gets its blocks before it is mapped, changing none of them:
+            // in a file with holes (a sparse copy, or one grown where blocks could not be
+            // reserved) a store into a hole, or on a file system whose files are memory (tmpfs)
+            // even a load, meets a full file system with a SIGBUS. Growth reserves the blocks it
+            // adds, so from here on running out of room is an error returned by a call. (A
+            // private mapping opens the file read-only and never writes it.)
+            crate::mem::reserve_existing(&file, len).map_err(io_err(path))?;
+        }
         let mem = MmapMem::map(file, &mmap_options(mapping, header.layout.max_len())).map_err(io_err(path))?;
         let mut pool = Pool::attach(mem, header, state, false);
         pool.path = Some(path.to_owned());
@@ -367,15 +377,9 @@ impl<M: PMem> Pool<M> {
     /// pool's first change after an open. The engine calls it once it has accepted the pool; the
     /// pool's own writers (the chunk and root tables) call it too. The mark names this boot,
     /// unless the pool was left in use in another (see [`claim_boot`](Pool::claim_boot)).
-    ///
-    /// First, every byte of the file is given its blocks ([`PMem::reserve_all`]): a file with
-    /// holes (a sparse copy, or one grown where blocks could not be reserved) would otherwise
-    /// meet a full file system with a SIGBUS at a store into one. Growth reserves the blocks it
-    /// adds, so from here on running out of room is an error (ENOSPC) returned by a call.
     pub fn mark_in_use(&self) -> io::Result<()> {
         let mut in_use = self.in_use.lock();
         if !*in_use {
-            self.mem.reserve_all()?;
             self.write_unwritten_entries();
             self.write_state(State::in_use(self.mark_boot));
             // On a page-cache file, pages written after this may reach the disk first: the mark
