@@ -423,3 +423,29 @@ fn a_damaged_info_word_is_not_taken_for_a_removal() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// The meta region's magic damaged in a pool whose engine was created (its structures, rings and
+/// structure count say so) is damage, not a pool without an engine: the open refuses it as
+/// damaged, and a create does not take the region over; the file is left as it was.
+#[test]
+fn a_damaged_meta_magic_of_a_created_engine_is_damage() {
+    let dir = scratch_dir();
+    let good = made(dir.path(), "good.pool");
+    let at =
+        Pool::open(&good, &Mapping { private: true, ..Mapping::default() }).unwrap().regions(1)[0].0.get() as usize;
+    let bytes = std::fs::read(&good).unwrap();
+    let magic = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    for (what, word) in [("zeroed", 0), ("a bit flipped", magic ^ 1 << 17)] {
+        let path = dir.path().join("bad.pool");
+        let mut b = bytes.clone();
+        b[at..at + 8].copy_from_slice(&u64::to_le_bytes(word));
+        std::fs::write(&path, &b).unwrap();
+        match refused(&path) {
+            EngineError::Damaged(d) => assert!(d.what.contains("meta magic") && d.at == at as u64, "{what}: {d}"),
+            e => panic!("{what}: {e}"),
+        }
+        let created = Engine::create(Pool::open(&path, &Mapping::default()).unwrap(), rings());
+        assert!(matches!(created, Err(EngineError::Damaged(_))), "{what}: a create took the engine over");
+        assert!(std::fs::read(&path).unwrap() == b, "{what}: the refused create wrote to the file");
+    }
+}

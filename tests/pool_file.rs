@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use petra::error::{AllocError, CreateError, OpenError, RebuildError};
 use petra::mem::{Counting, Durability, MemCounts, PMem, SimMem};
-use petra::pool::header::STATE_COPIES;
+use petra::pool::header::{STATE_COPIES, State};
 use petra::pool::{Mapping, POff, Pool, PoolConfig, RootEntry};
 use petra_recovery::scratch_dir;
 
@@ -100,12 +100,13 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     // Files of the previous formats (check words mixed differently; version 2 without the checks
     // of chunk table entries, blob values and engine words; version 3 with value checks not tied
     // to their place; version 4 without the engine's safe point; version 5 with MDList nodes of
-    // base-16 coordinates; version 6 with one copy of the state line) are refused.
-    for old in [1u32, 2, 3, 4, 5, 6] {
+    // base-16 coordinates; version 6 with one copy of the state line; version 7 with free chunks'
+    // table entries zero) are refused.
+    for old in [1u32, 2, 3, 4, 5, 6, 7] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&old.to_le_bytes());
         std::fs::write(&bad, &b).unwrap();
-        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 7 } if found == old));
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 8 } if found == old));
     }
 
     // Both copies of the state line damaged (one alone is covered by the other).
@@ -153,6 +154,102 @@ fn a_pool_cut_at_a_chunk_boundary_before_a_used_chunk_is_truncated() {
     // Cut back to the initial size: chunks in use beyond it are lost.
     std::fs::write(&path, &full[..initial as usize]).unwrap();
     assert!(matches!(refused(&path), OpenError::Truncated { .. }));
+}
+
+/// A zeroed chunk table entry inside the file is damage (a chunk in use would read as free and be
+/// handed out again); past the file's end, zero is an entry never written, and a free entry
+/// written ahead of a growth that did not happen is free.
+#[test]
+fn a_zeroed_chunk_table_entry_inside_the_file_is_refused_and_one_past_the_end_is_not() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &small()).unwrap();
+    let mut local = pool.local();
+    let initial = pool.len();
+    let mut blobs = Vec::new();
+    while pool.len() == initial {
+        blobs.push(local.alloc_blob(&[7u8; 16 << 10]).unwrap());
+    }
+    drop(local);
+    let chunks = (pool.len() - pool.header().layout.data_off) / CHUNK;
+    pool.close().unwrap();
+    let good = std::fs::read(&path).unwrap();
+    assert!(open(&path).is_ok());
+    let entry = |i: u64| (4096 + i * 8) as usize;
+    for i in [0, chunks / 2, chunks - 1] {
+        let mut b = good.clone();
+        b[entry(i)..entry(i) + 8].fill(0);
+        std::fs::write(&path, &b).unwrap();
+        assert!(
+            matches!(refused(&path), OpenError::BadLayout(why) if why.contains(&format!("chunk table entry {i} "))),
+            "entry {i} of {chunks} zeroed"
+        );
+    }
+    // The table's whole first page zeroed (every entry of the file's chunks).
+    let mut b = good.clone();
+    b[4096..8192].fill(0);
+    std::fs::write(&path, &b).unwrap();
+    assert!(matches!(refused(&path), OpenError::BadLayout(why) if why.contains("chunk table entry 0 ")));
+    // Past the end: zero, or the free entries written before a growth, open.
+    let mut b = good.clone();
+    b[entry(chunks)..entry(chunks) + 8].fill(0);
+    std::fs::write(&path, &b).unwrap();
+    drop(open(&path).expect("a zero entry past the file's end was never written"));
+    // After a power loss (the pool left in use in another boot), the file may have grown on the
+    // disk without the table page holding the new entries: a zero entry reads as free, and the
+    // first change writes it.
+    let mut b = good.clone();
+    let uuid = pool_uuid(&good);
+    for (copy, &off) in STATE_COPIES.iter().enumerate() {
+        for (i, w) in State::in_use(0x1234).encode(copy, &uuid).iter().enumerate() {
+            let at = off as usize + i * 8;
+            b[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        }
+    }
+    let last = entry(chunks - 1);
+    b[last..last + 8].fill(0);
+    std::fs::write(&path, &b).unwrap();
+    let pool = open(&path).expect("after a power loss a zero entry inside the file reads as free");
+    assert!(!pool.was_clean() && !pool.same_boot());
+    pool.mark_in_use().unwrap();
+    drop(pool);
+    assert_ne!(std::fs::read(&path).unwrap()[last..last + 8], [0; 8], "the first change writes the entry");
+    drop(open(&path).expect("and the pool opens"));
+}
+
+fn pool_uuid(bytes: &[u8]) -> [u8; 16] {
+    bytes[48..64].try_into().unwrap()
+}
+
+/// A pool file with holes (a sparse copy: its zero pages not written) gets blocks for every byte
+/// when it is opened, its bytes as they were: a store into a hole (on tmpfs even a load) on a
+/// full file system would be a SIGBUS, where running out must be an error. A private mapping,
+/// which never writes the file, leaves it as it is.
+#[test]
+fn a_sparse_copy_of_a_pool_gets_its_blocks_when_it_is_opened() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let dir = scratch_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &PoolConfig { initial_size: 4 << 20, ..small() }).unwrap();
+    pool.local().alloc_blob(&[7u8; 100]).unwrap();
+    pool.close().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let copy = dir.path().join("sparse.pool");
+    let file = std::fs::File::create_new(&copy).unwrap();
+    file.set_len(bytes.len() as u64).unwrap();
+    for (i, page) in bytes.chunks(4096).enumerate() {
+        if page.iter().any(|&b| b != 0) {
+            file.write_all_at(page, i as u64 * 4096).unwrap();
+        }
+    }
+    drop(file);
+    let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    assert!(blocks(&copy) < bytes.len() as u64 / 2, "the copy is sparse: {} bytes of blocks", blocks(&copy));
+    drop(Pool::open(&copy, &Mapping { private: true, ..Mapping::default() }).unwrap());
+    assert!(blocks(&copy) < bytes.len() as u64 / 2, "a private mapping reserves nothing");
+    drop(open(&copy).unwrap());
+    assert!(blocks(&copy) >= bytes.len() as u64, "{} bytes of blocks for {}", blocks(&copy), bytes.len());
+    assert!(std::fs::read(&copy).unwrap() == bytes, "the reservation changed bytes");
 }
 
 #[test]

@@ -94,6 +94,15 @@ pub(crate) fn is_bucket(bits: u128) -> bool {
     bits as u8 == BUCKET
 }
 
+/// Whether an engine key is a short key's as [`ShortKey`] encodes it: a length of at most 15 in
+/// the low byte and zeroes in the bytes past the length.
+pub(crate) fn is_short_key(bits: u128) -> bool {
+    let len = bits as u8 as usize;
+    // The key bytes sit from the top: bytes `len..15` of the big-endian array are bits
+    // `8..8 * (16 - len)`.
+    len <= ShortKey::MAX_LEN && (bits >> 8) & ((1u128 << (8 * (15 - len))) - 1) == 0
+}
+
 /// The key an engine key of a short key stands for.
 pub(crate) fn short_key(bits: u128, out: &mut Vec<u8>) {
     let k: ShortKey = petra::Key::from_bits(bits);
@@ -311,6 +320,29 @@ mod tests {
         let mut out = Vec::new();
         short_key(Placement::Hashed.slot(b"node7").bits(), &mut out);
         assert_eq!(out, b"node7");
+    }
+
+    proptest! {
+        /// Every short key's engine key is one, and no bucket's; a byte set past a short key's
+        /// length, or a length above 15, is not.
+        #[test]
+        fn short_keys_are_told_from_other_engine_keys(
+            key in proptest::collection::vec(any::<u8>(), 0..=15),
+            long in proptest::collection::vec(any::<u8>(), 16..40),
+            at in 0usize..15,
+            len in 16u8..=255,
+        ) {
+            let bits = petra::Key::to_bits(ShortKey::new(&key).unwrap());
+            prop_assert!(is_short_key(bits));
+            prop_assert!(!is_short_key(Placement::Sorted.slot(&long).bits()));
+            prop_assert!(!is_short_key(Placement::Hashed.slot(&long).bits()));
+            prop_assert!(!is_short_key(bits & !0xFF | len as u128));
+            if at >= key.len() {
+                let mut b = bits.to_be_bytes();
+                b[at] = 1;
+                prop_assert!(!is_short_key(u128::from_be_bytes(b)), "{key:?}, byte {at} set");
+            }
+        }
     }
 
     /// A blob that is not a whole bucket, or a bucket in the wrong slot, is refused with why.

@@ -14,7 +14,7 @@ use petra::{
 pub use crate::config::{Config, CreateMode, Order};
 use crate::error::{KvError, Result};
 use crate::format::{self, Format};
-use crate::layout::{Bucket, BucketEdit, Placement, Slot, is_bucket, short_key, within};
+use crate::layout::{self, Bucket, BucketEdit, Placement, Slot, is_bucket, short_key, within};
 
 /// The longest key, in bytes.
 pub const MAX_KEY_LEN: usize = 64 << 10;
@@ -131,7 +131,7 @@ impl<M: PMem + 'static> Store<M> {
                     _ => Ok(found),
                 }
             },
-            |_| Ok(()),
+            |contents| check_keys(contents, StructId(1)),
         )?;
         Ok(Store::assemble(engine, StructId(1), order))
     }
@@ -231,6 +231,25 @@ pub struct Session<'s, M: PMem + 'static = MmapMem> {
 fn check_key(key: &[u8]) -> Result<()> {
     if key.len() > MAX_KEY_LEN {
         return Err(KvError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+    }
+    Ok(())
+}
+
+/// Every engine key of the store's structure `data` must be one its layout makes (see
+/// [`layout`](crate::layout)): a short key (length byte at most 15, zeroes past its length) or a
+/// bucket (low byte 16). Another one is damage, refused at open: read as a key it would panic or
+/// answer wrongly. (A bucket's blob is checked when it is read.)
+fn check_keys(contents: &petra::Contents<'_>, data: StructId) -> Result<()> {
+    for (bits, word) in contents.entries::<u128>(data) {
+        if !layout::is_bucket(bits) && !layout::is_short_key(bits) {
+            return Err(KvError::Damaged(petra::error::Damage {
+                what: format!(
+                    "engine entry {bits:#x} of structure {}: a key that is neither a short key nor a bucket",
+                    data.0
+                ),
+                at: word,
+            }));
+        }
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! A store on a filesystem that fills up: writes are refused with an error a user can recognise,
 //! nothing acknowledged is lost, reads and removes go on, and once room is freed the store opens
 //! with everything and takes writes again. Reopening while the filesystem is still full opens
-//! intact or refuses with an error, the file untouched.
+//! intact or refuses with an error, the file untouched. A store copied sparsely onto a
+//! filesystem that is then filled gets an error too, never a SIGBUS from a hole.
 //!
 //! The filesystem is a 48 MiB tmpfs the test mounts, so it runs only as root (it says so and
 //! returns otherwise, or if the mount is not allowed). The store may grow to 256 MiB: the
@@ -19,6 +20,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const TEST: &str = "a_store_on_a_full_filesystem_keeps_what_it_acknowledged_and_recovers_when_room_is_freed";
+const SPARSE_TEST: &str = "a_sparse_copy_of_a_store_on_a_full_filesystem_gets_an_error_not_a_signal";
+/// Entries a sparse copy's writer tries to put: more than its holes hold.
+const SPARSE_PUTS: usize = 4096;
 const FS_MIB: u64 = 48;
 /// A file taking room on the filesystem before the store fills the rest; deleted to free room.
 const FILLER_MIB: usize = 8;
@@ -193,6 +197,36 @@ fn reopen(path: &Path, model: &Model, write: bool) {
     }
 }
 
+/// Opens the store (`refused <error>`, or `opened`) and puts entries from `from` on until one is
+/// refused (`acked <i>` after each, then `error <variant>\t<message>`) or [`SPARSE_PUTS`] are
+/// in; closes.
+fn sparse_write(path: &Path, from: usize) {
+    let store = match Store::open(&config(path, CreateMode::Open)) {
+        Ok(store) => store,
+        Err(e) => {
+            report(format!("refused {e} [{}]", variant(&e)));
+            return;
+        }
+    };
+    report("opened");
+    let mut s = store.session().unwrap();
+    for i in from..from + SPARSE_PUTS {
+        let (key, value) = entry(i);
+        match s.put(&key, &value) {
+            Ok(()) => report(format!("acked {i}")),
+            Err(e) => {
+                report(format!("error {}\t{e}", variant(&e)));
+                break;
+            }
+        }
+    }
+    drop(s);
+    match store.close() {
+        Ok(()) => report("closed"),
+        Err(e) => report(format!("close failed: {e}")),
+    }
+}
+
 fn child(arg: &str) {
     let mut fields = arg.split('\t');
     let (phase, path) = (fields.next().unwrap(), PathBuf::from(fields.next().unwrap()));
@@ -200,6 +234,7 @@ fn child(arg: &str) {
         "fill" => fill(&path),
         "reopen-full" => reopen(&path, &Model::decode(fields.next().unwrap()), false),
         "reopen-freed" => reopen(&path, &Model::decode(fields.next().unwrap()), true),
+        "sparse-write" => sparse_write(&path, Model::decode(fields.next().unwrap()).acked),
         _ => panic!("no phase {phase}"),
     }
 }
@@ -371,4 +406,108 @@ fn a_store_on_a_full_filesystem_keeps_what_it_acknowledged_and_recovers_when_roo
     eprintln!("reopen after freeing room: {}", run.exit);
     drop(fs);
     assert!(failures.is_empty(), "the store on a full filesystem failed:\n  {}", failures.join("\n  "));
+}
+
+/// A store copied sparsely (its zero pages left as holes, as `cp --sparse=always` or a restore
+/// makes them) onto a filesystem that is then filled: writing into it gets an error (the open
+/// refused, or a put), never a SIGBUS from a store into a hole; once room is freed it opens with
+/// everything acknowledged and takes writes again.
+#[test]
+fn a_sparse_copy_of_a_store_on_a_full_filesystem_gets_an_error_not_a_signal() {
+    if let Some(arg) = child_arg() {
+        child(&arg);
+        return;
+    }
+    // SAFETY: `geteuid` has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting the small tmpfs this test fills needs root");
+        return;
+    }
+    let fs = match Tmpfs::mount(FS_MIB) {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: cannot mount a {FS_MIB} MiB tmpfs: {why}");
+            return;
+        }
+    };
+    // A store of 100 entries in a file of 16 MiB, most of it free chunks.
+    let original = fs.path().join("original.pool");
+    let store = Store::open(&Config { size: 16 << 20, ..config(&original, CreateMode::Create) }).unwrap();
+    let mut s = store.session().unwrap();
+    for i in 0..100 {
+        let (key, value) = entry(i);
+        s.put(&key, &value).unwrap();
+    }
+    drop(s);
+    store.close().unwrap();
+    let bytes = std::fs::read(&original).unwrap();
+    std::fs::remove_file(&original).unwrap();
+    let path = fs.path().join("kv.pool");
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::create_new(&path).unwrap();
+        file.set_len(bytes.len() as u64).unwrap();
+        for (i, page) in bytes.chunks(4096).enumerate() {
+            if page.iter().any(|&b| b != 0) {
+                file.write_all_at(page, i as u64 * 4096).unwrap();
+            }
+        }
+    }
+    use std::os::unix::fs::MetadataExt;
+    let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
+    assert!(blocks < bytes.len() as u64 / 2, "the copy is sparse: {blocks} bytes of blocks for {}", bytes.len());
+    // Fill the filesystem to the last byte.
+    let filler = fs.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let mib = vec![0xA5u8; 1 << 20];
+        while f.write_all(&mib).is_ok() {}
+        let page = vec![0xA5u8; 4096];
+        while f.write_all(&page).is_ok() {}
+    }
+    let test = ChildTest::new(SPARSE_TEST, TIMEOUT);
+    let mut failures = Vec::new();
+    let before = std::fs::read(&path).unwrap();
+    let (run, reports) =
+        run_phase(&test, "sparse-write", &path, Some(&Model { acked: 100, in_flight: false, removed: None }));
+    failures.extend(died("writing the sparse copy on the full filesystem", &run, &reports));
+    let acked = reports.iter().filter(|r| r.starts_with("acked ")).count();
+    eprintln!("sparse copy on the full filesystem: {acked} puts acknowledged; {}", run.exit);
+    let error = match reports.first().map(String::as_str) {
+        Some(r) if r.starts_with("refused ") => {
+            if std::fs::read(&path).unwrap() != before {
+                failures.push(format!("the sparse copy was refused ({r}), but the file changed"));
+            }
+            Some(r.to_owned())
+        }
+        Some("opened") => find(&reports, "error ").map(str::to_owned),
+        _ => None,
+    };
+    match error {
+        Some(e) => {
+            eprintln!("sparse copy on the full filesystem: {e}");
+            let lower = e.to_lowercase();
+            if !(lower.contains("full") || lower.contains("space")) {
+                failures.push(format!("the error does not say the filesystem is full: {e}"));
+            }
+        }
+        None if run.exit == Exit::Code(0) => {
+            failures.push(format!("no error on a full filesystem: reported {:?}", &reports[..reports.len().min(3)]))
+        }
+        None => {}
+    }
+    // Free room: everything acknowledged is there, and writes are taken again.
+    std::fs::remove_file(&filler).unwrap();
+    if run.exit == Exit::Code(0) {
+        let model = Model { acked: 100 + acked, in_flight: false, removed: Some(false) };
+        let (run, reports) = run_phase(&test, "reopen-freed", &path, Some(&model));
+        failures.extend(died("reopen after freeing room", &run, &reports));
+        let expect = ["opened", "equal", "put ok", "closed"];
+        if run.exit == Exit::Code(0) && reports != expect {
+            failures.push(format!("reopen after freeing room: reported {reports:?}, want {expect:?}"));
+        }
+    }
+    drop(fs);
+    assert!(failures.is_empty(), "the sparse copy on a full filesystem failed:\n  {}", failures.join("\n  "));
 }

@@ -133,3 +133,87 @@ fn large_values_replaced_again_and_again_are_freed_as_they_go() {
     }
     assert_eq!(s.get(b"big").unwrap().unwrap()[..4], 199u32.to_le_bytes());
 }
+
+/// Engine keys that fit no key of a store's layout (a length byte above 16, bytes past a short
+/// key's length): the open refuses the store as damaged, naming the entry, whatever the order.
+#[test]
+fn engine_keys_that_break_the_stores_layout_are_damage() {
+    let dir = petra_recovery::scratch_dir();
+    let short = u128::from_be_bytes(*b"abc\0\0\0\0\0\0\0\0\0\0\0\0\x03");
+    let bad = [
+        ("a length byte of 17", short & !0xFF | 17),
+        ("a length byte of 255", short | 0xFF),
+        ("a byte past a short key's length", short | 1 << 64),
+    ];
+    for (o, order) in [Order::Sorted, Order::Unsorted { buckets: 64 }].into_iter().enumerate() {
+        for (i, (what, key)) in bad.iter().enumerate() {
+            let path = dir.path().join(format!("{o}-{i}.pool"));
+            let store = Store::open(&config(&path, CreateMode::Create, order)).unwrap();
+            store.session().unwrap().put(b"abc", b"value").unwrap();
+            store.session().unwrap().put(b"a long key of more than fifteen bytes", b"v").unwrap();
+            let engine = store.into_engine();
+            let mut tx = petra::Transaction::new();
+            tx.put_bytes(petra::StructId(1), *key, b"value");
+            assert!(engine.handle().unwrap().execute(&tx).unwrap().is_committed());
+            engine.close().unwrap();
+            let before = std::fs::read(&path).unwrap();
+            match Store::open(&config(&path, CreateMode::Open, order)) {
+                Err(KvError::Damaged(d)) => {
+                    assert!(d.what.contains(&format!("{key:#x}")), "{order:?}, {what}: {d}")
+                }
+                Ok(store) => {
+                    let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        store.session().unwrap().count_all().map(|n| n.to_string())
+                    }));
+                    panic!("{order:?}, {what}: opened (a scan then gives {scanned:?})")
+                }
+                Err(e) => panic!("{order:?}, {what}: {e}"),
+            }
+            assert!(std::fs::read(&path).unwrap() == before, "a refused store is left as it was");
+        }
+    }
+}
+
+/// A store's creation stopped before its format magic (the engine made, then the meta list, then
+/// the data structure, the magic never inserted), closed or left as a crash leaves it: the open
+/// refuses it as no store, and the file is as it was.
+#[test]
+fn a_store_whose_creation_was_interrupted_before_the_magic_is_refused_untouched() {
+    use petra::{KeyWidth, StructureKind, Values};
+    let dir = petra_recovery::scratch_dir();
+    let pool_config = PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, ..PoolConfig::default() };
+    let data = [
+        (Order::Sorted, StructureKind::SkipList),
+        (Order::Unsorted { buckets: 64 }, StructureKind::HashMap { buckets: 64 }),
+    ];
+    for (o, (order, kind)) in data.into_iter().enumerate() {
+        for stage in 0..3 {
+            for closed in [true, false] {
+                let path = dir.path().join(format!("{o}-{stage}-{closed}.pool"));
+                let engine =
+                    Engine::create(Pool::create(&path, &pool_config).unwrap(), EngineConfig::rings(1 << 20)).unwrap();
+                if stage >= 1 {
+                    engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Words).unwrap();
+                }
+                if stage >= 2 {
+                    engine.create_structure(kind, KeyWidth::U128, Values::Bytes).unwrap();
+                }
+                if closed {
+                    engine.close().unwrap();
+                } else {
+                    drop(engine);
+                }
+                let before = std::fs::read(&path).unwrap();
+                let case = format!("{order:?}, stage {stage}, closed {closed}");
+                match Store::open(&config(&path, CreateMode::Open, order)) {
+                    Err(KvError::NotAStore { why, .. }) if stage < 2 => {
+                        assert!(why.contains("structures"), "{case}: {why}")
+                    }
+                    Err(KvError::NotAStore { why, .. }) => assert!(why.contains("no magic"), "{case}: {why}"),
+                    other => panic!("{case}: {other:?}"),
+                }
+                assert!(std::fs::read(&path).unwrap() == before, "{case}: the file was modified");
+            }
+        }
+    }
+}

@@ -41,6 +41,7 @@ use crate::error::{Damage, EngineError};
 use crate::hash::check_words;
 use crate::mem::PMem;
 use crate::pool::Pool;
+use crate::structures::hashmap::BUCKETS_TAG;
 
 /// Region tag of the meta region.
 const META_TAG: u8 = 1;
@@ -79,6 +80,33 @@ pub(crate) struct MetaState {
     pub(crate) safe: u64,
 }
 
+impl MetaState {
+    /// The words checked against each other, each copy being checked alone: what the engine
+    /// writes keeps a txid handed out (the checkpoint, the safe point) below the reservation
+    /// (raised, durably, before the txids it covers are used; the page or the lines holding both
+    /// reach the media in that order), the epoch at most the attempt (begun, durably, before it
+    /// commits), and a clean mark at most the epoch it was made in. Why not, if they disagree.
+    fn agree(&self) -> Result<(), String> {
+        let reserved = self.txid_reserved;
+        if self.checkpoint >= reserved {
+            return Err(format!(
+                "the checkpoint txid {} is not below the txid reservation {reserved}",
+                self.checkpoint
+            ));
+        }
+        if self.safe >= reserved {
+            return Err(format!("the safe txid {} is not below the txid reservation {reserved}", self.safe));
+        }
+        if self.epoch == 0 || self.epoch > self.attempt {
+            return Err(format!("epoch {} of attempt {}", self.epoch, self.attempt));
+        }
+        if self.clean > self.epoch {
+            return Err(format!("a clean mark of epoch {} in epoch {}", self.clean, self.epoch));
+        }
+        Ok(())
+    }
+}
+
 impl Meta {
     /// Sets up the meta region of a new engine in `pool`, which has none (a region without the
     /// magic is an interrupted create: it is taken over): epoch 1, txids reserved up to
@@ -89,7 +117,16 @@ impl Meta {
             Some(&(off, _)) if pool.mem().load(off.get(), Ordering::Acquire) == MAGIC => {
                 return Err(EngineError::Corrupt("the pool already holds an engine".into()));
             }
-            Some(&(off, _)) => off.get(),
+            Some(&(off, _)) => {
+                // Taken over only if nothing says the creation had finished: an engine whose
+                // magic is damaged is not overwritten.
+                if let Some(why) = created(pool, off.get()) {
+                    return Err(
+                        Damage { what: format!("the engine's meta magic is damaged ({why})"), at: off.get() }.into()
+                    );
+                }
+                off.get()
+            }
             None => pool.alloc_region(META_TAG, BYTES)?.get(),
         };
         let meta = Meta { off, uuid };
@@ -136,7 +173,11 @@ impl Meta {
         }
         // Relaxed: an open runs alone.
         if mem.load(off, Ordering::Relaxed) != MAGIC {
-            return Err(EngineError::NoEngine);
+            // No engine only if its creation can have stopped here; else the magic is damaged.
+            return Err(match created(pool, off) {
+                Some(why) => Damage { what: format!("the engine's meta magic is damaged ({why})"), at: off }.into(),
+                None => EngineError::NoEngine,
+            });
         }
         let found = mem.load(off + UUID, Ordering::Relaxed) as u128
             | (mem.load(off + UUID + 8, Ordering::Relaxed) as u128) << 64;
@@ -161,6 +202,7 @@ impl Meta {
             structures: meta.load(mem, STRUCTURES)?,
             safe: meta.load(mem, SAFE)?,
         };
+        state.agree().map_err(|what| Damage { what, at: off })?;
         Ok((meta, state))
     }
 
@@ -273,6 +315,32 @@ impl Meta {
     }
 }
 
+/// Why the pool says its engine was created, though the meta region at `off` has no magic, if it
+/// does; `None` if the region is what an interrupted [`Meta::create`] leaves (it writes the magic,
+/// a single 8-byte store, last, into a zeroed region, and makes nothing else before it). The magic
+/// word holds neither 0 nor the magic; a descriptor ring or a hash map's bucket array exists (made
+/// after the magic); a root slot holds a structure; or the structure count is above 0.
+fn created<M: PMem>(pool: &Pool<M>, off: u64) -> Option<String> {
+    // Relaxed: an open, or a create, runs alone.
+    let magic = pool.mem().load(off, Ordering::Relaxed);
+    if magic != 0 {
+        return Some(format!("it holds {magic:#x}"));
+    }
+    for (tag, what) in [(crate::ring::RING_TAG, "descriptor rings"), (BUCKETS_TAG, "bucket arrays")] {
+        if !pool.regions(tag).is_empty() {
+            return Some(format!("the pool holds {what}"));
+        }
+    }
+    if let Some(slot) = (0..crate::pool::header::ROOT_ENTRIES).find(|&s| pool.root(s).is_some()) {
+        return Some(format!("root slot {slot} holds a structure"));
+    }
+    let meta = Meta { off, uuid: u128::from_le_bytes(pool.header().uuid) };
+    match meta.load(pool.mem(), STRUCTURES) {
+        Ok(n) if n > 0 => Some(format!("it counts {n} structures")),
+        _ => None,
+    }
+}
+
 /// The check word of the meta region's identity line.
 fn id_check(uuid: u128) -> u64 {
     check_words([MAGIC, uuid as u64, (uuid >> 64) as u64])
@@ -328,6 +396,65 @@ mod tests {
             let read = Meta::find(&pool).unwrap().1.checkpoint;
             assert!(read == 5 || read == 9, "{kept} stores kept: {read}");
             assert_eq!(read == 9, kept >= 3, "{kept} stores kept");
+        }
+    }
+
+    /// Words that pass their own checks but contradict each other: damage, each named.
+    #[test]
+    fn words_that_disagree_are_refused() {
+        let pool = pool();
+        let meta = Meta::create(&pool).unwrap();
+        let mem = pool.mem();
+        meta.set_checkpoint_txid(mem, 5);
+        let reserved = Meta::find(&pool).unwrap().1.txid_reserved;
+        let cases = [
+            (CHECKPOINT, reserved, "checkpoint txid"),
+            (CHECKPOINT, u64::MAX, "checkpoint txid"),
+            (SAFE, reserved + 7, "safe txid"),
+            (TXID_RESERVED, 5, "checkpoint txid"),
+            (EPOCH, 2, "epoch 2 of attempt 1"),
+            (EPOCH, 0, "epoch 0"),
+            (CLEAN, 2, "clean mark of epoch 2"),
+        ];
+        for (word, value, what) in cases {
+            let before = meta.load(mem, word).unwrap();
+            meta.store(mem, word, value);
+            match Meta::find(&pool) {
+                Err(EngineError::Damaged(d)) => assert!(d.what.contains(what), "{value} at {word}: {d}"),
+                other => panic!("{value} at {word}: {other:?}"),
+            }
+            meta.store(mem, word, before);
+            Meta::find(&pool).unwrap();
+        }
+    }
+
+    /// A descriptor of a txid at or above the reservation, in a pool whose memory is whole (the
+    /// process died in this boot): the reservation was raised before its txids were handed out,
+    /// so one of the two is damaged.
+    #[test]
+    fn a_descriptor_not_below_the_txid_reservation_is_damage() {
+        use std::sync::Arc;
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 8 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let engine_config = crate::EngineConfig::rings(64 << 10).durability(crate::DurabilityPolicy::Process);
+        let mem = Arc::new(SimMem::new(0, 8 << 20));
+        let engine =
+            crate::Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), engine_config.clone()).unwrap();
+        let s = engine.create_list().unwrap();
+        let mut h = engine.handle().unwrap();
+        for k in 0..3u64 {
+            assert!(h.execute(crate::Transaction::new().put(s, k, k)).unwrap().is_committed());
+        }
+        drop(h);
+        drop(engine);
+        let pool = Pool::open_in(Arc::clone(&mem)).unwrap();
+        assert!(pool.same_boot() && !pool.was_clean());
+        let (meta, state) = Meta::find(&pool).unwrap();
+        // Lowered as far as the words' own agreement lets it: every descriptor is at or above.
+        meta.store(pool.mem(), TXID_RESERVED, state.checkpoint.max(state.safe) + 1);
+        match crate::Engine::open(pool, engine_config) {
+            Err(EngineError::Damaged(d)) => assert!(d.what.contains("not below the txid reservation"), "{d}"),
+            other => panic!("{:?}", other.map(|_| ())),
         }
     }
 

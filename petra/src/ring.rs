@@ -31,7 +31,7 @@ use crate::pool::Pool;
 use crate::sync::{AtomicU64, Mutex};
 
 /// Region tag of descriptor rings (see `meta` for every tag).
-const RING_TAG: u8 = 2;
+pub(crate) const RING_TAG: u8 = 2;
 
 /// The word a writer leaves where it skipped the end of a lap: no descriptor starts there, the
 /// next one starts at the lap's beginning. Its tag is not a descriptor's, so recovery's scan

@@ -623,35 +623,107 @@ pub(crate) fn page_size() -> u64 {
 
 /// Extends `file` from `old_len` to `new_len` bytes with its blocks reserved, so that a full file
 /// system is an error now (ENOSPC) rather than a SIGBUS at the first store to a page of a hole.
-/// A file system that cannot reserve (no `fallocate`) gets a sparse extension, as `set_len`
-/// makes. On failure the file is left at `old_len`.
+/// A file system that cannot reserve (no `fallocate`) gets the new bytes written as zeroes, which
+/// takes their blocks just as well. On failure the file is left at `old_len`.
 pub(crate) fn reserve_space(file: &File, old_len: u64, new_len: u64) -> io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let (Ok(from), Ok(len)) = (libc::off_t::try_from(old_len), libc::off_t::try_from(new_len - old_len)) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "file length beyond off_t"));
-        };
-        // SAFETY: posix_fallocate only changes the file behind the descriptor, which `file`
-        // keeps open for the call; no memory is passed.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from, len) };
-        match rc {
-            0 => return Ok(()),
-            libc::EOPNOTSUPP | libc::EINVAL => {}
-            errno => {
-                // Blocks reserved before the failure are given back with the length.
-                let _ = file.set_len(old_len);
-                return Err(io::Error::from_raw_os_error(errno));
-            }
-        }
+    reserve_space_with(file, old_len, new_len, fallocate)
+}
+
+/// [`reserve_space`], with `alloc` in place of `posix_fallocate` (an errno, 0 for success).
+fn reserve_space_with(
+    file: &File,
+    old_len: u64,
+    new_len: u64,
+    alloc: impl FnOnce(&File, u64, u64) -> i32,
+) -> io::Result<()> {
+    let done = match alloc(file, old_len, new_len - old_len) {
+        0 => return Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => write_zeroes(file, old_len, new_len),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    };
+    if done.is_err() {
+        // Blocks reserved before the failure are given back with the length.
+        let _ = file.set_len(old_len);
     }
-    let _ = old_len;
-    file.set_len(new_len)
+    done
+}
+
+/// Makes sure every byte of the first `len` bytes of `file` has its blocks, changing none of
+/// them: `posix_fallocate` over them (which leaves allocated blocks as they are), or, where it
+/// cannot, zeroes written into each hole (a hole reads as zeroes already).
+pub(crate) fn reserve_existing(file: &File, len: u64) -> io::Result<()> {
+    reserve_existing_with(file, len, fallocate)
+}
+
+/// [`reserve_existing`], with `alloc` in place of `posix_fallocate`.
+fn reserve_existing_with(file: &File, len: u64, alloc: impl FnOnce(&File, u64, u64) -> i32) -> io::Result<()> {
+    match alloc(file, 0, len) {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => {
+            let mut at = 0;
+            while let Some((hole, end)) = next_hole(file, at, len)? {
+                write_zeroes(file, hole, end)?;
+                at = end;
+            }
+            Ok(())
+        }
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// `posix_fallocate(file, off, len)`: 0 or an errno.
+fn fallocate(file: &File, off: u64, len: u64) -> i32 {
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(off), libc::off_t::try_from(len)) else {
+        return libc::EFBIG;
+    };
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: posix_fallocate only changes the file behind the descriptor, which `file` keeps
+    // open for the call; no memory is passed.
+    unsafe { libc::posix_fallocate(file.as_raw_fd(), off, len) }
+}
+
+/// The first hole of `file` at or after `from` and before `len`, as `[start, end)`; `None` if
+/// there is none (or the file system does not say: then it reports no holes).
+fn next_hole(file: &File, from: u64, len: u64) -> io::Result<Option<(u64, u64)>> {
+    let seek = |off: u64, whence: i32| -> io::Result<Option<u64>> {
+        let Ok(off) = libc::off_t::try_from(off) else { return Ok(None) };
+        // SAFETY: lseek only moves the descriptor's offset; every read and write of the file
+        // here is positioned (pread, pwrite), so nothing uses the offset.
+        let r = unsafe { libc::lseek(file.as_raw_fd(), off, whence) };
+        if r >= 0 {
+            return Ok(Some(r as u64));
+        }
+        match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+            e => Err(e),
+        }
+    };
+    if from >= len {
+        return Ok(None);
+    }
+    let Some(hole) = seek(from, libc::SEEK_HOLE)?.filter(|&h| h < len) else { return Ok(None) };
+    let end = seek(hole, libc::SEEK_DATA)?.unwrap_or(len).min(len);
+    Ok(Some((hole, end)))
+}
+
+/// Writes zeroes over `[from, to)` of `file`.
+fn write_zeroes(file: &File, from: u64, to: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let zeroes = vec![0u8; 64 << 10];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeroes.len() as u64) as usize;
+        file.write_all_at(&zeroes[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// The id of the running boot of the machine (Linux's `/proc/sys/kernel/random/boot_id`), or 0
 /// where it is unknown.
-fn machine_boot() -> u128 {
+pub(crate) fn machine_boot() -> u128 {
     static BOOT: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     *BOOT.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -665,6 +737,61 @@ fn machine_boot() -> u128 {
 mod tests {
     use super::*;
     use crate::mem::SimMem;
+
+    /// The bytes of blocks a file has.
+    fn allocated(file: &File) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata().unwrap().blocks() * 512
+    }
+
+    /// Where `posix_fallocate` cannot reserve, growth writes zeroes: the new bytes have their
+    /// blocks (a sparse extension would leave a full file system to a SIGBUS at the first store).
+    #[test]
+    fn growth_without_fallocate_takes_its_blocks_all_the_same() {
+        let file = tempfile::tempfile().unwrap();
+        let page = page_size();
+        for errno in [libc::EOPNOTSUPP, libc::EINVAL] {
+            file.set_len(0).unwrap();
+            reserve_space_with(&file, 0, 64 * page, |_, _, _| errno).unwrap();
+            assert_eq!(file.metadata().unwrap().len(), 64 * page);
+            assert!(allocated(&file) >= 64 * page, "errno {errno}: {} bytes of blocks", allocated(&file));
+        }
+        // Any other failure leaves the file as it was.
+        file.set_len(page).unwrap();
+        let err = reserve_space_with(&file, page, 4 * page, |_, _, _| libc::ENOSPC).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(file.metadata().unwrap().len(), page);
+    }
+
+    /// A file with holes (a sparse copy) gets blocks for them, its bytes unchanged, with
+    /// `posix_fallocate` and without.
+    #[test]
+    fn the_holes_of_an_existing_file_are_filled_and_its_bytes_kept() {
+        use std::os::unix::fs::FileExt;
+        let page = page_size();
+        let len = 64 * page;
+        for with_fallocate in [true, false] {
+            let file = tempfile::tempfile().unwrap();
+            file.set_len(len).unwrap();
+            // Data in every fourth page; the rest is holes.
+            for p in (0..64u64).step_by(4) {
+                file.write_all_at(&vec![p as u8 + 1; page as usize], p * page).unwrap();
+            }
+            let mut before = vec![0u8; len as usize];
+            file.read_exact_at(&mut before, 0).unwrap();
+            assert!(allocated(&file) < len, "the file has holes to begin with");
+            if with_fallocate {
+                reserve_existing_with(&file, len, fallocate).unwrap();
+            } else {
+                reserve_existing_with(&file, len, |_, _, _| libc::EOPNOTSUPP).unwrap();
+            }
+            assert!(allocated(&file) >= len, "fallocate {with_fallocate}: {} bytes of blocks", allocated(&file));
+            assert_eq!(next_hole(&file, 0, len).unwrap(), None, "fallocate {with_fallocate}");
+            let mut after = vec![0u8; len as usize];
+            file.read_exact_at(&mut after, 0).unwrap();
+            assert!(after == before, "fallocate {with_fallocate}: bytes changed");
+        }
+    }
 
     /// The bulk byte copies (one bounds check per call) agree with the word-at-a-time default
     /// (on a `SimMem`) at every offset and length around a few words, keeping the bytes around

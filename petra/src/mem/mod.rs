@@ -34,8 +34,8 @@ mod sim;
 #[cfg(loom)]
 pub use self::loom::LoomMem;
 pub use counting::{Counting, MemCounts};
-pub(crate) use mmap::reserve_space;
 pub use mmap::{FlushKind, MmapMem, MmapOptions};
+pub(crate) use mmap::{machine_boot, reserve_existing, reserve_space};
 pub use sim::{CrashImage, CrashPlan, CrashPoint, CrashState, EventKind, MediaModel, SimMem};
 
 /// Size of a cache line, the unit of flushing and of atomic persistence of ordered stores.

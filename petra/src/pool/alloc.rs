@@ -78,13 +78,12 @@ fn depot_index(family: Family, class: usize) -> usize {
     family as usize * CLASSES + class
 }
 
-/// Whether `w` is a valid table word for chunk `index` of the pool `uuid`, naming a use this
-/// build knows.
-pub(crate) fn valid_entry(w: u64, index: u64, uuid: &[u8; 16]) -> bool {
-    match ChunkUse::decode(w, index, uuid) {
-        Some(ChunkUse::Slab { class, .. }) => (class as usize) < CLASSES,
-        Some(_) => true,
-        None => false,
+/// The use `w` names if it is a valid table word for chunk `index` of the pool `uuid`, naming a
+/// use this build knows.
+pub(crate) fn valid_entry(w: u64, index: u64, uuid: &[u8; 16]) -> Option<ChunkUse> {
+    match ChunkUse::decode(w, index, uuid)? {
+        ChunkUse::Slab { class, .. } if class as usize >= CLASSES => None,
+        u => Some(u),
     }
 }
 
@@ -246,7 +245,10 @@ fn read_uses<M: PMem>(mem: &M, header: &Header, n: u64) -> Vec<ChunkUse> {
 impl<M: PMem> Pool<M> {
     /// Takes `n` contiguous chunks for `new_use`, zeroed and with their table entries persisted.
     fn take_run(&self, n: u64, new_use: ChunkUse) -> Result<u64, AllocError> {
-        self.mark_in_use().map_err(|e| AllocError::Grow(format!("cannot mark the pool in use: {e}")))?;
+        self.mark_in_use().map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => AllocError::NoSpace { requested: self.mem.len() },
+            _ => AllocError::Grow(format!("cannot mark the pool in use: {e}")),
+        })?;
         let layout = self.header.layout;
         let mut chunks = self.alloc.chunks.lock();
         let full = AllocError::PoolFull { requested: n * layout.chunk_size, max: layout.max_len() };
@@ -268,13 +270,10 @@ impl<M: PMem> Pool<M> {
             }
             // Grow by an eighth of the data area (amortised growth), at least what is needed.
             let want = n.max(chunks.in_file / 8).max(1).min(room);
-            match self.mem.grow(layout.chunk_off(chunks.in_file + want)) {
+            match self.grow_chunks(chunks.in_file, want) {
                 Ok(()) => {}
-                Err(GrowError::AboveMaximum { .. }) => return Err(full),
-                Err(GrowError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
-                    return Err(AllocError::NoSpace { requested: want * layout.chunk_size });
-                }
-                Err(e) => return Err(AllocError::Grow(e.to_string())),
+                Err(AllocError::PoolFull { .. }) => return Err(full),
+                Err(e) => return Err(e),
             }
             for i in chunks.in_file..chunks.in_file + want {
                 chunks.free.insert(i, Dirty::Zero);
@@ -307,8 +306,9 @@ impl<M: PMem> Pool<M> {
             // entries; the fence below orders the writes for the media.
             let mut stale = false;
             for i in start..start + n {
-                if self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed) != 0 {
-                    self.mem.store(layout.entry_off(i), 0, std::sync::atomic::Ordering::Relaxed);
+                let free = ChunkUse::Free.encode(i, &self.header.uuid);
+                if self.mem.load(layout.entry_off(i), std::sync::atomic::Ordering::Relaxed) != free {
+                    self.mem.store(layout.entry_off(i), free, std::sync::atomic::Ordering::Relaxed);
                     stale = true;
                 }
             }
@@ -646,13 +646,7 @@ impl<M: PMem> Pool<M> {
         if want > layout.chunk_capacity - chunks.in_file {
             return Err(AllocError::PoolFull { requested: want * layout.chunk_size, max: layout.max_len() });
         }
-        match self.mem.grow(layout.chunk_off(chunks.in_file + want)) {
-            Ok(()) => {}
-            Err(GrowError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
-                return Err(AllocError::NoSpace { requested: want * layout.chunk_size });
-            }
-            Err(e) => return Err(AllocError::Grow(e.to_string())),
-        }
+        self.grow_chunks(chunks.in_file, want)?;
         for i in chunks.in_file..chunks.in_file + want {
             chunks.free.insert(i, Dirty::Zero);
         }
@@ -661,6 +655,37 @@ impl<M: PMem> Pool<M> {
         drop(chunks);
         self.mem.populate(from, layout.chunk_off(layout.chunks_in(self.mem.len())));
         Ok(())
+    }
+
+    /// Grows the file from `in_file` chunks by `want` (their blocks reserved, see
+    /// [`PMem::grow`]), with the chunk lock held. The new chunks' table entries are written free,
+    /// flushed and fenced first: every chunk in the file has a written entry, and a zero one
+    /// inside the file is damage. A growth that fails leaves free entries past the end, which
+    /// say what is true.
+    fn grow_chunks(&self, in_file: u64, want: u64) -> Result<(), AllocError> {
+        let layout = self.header.layout;
+        for i in in_file..in_file + want {
+            // Relaxed: entries past the file's end are read only at open, and by this thread
+            // under the chunk lock; the fence below orders them for the media.
+            self.mem.store(
+                layout.entry_off(i),
+                ChunkUse::Free.encode(i, &self.header.uuid),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        self.mem.flush_range(layout.entry_off(in_file), want * WORD);
+        // Fence: the entries are durable before the chunks they describe are in the file.
+        self.mem.fence();
+        match self.mem.grow(layout.chunk_off(in_file + want)) {
+            Ok(()) => Ok(()),
+            Err(GrowError::AboveMaximum { .. }) => {
+                Err(AllocError::PoolFull { requested: want * layout.chunk_size, max: layout.max_len() })
+            }
+            Err(GrowError::Io(e)) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+                Err(AllocError::NoSpace { requested: want * layout.chunk_size })
+            }
+            Err(e) => Err(AllocError::Grow(e.to_string())),
+        }
     }
 
     /// Chunks that `blocks` node blocks of each size (bytes, count) take, whole slabs.

@@ -14,7 +14,7 @@
 //! ```text
 //! offset size  field                      written
 //!      0    8  magic "PETRAPOL"           once, last step of create
-//!      8    4  format version (7)         once
+//!      8    4  format version (8)         once
 //!     12    4  header size (4096)         once
 //!     16    8  chunk size (power of two)  once
 //!     24    8  chunk table offset (4096)  once
@@ -69,12 +69,22 @@
 //! Chunk table entry (u64, an 8-byte store, flushed and fenced before the chunk is used):
 //!
 //! ```text
-//! bits  0..8   use: 0 free (the whole word is 0), 1 slab, 2 run head, 3 run tail
+//! bits  0..8   use: 1 slab, 2 run head, 3 run tail, 4 free
 //! bits  8..16  slab: family (0 node, 1 blob)      run head: run kind (0 blob, 1 region)
 //! bits 16..24  slab: size class index             run head of a region: the region's tag
 //! bits 24..48  run head: chunks in the run
 //! bits 48..64  check: 16 bits of the check word of the entry's index, bits 0..48 and the uuid
 //! ```
+//!
+//! Every entry of a chunk the file holds is written, free ones too (format writes those of the
+//! first chunks before the magic, growth those of the new chunks, flushed and fenced, before the
+//! file grows), so an entry of all zeroes is one never written: past the file's end it is a chunk
+//! that never existed; inside the file it is damage (a zeroed page of the table would otherwise
+//! free chunks in use) wherever the memory is whole: after a clean close, or in the boot the pool
+//! was last in use in. After a power loss a page-cache file may have grown on the disk while the
+//! table page holding the new entries did not reach it, so there a zero entry reads as free (the
+//! chunk holds nothing the last power-safe point needs), and the pool's first change writes it
+//! free. An entry past the end may also say free (a growth that failed after writing it).
 //!
 //! The immutable part is covered by one checksum; the words that change while the pool is open
 //! are single aligned words, which persistent memory writes failure-atomically, each with a check
@@ -88,13 +98,14 @@ use crate::hash::check_words;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads. 7: the header's state line has two checked
+/// The format version this build writes and reads. 8: a free chunk's table entry is a checked
+/// word, and a zero entry inside the file is damage. 7: the header's state line has two checked
 /// copies, and a pool whose copies both fail their checks is refused. 6: an MDList node holds base-4 coordinates'
 /// slots from its own dimension up. 5: the engine records its last power-safe point. 4: a byte value's check is tied to its place
 /// and to the pool. 3: the chunk table, byte values, the state line and the engine's words are
 /// checked. 2: the check words of descriptors and node records and the hashes of byte values are
 /// XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offsets of the state line's two copies, in the order they are written and read.
@@ -410,7 +421,7 @@ impl ChunkUse {
     /// The table word for this use in the entry of chunk `index` of the pool `uuid`.
     pub fn encode(self, index: u64, uuid: &[u8; 16]) -> u64 {
         let payload = match self {
-            ChunkUse::Free => return 0,
+            ChunkUse::Free => 4,
             ChunkUse::Slab { family, class } => 1 | (family as u64) << 8 | (class as u64) << 16,
             ChunkUse::RunHead { kind, chunks } => {
                 let (k, tag) = match kind {
@@ -425,11 +436,9 @@ impl ChunkUse {
     }
 
     /// The use the table word `w` of chunk `index` of the pool `uuid` names, or `None` if the
-    /// word is not a valid entry there (damaged, moved from another entry, or of another pool).
+    /// word is not a valid entry there (damaged, moved from another entry, or of another pool,
+    /// or zero: never written, which only an entry past the file's end may be).
     pub fn decode(w: u64, index: u64, uuid: &[u8; 16]) -> Option<ChunkUse> {
-        if w == 0 {
-            return Some(ChunkUse::Free);
-        }
         if w >> 48 != entry_check(index, w & PAYLOAD, uuid) {
             return None;
         }
@@ -440,10 +449,11 @@ impl ChunkUse {
     /// opened (every entry checked then) and written since only by this process, which writes
     /// valid entries. `None` if the word names no use.
     pub fn of_entry(w: u64) -> Option<ChunkUse> {
-        let payload = w & PAYLOAD;
-        if payload == 0 {
+        if w == 0 {
+            // Never written: accepted at open only after a power loss (see the module docs).
             return Some(ChunkUse::Free);
         }
+        let payload = w & PAYLOAD;
         let sub = (payload >> 8) & 0xFF;
         let third = (payload >> 16) & 0xFF;
         Some(match payload & 0xFF {
@@ -468,6 +478,7 @@ impl ChunkUse {
                 ChunkUse::RunHead { kind, chunks }
             }
             3 if payload == 3 => ChunkUse::RunTail,
+            4 if payload == 4 => ChunkUse::Free,
             _ => return None,
         })
     }
@@ -525,7 +536,7 @@ mod tests {
         assert!(matches!(Header::decode(&p), Err(OpenError::BadMagic { .. })));
         let mut p = good.clone();
         p[8] = 1;
-        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 7 })));
+        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 8 })));
         let mut p = good.clone();
         p[50] ^= 1;
         assert!(matches!(Header::decode(&p), Err(OpenError::HeaderChecksum { .. })));
@@ -629,9 +640,9 @@ mod tests {
             ChunkUse::RunHead { kind: RunKind::Region(0xBE), chunks: 0xFF_FFFF },
             ChunkUse::RunTail,
         ];
-        assert_eq!(ChunkUse::Free.encode(3, &uuid), 0);
-        assert_eq!(ChunkUse::decode(0, 3, &uuid), Some(ChunkUse::Free));
-        for u in uses {
+        // Zero is no entry at all (a zeroed page of the table is not a run of free entries).
+        assert_eq!(ChunkUse::decode(0, 3, &uuid), None);
+        for u in uses.into_iter().chain([ChunkUse::Free]) {
             let w = u.encode(3, &uuid);
             assert_eq!(ChunkUse::decode(w, 3, &uuid), Some(u), "{u:?}");
             assert_eq!(ChunkUse::decode(w, 4, &uuid), None, "{u:?} moved to another entry");
@@ -640,7 +651,7 @@ mod tests {
                 assert_eq!(ChunkUse::decode(w ^ 1 << bit, 3, &uuid), None, "{u:?} with bit {bit} flipped");
             }
         }
-        for payload in [4u64, 1 | 2 << 8, 0x100, 2, 3 | 1 << 40, (1 << 48) - 1] {
+        for payload in [0u64, 5, 4 | 1 << 8, 1 | 2 << 8, 0x100, 2, 3 | 1 << 40, (1 << 48) - 1] {
             let w = payload | entry_check(0, payload, &uuid) << 48;
             assert_eq!(ChunkUse::decode(w, 0, &uuid), None, "{payload:#x}");
         }

@@ -33,7 +33,8 @@ use crate::error::{CreateError, OpenError};
 use crate::mem::{CACHE_LINE, Durability, FlushKind, MmapMem, MmapOptions, PMem, WORD};
 use alloc::Allocator;
 use header::{
-    HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF, STATE_COPIES, State,
+    ChunkUse, HEADER_SIZE, MAGIC, MAX_CHUNK, MIN_CHUNK, ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF, STATE_COPIES,
+    State,
 };
 
 /// How a pool file is mapped.
@@ -139,7 +140,8 @@ impl Pool<MmapMem> {
         made
     }
 
-    /// Opens the pool file at `path`, exclusively. Nothing is written unless every check passes.
+    /// Opens the pool file at `path`, exclusively. Nothing is written unless every check passes;
+    /// the file's blocks are reserved (its bytes unchanged) once the pool's own checks have.
     pub fn open(path: impl AsRef<Path>, mapping: &Mapping) -> Result<Pool<MmapMem>, OpenError> {
         let path = path.as_ref();
         let file = OpenOptions::new().read(true).write(!mapping.private).open(path).map_err(|e| {
@@ -163,7 +165,17 @@ impl Pool<MmapMem> {
         let header = Header::decode(&page)?;
         let state = State::decode(&page, &header.uuid)?;
         check_len(&header.layout, len)?;
-        check_table(&header, len, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
+        let whole = is_whole(&state, crate::mem::machine_boot());
+        check_table(&header, len, whole, |off, buf| file.read_exact_at(buf, off)).map_err(io_err(path))??;
+        if !mapping.private {
+            // Every byte of the file gets its blocks before it is mapped, changing none of them:
+            // in a file with holes (a sparse copy, or one grown where blocks could not be
+            // reserved) a store into a hole, or on a file system whose files are memory (tmpfs)
+            // even a load, meets a full file system with a SIGBUS. Growth reserves the blocks it
+            // adds, so from here on running out of room is an error returned by a call. (A
+            // private mapping opens the file read-only and never writes it.)
+            crate::mem::reserve_existing(&file, len).map_err(io_err(path))?;
+        }
         let mem = MmapMem::map(file, &mmap_options(mapping, header.layout.max_len())).map_err(io_err(path))?;
         let mut pool = Pool::attach(mem, header, state, false);
         pool.path = Some(path.to_owned());
@@ -206,12 +218,20 @@ fn check_len(layout: &Layout, len: u64) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// Every chunk table entry must decode (a single 8-byte store writes each, so only corruption
-/// makes one that does not), and every entry past the file's end must be free: a used one means
-/// the file was cut.
+/// Whether the pool's memory is as its last run left it, by its state line: closed cleanly (and
+/// synced), or last in use in the running boot `boot` (only a process died; 0: boots unknown).
+fn is_whole(state: &State, boot: u128) -> bool {
+    state.is_clean() || (boot != 0 && state.boot == boot)
+}
+
+/// Every chunk table entry of a chunk in the file must decode (a single 8-byte store writes each,
+/// so only corruption makes one that does not; zero, never written, is damage there if the
+/// memory is `whole`, see [`header`]), and every entry past the file's end must be zero or free:
+/// a used one means the file was cut.
 fn check_table(
     header: &Header,
     len: u64,
+    whole: bool,
     read: impl Fn(u64, &mut [u8]) -> io::Result<()>,
 ) -> io::Result<Result<(), OpenError>> {
     let (layout, uuid) = (&header.layout, &header.uuid);
@@ -224,13 +244,22 @@ fn check_table(
         for (k, w) in buf[..n * 8].chunks(8).enumerate() {
             let (entry, word) = (i + k as u64, u64::from_le_bytes(w.try_into().expect("8 bytes")));
             if word == 0 {
+                if whole && entry < in_file {
+                    return Ok(Err(OpenError::BadLayout(format!(
+                        "chunk table entry {entry} is zero, never written, inside the file"
+                    ))));
+                }
                 continue;
             }
-            if entry >= in_file {
-                return Ok(Err(OpenError::Truncated { len, expected: layout.chunk_off(entry + 1) }));
-            }
-            if !alloc::valid_entry(word, entry, uuid) {
-                return Ok(Err(OpenError::BadLayout(format!("chunk table entry {entry} is corrupt ({word:#x})"))));
+            match alloc::valid_entry(word, entry, uuid) {
+                None => {
+                    return Ok(Err(OpenError::BadLayout(format!("chunk table entry {entry} is corrupt ({word:#x})"))));
+                }
+                Some(ChunkUse::Free) => {}
+                Some(_) if entry >= in_file => {
+                    return Ok(Err(OpenError::Truncated { len, expected: layout.chunk_off(entry + 1) }));
+                }
+                Some(_) => {}
             }
         }
         i += n as u64;
@@ -265,7 +294,7 @@ impl<M: PMem> Pool<M> {
         let header = Header::decode(&page)?;
         let state = State::decode(&page, &header.uuid)?;
         check_len(&header.layout, len)?;
-        check_table(&header, len, |off, buf| {
+        check_table(&header, len, is_whole(&state, mem.boot()), |off, buf| {
             mem.read_bytes(off, buf);
             Ok(())
         })
@@ -286,6 +315,14 @@ impl<M: PMem> Pool<M> {
         // Everything but the magic first, so that an interrupted create leaves no magic; both
         // copies of the state line say in use, this boot.
         mem.write_bytes(MAGIC.len() as u64, &bytes[MAGIC.len()..]);
+        // The chunks the file holds are free, and their entries say so: a zero entry inside the
+        // file is damage.
+        let chunks = layout.chunks_in(mem.len());
+        for i in 0..chunks {
+            // Relaxed: nothing else sees the memory before the magic is written.
+            mem.store(layout.entry_off(i), ChunkUse::Free.encode(i, &header.uuid), Ordering::Relaxed);
+        }
+        mem.flush_range(layout.table_off, chunks * WORD);
         let state = State::in_use(mem.boot());
         for (copy, &off) in STATE_COPIES.iter().enumerate() {
             store_state_copy(&mem, off, state.encode(copy, &header.uuid));
@@ -343,6 +380,7 @@ impl<M: PMem> Pool<M> {
     pub fn mark_in_use(&self) -> io::Result<()> {
         let mut in_use = self.in_use.lock();
         if !*in_use {
+            self.write_unwritten_entries();
             self.write_state(State::in_use(self.mark_boot));
             // On a page-cache file, pages written after this may reach the disk first: the mark
             // must be there before them.
@@ -350,6 +388,30 @@ impl<M: PMem> Pool<M> {
             *in_use = true;
         }
         Ok(())
+    }
+
+    /// Writes free the chunk table entries of the file's chunks that were never written (zero,
+    /// accepted as free after a power loss, see [`header`]), flushed and fenced: from the first
+    /// change on, every entry inside the file is written, as an open where the memory is whole
+    /// requires. The caller holds the in-use lock, before any chunk is taken.
+    fn write_unwritten_entries(&self) {
+        let layout = self.header.layout;
+        let n = layout.chunks_in(self.mem.len());
+        let mut wrote = false;
+        for i in 0..n {
+            // Relaxed: no chunk is taken or freed before the pool is marked in use, and this
+            // thread holds the in-use lock; the fence below orders the stores for the media.
+            if self.mem.load(layout.entry_off(i), Ordering::Relaxed) == 0 {
+                let free = ChunkUse::Free.encode(i, &self.header.uuid);
+                self.mem.store(layout.entry_off(i), free, Ordering::Relaxed);
+                self.mem.flush(layout.entry_off(i));
+                wrote = true;
+            }
+        }
+        if wrote {
+            // Fence: the entries are durable before the state line says the pool is in use.
+            self.mem.fence();
+        }
     }
 
     /// Once a recovery after another boot has made that boot's last run void (its rewrite

@@ -56,10 +56,12 @@ struct Writer {
 /// process made is in it), a descriptor marked persisted that fails its check, or a ring's last
 /// descriptor whose byte value fails its hash, is damage too; otherwise the protocol can leave
 /// either (a later lap's words over a recycled slot, a value whose lines did not all reach the
-/// media), and they are passed over.
+/// media), and they are passed over. So is, if `whole`, a descriptor whose txid is not below
+/// `reserved`, the meta region's txid reservation (raised before the txids it covers are handed
+/// out; after a power loss the page holding it may be older than a ring's).
 pub(super) fn read<M: PMem>(
     pool: &Pool<M>,
-    (epoch, checkpoint, upto): (u64, u64, u64),
+    (epoch, checkpoint, upto, reserved): (u64, u64, u64, u64),
     structures: usize,
     whole: bool,
     damage: &mut Vec<Damage>,
@@ -93,6 +95,12 @@ pub(super) fn read<M: PMem>(
                     continue;
                 }
             };
+            if whole && txid >= reserved {
+                let what = format!("a descriptor of txid {txid}, not below the txid reservation {reserved}");
+                damage.push(Damage { what, at: pos });
+                pos += bytes;
+                continue;
+            }
             let d = Desc::new(mem, pos);
             if let Some(op) = (0..d.nops()).map(|i| d.op(i)).find(|op| op.structure as usize >= structures) {
                 let what = format!("a descriptor names structure {}, which the pool does not have", op.structure);

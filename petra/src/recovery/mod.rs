@@ -209,13 +209,13 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     let counts = pool.chunk_counts();
     let room = pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
     let tight = !clean && room < counts.node;
+    // `present` is in (structure, key) order: the key before each of a structure's.
+    let nodes = found.present.iter().enumerate().map(|(i, &(slot, key, _))| {
+        let prev = i.checked_sub(1).map(|p| found.present[p]).filter(|p| p.0 == slot).map(|p| p.1);
+        (structures[slot as usize].built_bytes::<M>(prev, key), 1)
+    });
+    let need = if clean { 0 } else { pool.chunks_for_nodes(nodes) };
     if !clean && !tight {
-        // `present` is in (structure, key) order: the key before each of a structure's.
-        let nodes = found.present.iter().enumerate().map(|(i, &(slot, key, _))| {
-            let prev = i.checked_sub(1).map(|p| found.present[p]).filter(|p| p.0 == slot).map(|p| p.1);
-            (structures[slot as usize].built_bytes::<M>(prev, key), 1)
-        });
-        let need = pool.chunks_for_nodes(nodes);
         pool.reserve_chunks(need).map_err(EngineError::from)?;
     }
     // Accepted: from here on, recovery writes.
@@ -248,6 +248,13 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     if tight {
         let read = found.records.iter().copied().chain(values(&structures, &found.present)).chain(heads(&structures));
         rebuild_allocator(&mut pool, read.collect())?;
+        // The file space of the chunks the rewrite may take, as far as the pool's maximum
+        // allows (its blocks partly free now may hold some of the nodes): a full file system
+        // refuses the open here, before the rewrite writes its first node.
+        let counts = pool.chunk_counts();
+        let room =
+            pool.header().layout.chunks_in(pool.max_len()).saturating_sub(counts.node + counts.blob + counts.runs);
+        pool.reserve_chunks(need.min(room)).map_err(EngineError::from)?;
     }
     // 5. Rewrite.
     let (epoch, live, txid_reserved) =
@@ -281,7 +288,13 @@ fn read<M: PMem>(
         // After a power loss, a pool that kept safe points goes back to the last one: what came
         // after it may have reached the disk in part, in any order (see `safe`).
         let upto = if whole || state.safe == 0 { u64::MAX } else { state.safe };
-        let kdmap = kdmap::read(pool, (state.epoch, state.checkpoint, upto), structures.len(), whole, damage);
+        let kdmap = kdmap::read(
+            pool,
+            (state.epoch, state.checkpoint, upto, state.txid_reserved),
+            structures.len(),
+            whole,
+            damage,
+        );
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;
