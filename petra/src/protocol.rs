@@ -343,6 +343,23 @@ impl<M: PMem + 'static> Ctx<M> for Reader<'_, M> {
     fn resolve(&self, info: Info) -> Option<u64> {
         self.core.resolve(info, None)
     }
+
+    /// Through a cache of its own, given back at once: the copies it serves are rare (see
+    /// `mdlist`), and a reader holds no cache.
+    fn alloc_node(&self, bytes: u64) -> Option<u64> {
+        let pool = &self.core.pool;
+        let mut cache = AllocCache::new();
+        let node = pool.alloc(&mut cache, bytes).ok().map(POff::get);
+        pool.release_cache(&mut cache);
+        node
+    }
+
+    fn free_unpublished(&self, node: u64) {
+        let pool = &self.core.pool;
+        let mut cache = AllocCache::new();
+        pool.free(&mut cache, POff::new(node));
+        pool.release_cache(&mut cache);
+    }
 }
 
 impl<M: PMem + 'static> Reader<'_, M> {

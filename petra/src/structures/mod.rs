@@ -41,6 +41,15 @@ pub(crate) trait Ctx<M: PMem> {
     /// The state the info word `info` stands for to a reader outside any transaction:
     /// `Some(value)` if present.
     fn resolve(&self, info: Info) -> Option<u64>;
+    /// A node block of `bytes` bytes for a structure's own use (an MDList's copy of a node it
+    /// removes, see `mdlist`), or `None` if the pool is full or this context allocates nothing.
+    fn alloc_node(&self, _bytes: u64) -> Option<u64> {
+        None
+    }
+    /// Frees a block from [`alloc_node`](Ctx::alloc_node) that was never published.
+    fn free_unpublished(&self, _node: u64) {
+        unreachable!("a context that allocates nothing frees nothing")
+    }
     /// Called by a scan's walk after each node: true if the thread re-pinned there (a long
     /// scan does, so as not to hold the epoch back), and the walk must then go on from a fresh
     /// position, holding nothing it read before.
