@@ -297,6 +297,38 @@ fn an_mdlist_removal_beside_an_insert_that_adopts_the_removed_nodes_children_los
 }
 
 #[test]
+fn an_mdlist_removal_of_a_child_being_adopted_leaves_no_slot_for_a_late_copy() {
+    // 0x710 (deleted, its removal due) hangs below 0x610 at dimension 27. Inserting 0x600 pushes
+    // 0x610 and adopts its slot 27: 0x710 is copied into 0x600's slot by a CAS from 0. The
+    // removal, passing 0x600, finishes that adoption and then unlinks 0x710 from the new slot;
+    // a helper of the adoption that read 0x710 before and copies it late must find the slot
+    // EMPTIED, not 0, or it would link the removed node back.
+    // The late copy needs a preemption inside the adoption and one inside the removal: bound 2
+    // (about half a minute).
+    static UNLINKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    builder().check(|| {
+        let (engine, s) = engine_with(&[(0, 5), (0x610, 1), (0x710, 2)], |e| e.create_mdlist());
+        let mut h = engine.handle().unwrap();
+        assert!(h.execute(Transaction::new().delete(s, 0x710u64)).unwrap().is_committed());
+        for _ in 0..3 {
+            h.checkpoint_round();
+        }
+        drop(h);
+        let (a, b) = run2(
+            &engine,
+            Transaction::new().put(s, 0u64, 7).clone(),
+            Transaction::new().insert(s, 0x600u64, 3).clone(),
+        );
+        committed(&a);
+        committed(&b);
+        // 3: 0x710 unlinked; 4: not yet (the removal ran before the adoption, or not at all).
+        mdlist_drains_to_its_first_key(&engine, s, &[(0, 7), (0x600, 3), (0x610, 1)], [3, 4], &UNLINKED);
+    });
+    // Relaxed: as for the count above.
+    assert!(UNLINKED.load(std::sync::atomic::Ordering::Relaxed) > 0, "no run removed 0x710 in the model");
+}
+
+#[test]
 fn skiplist_towers_built_side_by_side_link_every_level_in_order() {
     // Two adjacent keys with towers of two levels (heights come from a hash of the key; the
     // skiplist's unit tests pin these): each inserter links level 0, then level 1 where the other
