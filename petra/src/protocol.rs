@@ -636,7 +636,8 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     mem.store(node + NORM, 0, Ordering::Relaxed);
                     mem.store(node + node::CHECK, 0, Ordering::Relaxed);
                     set.init_links(mem, node, op.key);
-                    if set.link(&self.cx, &pos, node) {
+                    let linked = set.link(&self.cx, &pos, node);
+                    if linked == Ok(true) {
                         write_cache(mem, d, i, None, node);
                         return Step::Done;
                     }
@@ -646,6 +647,11 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     // block is reused. Relaxed: the slot is recycled only after this thread unpins.
                     mem.store(node + INFO, me.marked().0, Ordering::Relaxed);
                     pool.free(self.cache, POff::new(node));
+                    // The slot stays frozen until a block is free (see `LinkedSet::link`):
+                    // retrying would take this block again and spin, pinned.
+                    if linked.is_err() {
+                        return Step::NoMemory(bytes);
+                    }
                 }
             }
         }

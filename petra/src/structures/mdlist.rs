@@ -46,9 +46,15 @@
 //! A search passes marked nodes over (the key is absent); an insert of a key whose node is marked
 //! replaces that node by its own, with the frozen children, as the copy of 3 does. A CAS of a
 //! slot that fails on a frozen slot of a marked node finishes that node's removal before it
-//! retries, so no thread waits on a stalled remover: lock-free, except that a copy needs a block,
-//! and when the pool is full the removal gives up with the node frozen, and inserts below it
-//! retry until a block is free (an insert needs one too). The thread whose CAS took a node out
+//! retries, so no thread waits on a stalled remover: lock-free, except that a copy needs a block.
+//! It is allocated before anything is frozen if the node's lists hold a child, so a full pool
+//! leaves the node unfrozen, still routing; only a child linked into its empty lists between that
+//! read and the freezing makes the removal give up frozen, and then an insert meeting the frozen
+//! slot fails for want of memory (`link` returns [`PoolFull`]) and a removal below it gives up
+//! too: none retries while pinned. The node stays frozen until a later CAS that meets its slot
+//! finishes its removal with a free block (a clean close before that leaves a frozen slot, which
+//! the next open refuses). A replacing insert whose CAS fails finishes the removal of the node
+//! it froze. The thread whose CAS took a node out
 //! hands it to the epoch collector (invariant 7 of `docs/design.md`).
 //!
 //! A node reached through dimension `dp` uses its slots `dp..` only, and is only ever pushed to
@@ -69,7 +75,7 @@ use std::sync::atomic::Ordering;
 
 use super::info::Info;
 use super::node::{CHECK, INFO, KEY, LINKS, NORM, VALUE, create_head};
-use super::{Ctx, Inspect, LinkedSet, Seen, checked_node, fault};
+use super::{Ctx, Inspect, LinkedSet, PoolFull, Seen, checked_node, fault};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -186,9 +192,10 @@ impl MdList {
     }
 
     /// Removes the marked `node` from the list, and then each marked node that this leaves with
-    /// an emptied slot (see the [module docs](self)). Returns once the node is no longer linked
-    /// where a search finds it, or if a copy it needed found the pool full.
-    fn remove<M: PMem>(&self, cx: &impl Ctx<M>, mut node: u64) {
+    /// an emptied slot (see the [module docs](self)). Returns true once the node is no longer
+    /// linked where a search finds it, false if a copy it (or a node whose removal it had to
+    /// finish) needed found the pool full: the caller must not retry at once (see `link`).
+    fn remove<M: PMem>(&self, cx: &impl Ctx<M>, mut node: u64) -> bool {
         let mem = cx.mem();
         'node: loop {
             // Relaxed: a node's key never changes after it was published.
@@ -198,9 +205,9 @@ impl MdList {
                 // into a higher dimension of the new node (and adopted its lower slots).
                 let pos = self.locate(mem, key);
                 if pos.dc != DIMS || pos.curr != node {
-                    return;
+                    return true;
                 }
-                let Some((word, copy)) = successor(cx, node, key, pos.dp) else { return };
+                let Some((word, copy)) = successor(cx, node, key, pos.dp) else { return false };
                 // AcqRel: publishes the successor or the copy in the node's place; and see what
                 // the slot holds if it changed.
                 match mem.compare_exchange(pos.pred + child(pos.dp), node, word, Ordering::AcqRel, Ordering::Acquire) {
@@ -213,13 +220,16 @@ impl MdList {
                             node = pos.pred;
                             continue 'node;
                         }
-                        return;
+                        return true;
                     }
                     Err(now) => {
                         if copy != 0 {
                             cx.free_unpublished(copy);
                         }
-                        self.help_frozen(cx, pos.pred, now);
+                        // A predecessor whose removal gave up stays frozen: retrying would spin.
+                        if !self.help_frozen(cx, pos.pred, now) {
+                            return false;
+                        }
                     }
                 }
             }
@@ -228,11 +238,13 @@ impl MdList {
 
     /// After a CAS of a slot of `pred` failed on `now`: if a removal froze it, finishes that
     /// removal, so that a thread that waits for the slot never waits on a stalled remover.
-    fn help_frozen<M: PMem>(&self, cx: &impl Ctx<M>, pred: u64, now: u64) {
+    /// False if that removal gave up (the pool is full), so that the slot stays frozen.
+    fn help_frozen<M: PMem>(&self, cx: &impl Ctx<M>, pred: u64, now: u64) -> bool {
         // (A slot frozen by an adoption is left to the search, which goes through the adopter.)
         if now & FROZEN != 0 && pred != self.head && marked(cx.mem(), pred) {
-            self.remove(cx, pred);
+            return self.remove(cx, pred);
         }
+        true
     }
 }
 
@@ -242,18 +254,33 @@ impl MdList {
 /// slots `h..`. Its slots `h..` are frozen first, so that no insert below it or after it is lost,
 /// and every helper decides alike for `h`. Returns the word for the slot and the copy (0 for
 /// none), or `None` if the pool has no room for the copy.
+///
+/// The copy is allocated before anything is frozen if the node's own lists hold a child then:
+/// if the pool is full, the node is left unfrozen, a routing node that searches pass over and
+/// inserts below it still use. Only a child linked into one of its empty lists between that
+/// read and the freezing can make it give up with the slots frozen.
 fn successor<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u64, h: usize) -> Option<(u64, u64)> {
     let mem = cx.mem();
     // Its own adoption first, as an inserter does before freezing another node's slots.
     finish_adoption(mem, node);
+    let bytes = node_bytes_from(h);
+    // Acquire: as every read of a slot (only whether it holds a child counts here).
+    let routes = (h + 1..DIMS).any(|d| mem.load(node + child(d), Ordering::Acquire) & !TAGS != 0);
+    let mut copy = if routes { Some(cx.alloc_node(bytes)?) } else { None };
     let mut slots = [0u64; DIMS];
     for (d, slot) in slots.iter_mut().enumerate().skip(h) {
         *slot = freeze(mem, node + child(d));
     }
     if slots[h + 1..].iter().all(|&c| c == 0) {
+        if let Some(c) = copy {
+            cx.free_unpublished(c);
+        }
         return Some((if slots[h] == 0 { EMPTIED } else { slots[h] }, 0));
     }
-    let copy = cx.alloc_node(node_bytes_from(h))?;
+    let copy = match copy.take() {
+        Some(c) => c,
+        None => cx.alloc_node(bytes)?,
+    };
     // Relaxed (the key, the record words and the slots): the copy is unpublished; the CAS that
     // links it (AcqRel) publishes it.
     mem.store(copy + KEY, key, Ordering::Relaxed);
@@ -365,7 +392,7 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
     /// At a position of the key's own node, which is being removed (`search` found it marked),
     /// the new node replaces it, with its slots: they are frozen and copied, as a removal's copy
     /// does. Elsewhere, the new node goes before `curr`, adopting its slots `dp..dc`.
-    fn link(&self, cx: &impl Ctx<M>, pos: &MdPos, node: u64) -> bool {
+    fn link(&self, cx: &impl Ctx<M>, pos: &MdPos, node: u64) -> Result<bool, PoolFull> {
         let mem = cx.mem();
         let replaces = pos.dc == DIMS;
         if replaces {
@@ -390,12 +417,20 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
         if let Err(now) =
             mem.compare_exchange(pos.pred + child(pos.dp), pos.expect, node, Ordering::Release, Ordering::Relaxed)
         {
-            self.help_frozen(cx, pos.pred, now);
-            return false;
+            if !self.help_frozen(cx, pos.pred, now) {
+                return Err(PoolFull);
+            }
+            // The old node's slots are frozen now, and it may still be linked (the slot changed
+            // without it leaving: a node linked before it, or a copy of `pred` holding it): if
+            // it is a copy, no remover would finish it.
+            if replaces && !self.remove(cx, pos.curr) {
+                return Err(PoolFull);
+            }
+            return Ok(false);
         }
         if replaces {
             cx.retire(pos.curr);
-            return true;
+            return Ok(true);
         }
         finish_adoption(mem, node);
         // `curr` gave its slots `dp..dc` to the new node: if it is being removed, the lists it
@@ -403,10 +438,11 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
         if pos.curr != 0 && pos.dp < pos.dc && marked(mem, pos.curr) {
             self.remove(cx, pos.curr);
         }
-        true
+        Ok(true)
     }
 
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
+        // A removal that gave up (a full pool) leaves the node marked and linked: see the module docs.
         self.remove(cx, node);
     }
 
@@ -553,7 +589,142 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::{Cell, RefCell};
+
     use super::*;
+    use crate::mem::SimMem;
+    use crate::pool::{AllocCache, POff, PoolConfig};
+
+    /// A context over a pool whose allocations can be refused, as a full pool refuses them.
+    struct TestCx {
+        pool: Pool<SimMem>,
+        cache: RefCell<AllocCache>,
+        full: Cell<bool>,
+        /// Allocations refused: a bound, so that a loop that spins on a full pool fails the test.
+        refused: Cell<u32>,
+    }
+
+    impl Ctx<SimMem> for TestCx {
+        fn mem(&self) -> &SimMem {
+            self.pool.mem()
+        }
+        // Nothing is freed: no block is reused while the test reads it.
+        fn retire(&self, _node: u64) {}
+        fn resolve(&self, _info: Info) -> Option<u64> {
+            unreachable!("these tests read no values")
+        }
+        fn alloc_node(&self, bytes: u64) -> Option<u64> {
+            if self.full.get() {
+                self.refused.set(self.refused.get() + 1);
+                assert!(self.refused.get() < 100, "a thread retries on a full pool without end");
+                return None;
+            }
+            Some(self.pool.alloc(&mut self.cache.borrow_mut(), bytes).unwrap().get())
+        }
+        fn free_unpublished(&self, node: u64) {
+            self.pool.free(&mut self.cache.borrow_mut(), POff::new(node));
+        }
+    }
+
+    fn setup() -> (TestCx, MdList) {
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config).unwrap();
+        let md = MdList::create(&pool).unwrap();
+        let cx = TestCx { pool, cache: RefCell::new(AllocCache::new()), full: Cell::new(false), refused: Cell::new(0) };
+        (cx, md)
+    }
+
+    /// Inserts `key` (present) at the position `pos`, or where a search puts it: the result of
+    /// the first link that does not ask for a retry.
+    fn insert(cx: &TestCx, md: &MdList, key: u64, stale: Option<MdPos>) -> Result<u64, PoolFull> {
+        let mem = cx.mem();
+        for _ in 0..100 {
+            let pos = stale.unwrap_or_else(|| md.locate(mem, key));
+            let node = cx.pool.alloc(&mut cx.cache.borrow_mut(), node_bytes_from(pos.dp)).unwrap().get();
+            // Relaxed: the node is unpublished, and the test runs on one thread.
+            mem.store(node + KEY, key, Ordering::Relaxed);
+            mem.store(node + VALUE, 0, Ordering::Relaxed);
+            mem.store(node + INFO, Info::final_state(node, true, 0).0, Ordering::Relaxed);
+            match md.link(cx, &pos, node) {
+                Ok(true) => return Ok(node),
+                Ok(false) if stale.is_some() => return Ok(0),
+                Ok(false) => cx.free_unpublished(node),
+                Err(full) => {
+                    cx.free_unpublished(node);
+                    return Err(full);
+                }
+            }
+        }
+        panic!("an insert of {key:#x} retries without end");
+    }
+
+    fn mark(cx: &TestCx, node: u64) {
+        let mem = cx.mem();
+        // Relaxed: one thread.
+        let info = Info(mem.load(node + INFO, Ordering::Relaxed));
+        mem.store(node + INFO, info.marked().0, Ordering::Relaxed);
+    }
+
+    fn strict_walk(cx: &TestCx, md: &MdList) -> Result<Vec<u64>, Damage> {
+        let mut keys = Vec::new();
+        LinkedSet::<SimMem>::walk_checked(md, &cx.pool, true, &mut |_, k| keys.push(k as u64))?;
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    #[test]
+    fn a_removal_that_finds_the_pool_full_leaves_its_node_unfrozen() {
+        let (cx, md) = setup();
+        // 0x600 routes 0x610 (its list at dimension 29).
+        let n = insert(&cx, &md, 0x600, None).unwrap();
+        insert(&cx, &md, 0x610, None).unwrap();
+        mark(&cx, n);
+        cx.full.set(true);
+        assert!(!md.remove(&cx, n), "the removal needs a copy");
+        // Nothing frozen: an insert into n's own list (at dimension 30) needs no copy.
+        insert(&cx, &md, 0x604, None).unwrap();
+        assert_eq!(strict_walk(&cx, &md).unwrap(), [0x600, 0x604, 0x610]);
+        cx.full.set(false);
+        assert!(md.remove(&cx, n));
+        assert_eq!(strict_walk(&cx, &md).unwrap(), [0x600, 0x604, 0x610]);
+        assert_ne!(md.locate(cx.mem(), 0x600).curr, n, "a copy took the node's place");
+    }
+
+    #[test]
+    fn inserts_and_removals_below_a_frozen_node_whose_copy_finds_the_pool_full_return() {
+        let (cx, md) = setup();
+        let n = insert(&cx, &md, 0x600, None).unwrap();
+        let x = insert(&cx, &md, 0x610, None).unwrap();
+        // A removal of n froze its slots and then found the pool full (a child linked into its
+        // lists between its first read and the freezing).
+        mark(&cx, n);
+        for d in 0..DIMS {
+            freeze(cx.mem(), n + child(d));
+        }
+        cx.full.set(true);
+        assert_eq!(insert(&cx, &md, 0x604, None), Err(PoolFull), "an insert into n's list");
+        mark(&cx, x);
+        assert!(!md.remove(&cx, x), "a removal of n's child");
+        cx.full.set(false);
+        // Once a block is free, either finishes both.
+        assert!(md.remove(&cx, x));
+        assert_eq!(strict_walk(&cx, &md).unwrap(), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_replacing_insert_whose_slot_changed_finishes_the_node_it_froze() {
+        let (cx, md) = setup();
+        // The node of key 1 << 62 hangs in the head's list at dimension 0, and so does key 0's
+        // below it; the old position of 1 << 62 is then stale.
+        let n = insert(&cx, &md, 1 << 62, None).unwrap();
+        mark(&cx, n);
+        let stale = md.locate(cx.mem(), 1 << 62);
+        assert_eq!((stale.dc, stale.curr), (DIMS, n));
+        insert(&cx, &md, 0, None).unwrap();
+        assert_eq!(insert(&cx, &md, 1 << 62, Some(stale)), Ok(0), "the slot changed");
+        assert_eq!(strict_walk(&cx, &md).unwrap(), [0]);
+    }
 
     #[test]
     fn coordinates_are_the_base_4_digits_most_significant_first() {

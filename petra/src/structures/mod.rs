@@ -31,6 +31,10 @@ use node::{INFO, LINKS, NORM, load_key};
 /// deletion mark).
 pub(crate) const MARK: u64 = 1;
 
+/// A link that cannot succeed until the pool has a free block (see [`LinkedSet::link`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolFull;
+
 /// What a structure's code needs from whoever runs it, for a thread pinned in the epoch.
 pub(crate) trait Ctx<M: PMem> {
     /// The pool's memory.
@@ -93,8 +97,10 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn prefetch(&self, _mem: &M, _key: u128) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (Self::Pos, Option<u64>);
-    /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile.
-    fn link(&self, cx: &impl Ctx<M>, pos: &Self::Pos, node: u64) -> bool;
+    /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile, and
+    /// [`PoolFull`] if it cannot change back until a block is free (an MDList node whose removal
+    /// needs a copy holds the slot; see `mdlist`): the insert then fails for want of memory.
+    fn link(&self, cx: &impl Ctx<M>, pos: &Self::Pos, node: u64) -> Result<bool, PoolFull>;
     /// Completes the physical removal of a node whose info word is marked.
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64);
     /// Whether nodes left absent are removed (through [`remove_if`]); if not, an absent node
