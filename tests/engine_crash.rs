@@ -93,12 +93,32 @@ struct Run {
     checkpoint_every: usize,
     /// The engine's settings.
     engine: fn() -> EngineConfig,
+    /// Each transaction's ops.
+    ops: fn(&mut StdRng) -> Vec<Op>,
 }
 
 impl Run {
     fn new(threads: usize, per_thread: usize, seed: u64) -> Run {
-        Run { threads, per_thread, seed, close: false, checkpoint_every: 0, engine: engine_config }
+        Run { threads, per_thread, seed, close: false, checkpoint_every: 0, engine: engine_config, ops: random_tx }
     }
+}
+
+/// Writes of the MDList alone, over keys whose nodes route one another (0 to 23: the last three
+/// digits, so a key's node holds the larger keys that share its first digits): deletes and
+/// removes leave nodes that still route present keys, whose removals copy them.
+fn mdlist_tx(rng: &mut StdRng) -> Vec<Op> {
+    let n = rng.random_range(1..=2);
+    (0..n)
+        .map(|_| {
+            let kind = match rng.random_range(0..6) {
+                0 => OpKind::Insert,
+                1 => OpKind::Delete,
+                2 | 3 => OpKind::Put,
+                _ => OpKind::Remove,
+            };
+            Op::new(kind, ALL[3], rng.random_range(0..24u64), rng.random_range(1..1000))
+        })
+        .collect()
 }
 
 /// Opens (recovering) and runs `per_thread` random transactions on each of `threads` threads,
@@ -120,7 +140,7 @@ fn workload(mem: Arc<SimMem>, run: Run) -> Vec<Acked> {
                         if checkpoint_every > 0 && i % checkpoint_every == checkpoint_every - 1 {
                             h.checkpoint();
                         }
-                        let ops = random_tx(&mut rng);
+                        let ops = (run.ops)(&mut rng);
                         let mut tx = Transaction::new();
                         for op in &ops {
                             tx.op(*op);
@@ -468,6 +488,21 @@ fn checkpoint_rounds_beside_transactions_keep_every_acknowledged_one_across_cras
     let mut total = Report::default();
     for seed in 20..23 {
         total.merge(crash_run(Run { checkpoint_every: 3, ..Run::new(2, 12, seed) }));
+    }
+    eprintln!("{} crash points, {} images", total.points, total.images);
+    total.assert_ok();
+    assert!(total.images >= 5_000, "only {} crash images", total.images);
+}
+
+#[test]
+fn mdlist_removals_in_flight_keep_every_acknowledged_transaction_across_crashes() {
+    // MDList writes alone, with a round every third transaction of each thread: the epoch
+    // advances and the writers run the removals that came due (unlinks, copies of nodes that
+    // route others, and the removals of copies once their lists empty) between crash points.
+    assert_eq!(petra_recovery::battery::ALL[3], petra_recovery::battery::Kind::MdList);
+    let mut total = Report::default();
+    for seed in 40..43 {
+        total.merge(crash_run(Run { checkpoint_every: 3, ops: mdlist_tx, ..Run::new(2, 16, seed) }));
     }
     eprintln!("{} crash points, {} images", total.points, total.images);
     total.assert_ok();

@@ -67,8 +67,8 @@
 //! Keys are of one word (`u64`, byte arrays of up to 8 bytes) or two (`u128`, byte arrays of up
 //! to 16 bytes, byte strings of up to 15: [`ShortKey`]), fixed per structure ([`key`]); values
 //! are a word or, in a structure created with [`Values::Bytes`], a byte string. The structures
-//! are the list, the hash map, the skiplist and the multi-dimensional list (whose deleted keys
-//! keep their nodes until the next recovery, and whose keys are one word).
+//! are the list, the hash map, the skiplist and the multi-dimensional list (whose keys are one
+//! word).
 //!
 //! # Inside
 //! The crate's modules, each with one job, in layers: a module uses only those below it.

@@ -343,6 +343,23 @@ impl<M: PMem + 'static> Ctx<M> for Reader<'_, M> {
     fn resolve(&self, info: Info) -> Option<u64> {
         self.core.resolve(info, None)
     }
+
+    /// Through a cache of its own, given back at once: the copies it serves are rare (see
+    /// `mdlist`), and a reader holds no cache.
+    fn alloc_node(&self, bytes: u64) -> Option<u64> {
+        let pool = &self.core.pool;
+        let mut cache = AllocCache::new();
+        let node = pool.alloc(&mut cache, bytes).ok().map(POff::get);
+        pool.release_cache(&mut cache);
+        node
+    }
+
+    fn free_unpublished(&self, node: u64) {
+        let pool = &self.core.pool;
+        let mut cache = AllocCache::new();
+        pool.free(&mut cache, POff::new(node));
+        pool.release_cache(&mut cache);
+    }
 }
 
 impl<M: PMem + 'static> Reader<'_, M> {
@@ -619,7 +636,8 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     mem.store(node + NORM, 0, Ordering::Relaxed);
                     mem.store(node + node::CHECK, 0, Ordering::Relaxed);
                     set.init_links(mem, node, op.key);
-                    if set.link(&self.cx, &pos, node) {
+                    let linked = set.link(&self.cx, &pos, node);
+                    if linked == Ok(true) {
                         write_cache(mem, d, i, None, node);
                         return Step::Done;
                     }
@@ -629,6 +647,11 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     // block is reused. Relaxed: the slot is recycled only after this thread unpins.
                     mem.store(node + INFO, me.marked().0, Ordering::Relaxed);
                     pool.free(self.cache, POff::new(node));
+                    // The slot stays frozen until a block is free (see `LinkedSet::link`):
+                    // retrying would take this block again and spin, pinned.
+                    if linked.is_err() {
+                        return Step::NoMemory(bytes);
+                    }
                 }
             }
         }

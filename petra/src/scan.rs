@@ -11,8 +11,9 @@
 //! write. While it walks it re-pins (every millisecond or so, checked every [`CHECK_EVERY`]
 //! nodes; every 8 nodes in debug builds), so that a long scan does not hold the epoch back; what
 //! the snapshot still needs waits for it instead (below). A chain (list, skiplist, hash map) goes
-//! on from a fresh search; the MDList's depth-first descent goes on with its stack of nodes,
-//! which an MDList never frees while open. Callers read byte values after the walk, unpinned, while the snapshot is held.
+//! on from a fresh search; the MDList's depth-first descent starts again from the head for the
+//! keys after the last one it met (a re-pin lets the nodes on its stack be freed). Callers read
+//! byte values after the walk, unpinned, while the snapshot is held.
 //!
 //! This is **not** the double collect it replaces (two equal walks in a row), which returned only
 //! once a walk saw no change, and under a steady writer anywhere in the range never did.

@@ -185,6 +185,149 @@ fn an_mdlist_insert_that_adopts_children_loses_none() {
     });
 }
 
+/// An MDList whose key 0x610 was deleted, with its removal due (queued, not yet run), and
+/// `rest` present besides 0 and 0x610: the first write of a handle runs the removal.
+fn mdlist_with_a_removal_due(rest: &[(u64, u64)]) -> (Engine<LoomMem>, StructId) {
+    let mut prefill = vec![(0, 5), (0x610, 1)];
+    prefill.extend_from_slice(rest);
+    let (engine, s) = engine_with(&prefill, |e| e.create_mdlist());
+    let mut h = engine.handle().unwrap();
+    assert!(h.execute(Transaction::new().delete(s, 0x610u64)).unwrap().is_committed());
+    // Rounds let the epoch advance (no other thread is pinned) and queue the removal.
+    for _ in 0..3 {
+        h.checkpoint_round();
+    }
+    drop(h);
+    (engine, s)
+}
+
+/// After a model's threads: the MDList holds `want` and links one of `linked` nodes (absent
+/// ones routing present keys included; the first, only if the removal ran in the model, counted
+/// in `unlinked`). Then every key but 0 is deleted and the removals drained: one node is left,
+/// and new keys inserted (taking the freed blocks) read back, so no freed node stayed linked.
+fn mdlist_drains_to_its_first_key(
+    engine: &Engine<LoomMem>,
+    s: StructId,
+    want: &[(u64, u64)],
+    linked: [u64; 2],
+    unlinked: &std::sync::atomic::AtomicUsize,
+) {
+    assert_eq!(engine.entries::<u64>(s).unwrap(), want);
+    let n = engine.check_links(s).unwrap();
+    assert!(linked.contains(&n), "{n} nodes linked, not one of {linked:?}");
+    if n == linked[0] {
+        // Relaxed: a count read after every run has finished.
+        unlinked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let mut h = engine.handle().unwrap();
+    let mut tx = Transaction::new();
+    for &(k, _) in &want[1..] {
+        tx.delete(s, k);
+    }
+    assert!(h.execute(&tx).unwrap().is_committed());
+    for step in 0..8u64 {
+        h.checkpoint_round();
+        assert!(h.execute(Transaction::new().put(s, 0u64, step)).unwrap().is_committed());
+    }
+    assert_eq!(engine.check_links(s).unwrap(), 1, "the nodes of deleted keys stay linked");
+    let mut tx = Transaction::new();
+    for k in [0x600u64, 0x610, 0x700, 0x710] {
+        tx.insert(s, k, k);
+    }
+    assert!(h.execute(&tx).unwrap().is_committed());
+    assert_eq!(
+        engine.entries::<u64>(s).unwrap(),
+        [(0, 7), (0x600, 0x600), (0x610, 0x610), (0x700, 0x700), (0x710, 0x710)]
+    );
+    assert_eq!(engine.check_links(s).unwrap(), 5);
+}
+
+#[test]
+fn an_mdlist_removal_beside_an_insert_below_the_removed_node_loses_no_key() {
+    // 0x710 goes below 0x610 (in its list of dimension 27) while 0x610's removal runs: it
+    // freezes 0x610's slots and unlinks it, or, if the insert came first, replaces it by a copy
+    // that routes 0x710; an insert that meets a frozen slot finishes the removal and retries.
+    static UNLINKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut builder = builder();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(1);
+    }
+    builder.check(|| {
+        let (engine, s) = mdlist_with_a_removal_due(&[]);
+        let (a, b) = run2(
+            &engine,
+            Transaction::new().put(s, 0u64, 7).clone(),
+            Transaction::new().insert(s, 0x710u64, 4).clone(),
+        );
+        committed(&a);
+        committed(&b);
+        // 2: 0x610 unlinked (the removal ran first); 3: it still routes 0x710 (a copy, or the
+        // removal has not run yet).
+        mdlist_drains_to_its_first_key(&engine, s, &[(0, 7), (0x710, 4)], [2, 3], &UNLINKED);
+    });
+    // Relaxed: as for the count above.
+    assert!(UNLINKED.load(std::sync::atomic::Ordering::Relaxed) > 0, "no run removed 0x610 in the model");
+}
+
+#[test]
+fn an_mdlist_removal_beside_an_insert_that_adopts_the_removed_nodes_children_loses_none() {
+    // 0x610 (deleted) routes 0x710, so its removal replaces it by a copy; meanwhile 0x600 goes
+    // before it, pushes it (or its copy) into dimension 29 and adopts its slots 26 to 28, 0x710
+    // among them. The removal re-locates the node after the push.
+    static UNLINKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut builder = builder();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(1);
+    }
+    builder.check(|| {
+        let (engine, s) = mdlist_with_a_removal_due(&[(0x710, 2)]);
+        let (a, b) = run2(
+            &engine,
+            Transaction::new().put(s, 0u64, 7).clone(),
+            Transaction::new().insert(s, 0x600u64, 3).clone(),
+        );
+        committed(&a);
+        committed(&b);
+        // 3: 0x610 unlinked once 0x600 adopted 0x710 from it (the insert's adoption hands the
+        // removal on); 4: it still routes 0x710 (a copy, or the removal has not run yet).
+        mdlist_drains_to_its_first_key(&engine, s, &[(0, 7), (0x600, 3), (0x710, 2)], [3, 4], &UNLINKED);
+    });
+    // Relaxed: as for the count above.
+    assert!(UNLINKED.load(std::sync::atomic::Ordering::Relaxed) > 0, "no run removed 0x610 in the model");
+}
+
+#[test]
+fn an_mdlist_removal_of_a_child_being_adopted_leaves_no_slot_for_a_late_copy() {
+    // 0x710 (deleted, its removal due) hangs below 0x610 at dimension 27. Inserting 0x600 pushes
+    // 0x610 and adopts its slot 27: 0x710 is copied into 0x600's slot by a CAS from 0. The
+    // removal, passing 0x600, finishes that adoption and then unlinks 0x710 from the new slot;
+    // a helper of the adoption that read 0x710 before and copies it late must find the slot
+    // EMPTIED, not 0, or it would link the removed node back.
+    // The late copy needs a preemption inside the adoption and one inside the removal: bound 2
+    // (about half a minute).
+    static UNLINKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    builder().check(|| {
+        let (engine, s) = engine_with(&[(0, 5), (0x610, 1), (0x710, 2)], |e| e.create_mdlist());
+        let mut h = engine.handle().unwrap();
+        assert!(h.execute(Transaction::new().delete(s, 0x710u64)).unwrap().is_committed());
+        for _ in 0..3 {
+            h.checkpoint_round();
+        }
+        drop(h);
+        let (a, b) = run2(
+            &engine,
+            Transaction::new().put(s, 0u64, 7).clone(),
+            Transaction::new().insert(s, 0x600u64, 3).clone(),
+        );
+        committed(&a);
+        committed(&b);
+        // 3: 0x710 unlinked; 4: not yet (the removal ran before the adoption, or not at all).
+        mdlist_drains_to_its_first_key(&engine, s, &[(0, 7), (0x600, 3), (0x610, 1)], [3, 4], &UNLINKED);
+    });
+    // Relaxed: as for the count above.
+    assert!(UNLINKED.load(std::sync::atomic::Ordering::Relaxed) > 0, "no run removed 0x710 in the model");
+}
+
 #[test]
 fn skiplist_towers_built_side_by_side_link_every_level_in_order() {
     // Two adjacent keys with towers of two levels (heights come from a hash of the key; the

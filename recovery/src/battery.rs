@@ -40,12 +40,6 @@ pub const ALL: [Kind; 6] =
 pub const HEADS: u64 = 4;
 
 impl Kind {
-    /// Whether the kind removes the nodes of absent keys while open (the MDList keeps them
-    /// until the next recovery).
-    pub fn removes_nodes(self) -> bool {
-        self != Kind::MdList
-    }
-
     /// The engine's structure kind, key width and values.
     pub fn spec(self) -> (StructureKind, KeyWidth, Values) {
         let hash = StructureKind::HashMap { buckets: 16 };

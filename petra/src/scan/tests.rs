@@ -104,7 +104,9 @@ fn scan_pausing(
 /// chain below the newer writers.
 #[test]
 fn a_scan_returns_the_state_at_its_txid_while_writers_rounds_and_removals_run_in_its_middle() {
-    for kind in [StructureKind::List, StructureKind::SkipList, StructureKind::HashMap { buckets: 4 }] {
+    for kind in
+        [StructureKind::List, StructureKind::SkipList, StructureKind::HashMap { buckets: 4 }, StructureKind::MdList]
+    {
         let (engine, s, other) = engine(kind, Values::Words);
         let mut h = engine.handle().unwrap();
         // Below the snapshot, in a batch found before it.
@@ -157,6 +159,54 @@ fn a_scan_returns_the_state_at_its_txid_while_writers_rounds_and_removals_run_in
         }
         assert!(engine.checkpoint_stats().descriptors > folded_before + 4, "{kind:?}: the rounds stayed held");
     }
+}
+
+/// An MDList scan's descent holds nodes on its stack; at a re-pin they may be removed, freed and
+/// reused. Keys 8 and 16 are deleted just before the scan (below its snapshot, so their removal
+/// need not wait for it): at its first pause, after keys 0 to 7, the stack holds their nodes,
+/// and each still routes present keys (9 to 11 hang in 8's list of the last dimension, 17 to 31
+/// in 16's). At the pause their removals run (each copies the node, which routes keys), the
+/// nodes are freed, and another MDList's inserts take the blocks over. The scan still returns
+/// every present key: after a re-pin it descends again from the head, for the keys after the
+/// last one it met, and never reads a node it held before.
+#[test]
+fn an_mdlist_scan_that_re_pins_descends_again_and_reads_no_node_freed_meanwhile() {
+    let (engine, s, other) = engine(StructureKind::MdList, Values::Words);
+    let reuse = engine.create_mdlist().unwrap();
+    let mut h = engine.handle().unwrap();
+    for k in [8u64, 16] {
+        assert!(h.execute(Transaction::new().delete(s, k)).unwrap().is_committed());
+    }
+    let mut h2 = engine.handle().unwrap();
+    let (txid, got) = scan_pausing(
+        &engine,
+        s,
+        move |call| match call {
+            // Writes elsewhere: the removals come due and run, and the nodes they unlink are freed.
+            c if c < DRIVES => {
+                assert!(h2.execute(Transaction::new().put(other, c as u64 % 4, c as u64)).unwrap().is_committed());
+                h2.collect();
+                true
+            }
+            // Nodes of the same sizes, which take the freed blocks.
+            c if c == DRIVES => {
+                for k in 0..KEYS {
+                    assert!(h2.execute(Transaction::new().insert(reuse, k, 1000 + k)).unwrap().is_committed());
+                }
+                true
+            }
+            _ => false,
+        },
+        |w, _| w,
+    );
+    let want: Vec<(u64, u64)> = (0..KEYS).filter(|k| ![8, 16].contains(k)).map(|k| (k, k)).collect();
+    assert_eq!(got, want, "the scan at txid {txid}");
+    assert!(engine.waited_for_snapshots()[0] == 0, "the removals below the snapshot waited for it");
+    // The removals ran while the scan held the nodes: the copies route the keys below them.
+    assert_eq!(
+        h.range(s, 8u64..=17).unwrap(),
+        [(9, 9), (10, 10), (11, 11), (12, 12), (13, 13), (14, 14), (15, 15), (17, 17)]
+    );
 }
 
 /// A byte value replaced in the middle of a scan, which the writers' frees and allocations of

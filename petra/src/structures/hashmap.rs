@@ -10,7 +10,7 @@
 
 use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
 use super::node::load_key;
-use super::{Ctx, Inspect, LinkedSet, Seen, check_chain, mix_key, walk};
+use super::{Ctx, Inspect, LinkedSet, PoolFull, Seen, check_chain, mix_key, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -89,8 +89,8 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         chain_search(cx, self.bucket_link(key), key, self.wide)
     }
 
-    fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> bool {
-        chain_link(cx.mem(), pos, node)
+    fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> Result<bool, PoolFull> {
+        Ok(chain_link(cx.mem(), pos, node))
     }
 
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {

@@ -23,6 +23,9 @@
 //! | from                   | to                         | by                                    |
 //! |------------------------|----------------------------|---------------------------------------|
 //! | (new node)             | op(D, i)                   | the op that created the node          |
+//! | (new MDList copy)      | FINAL absent + MARK,       | the removal that made the copy, before|
+//! |                        |   generation 0; no CAS     |   publishing it (see `mdlist`): marked|
+//! |                        |   changes it afterwards    |   nodes are passed over, never taken  |
 //! | op(D, i) or FINAL      | op(D', j), D' active       | an executor of D' op j                |
 //! | op(D, i), D finished,  | op(D, i) + MARK            | removal of a node left absent: by a   |
 //! |   left the key absent  |                            | committed Delete or Remove, or by an  |

@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{LINKS, create_head, load_key};
-use super::{Ctx, Inspect, LinkedSet, MARK, Seen, check_chain, walk};
+use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -164,8 +164,8 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         chain_search(cx, self.link(), key, self.wide)
     }
 
-    fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> bool {
-        chain_link(cx.mem(), pos, node)
+    fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> Result<bool, PoolFull> {
+        Ok(chain_link(cx.mem(), pos, node))
     }
 
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {

@@ -23,9 +23,39 @@
 //! and its child copied into the new node's empty slot. An inserter also finishes `curr`'s own
 //! pending adoption before publishing, so that it never freezes slots `curr` has not filled yet.
 //!
-//! Nodes are never removed: as in the reference design, a deleted key keeps its node, logically
-//! absent through its info word, and a later insert of the key takes the same node over. Absent
-//! nodes are dropped by the next recovery, which rebuilds the list from the present keys only.
+//! **Removal.** A node left absent is removed as a list's is, through the removal queue
+//! (`remove_if`: its info word is marked, which is never undone, then [`LinkedSet::help_remove`]),
+//! and until then a later insert of its key takes it over. A node `n` hangs in a slot of
+//! dimension `h` (of its parent, or of its predecessor in the list at `h`), and it is removed in
+//! that slot, found again by a fresh search at every attempt (an insert before it may have pushed
+//! it into a higher dimension and adopted its lower slots):
+//! 1. `n`'s slots `h..` are frozen: its successor in the list at `h`, and its own lists. From then
+//!    on no insert after it or below it can succeed, and every helper reads the same children.
+//! 2. If its own lists (slots above `h`) are empty, the slot of `h` is swung from `n` to its
+//!    successor (Harris's unlink); if it has none, to [`EMPTIED`], not 0: a slot once filled never
+//!    holds 0 again, so that an adoption's late copy (a CAS from 0, which assumes the slot goes
+//!    from 0 to a child once) cannot link a removed node back. Every reader masks the tag.
+//! 3. Otherwise `n` still routes its lists: the slot is swung to a fresh copy of `n` (same key,
+//!    absent and marked from the start, base `h`, the frozen children in unfrozen slots). The copy
+//!    is removed in turn when a removal empties one of its slots: whoever swings a slot to
+//!    [`EMPTIED`] removes the slot's owner if it is marked, and so does an insert whose adoption
+//!    took slots away from a marked node. So a node is deleted before the larger keys below it
+//!    (increasing keys) and still leaves once they have: only marked nodes with a live node below
+//!    them stay, at most one per prefix of a live key.
+//!
+//! A search passes marked nodes over (the key is absent); an insert of a key whose node is marked
+//! replaces that node by its own, with the frozen children, as the copy of 3 does. A CAS of a
+//! slot that fails on a frozen slot of a marked node finishes that node's removal before it
+//! retries, so no thread waits on a stalled remover: lock-free, except that a copy needs a block.
+//! It is allocated before anything is frozen if the node's lists hold a child, so a full pool
+//! leaves the node unfrozen, still routing; only a child linked into its empty lists between that
+//! read and the freezing makes the removal give up frozen, and then an insert meeting the frozen
+//! slot fails for want of memory (`link` returns [`PoolFull`]) and a removal below it gives up
+//! too: none retries while pinned. The node stays frozen until a later CAS that meets its slot
+//! finishes its removal with a free block (a clean close before that leaves a frozen slot, which
+//! the next open refuses). A replacing insert whose CAS fails finishes the removal of the node
+//! it froze. The thread whose CAS took a node out
+//! hands it to the epoch collector (invariant 7 of `docs/design.md`).
 //!
 //! A node reached through dimension `dp` uses its slots `dp..` only, and is only ever pushed to
 //! higher dimensions, so it is allocated with those slots alone: they are kept from the last
@@ -38,13 +68,14 @@
 //! +0..+40          the common node header (see `node`)
 //! +40              adopt: the node whose children this node is adopting (0: none, or done)
 //! +48              dims: dp | dc << 8: the node's base dp, and the adoption's last dimension dc
-//! +56 + 8 (31-d)   child[d] for d in base..32: node offset | frozen (bit 0)
+//! +56 + 8 (31-d)   child[d] for d in base..32: node offset | frozen (bit 0) | emptied (bit 1)
 //! ```
 
 use std::sync::atomic::Ordering;
 
-use super::node::{KEY, LINKS, create_head};
-use super::{Ctx, Inspect, LinkedSet, Seen, checked_node, fault};
+use super::info::Info;
+use super::node::{CHECK, INFO, KEY, LINKS, NORM, VALUE, create_head};
+use super::{Ctx, Inspect, LinkedSet, PoolFull, Seen, checked_node, fault};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -53,7 +84,13 @@ use crate::pool::Pool;
 const BITS: usize = 2;
 /// Dimensions: the base-4 digits of a 64-bit key.
 pub(crate) const DIMS: usize = 64 / BITS;
+/// Bit 0 of a child slot: frozen, by an adoption or a removal; no CAS changes it any more.
 const FROZEN: u64 = 1;
+/// Bit 1 of a child slot: no child, after a removal took the last one away. A slot once filled
+/// never holds 0 again, so an adoption's late copy (a CAS from 0) can never put a node back.
+const EMPTIED: u64 = 2;
+/// The tag bits of a child slot (node offsets are 16-byte aligned): every reader masks them.
+const TAGS: u64 = FROZEN | EMPTIED;
 const ADOPT: u64 = LINKS;
 const ADOPT_DIMS: u64 = LINKS + 8;
 const CHILDREN: u64 = LINKS + 16;
@@ -92,15 +129,23 @@ fn base_of<M: PMem>(mem: &M, node: u64) -> usize {
     (mem.load(node + ADOPT_DIMS, Ordering::Relaxed) & 0xFF) as usize
 }
 
+/// Whether `node` is being removed (its info word marked, which is never undone).
+fn marked<M: PMem>(mem: &M, node: u64) -> bool {
+    // Acquire: as every read of an info word.
+    Info(mem.load(node + INFO, Ordering::Acquire)).is_marked()
+}
+
 /// Where a key is, or would go: the predecessor and the dimension of its slot, the node in that
 /// slot (0 for none), and the first dimension at which the key is smaller than that node's
-/// ([`DIMS`] when it is that node's key).
+/// ([`DIMS`] when it is that node's key); and the slot's word as read, unfrozen: what a CAS that
+/// changes the slot expects (it fails if the slot was frozen).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MdPos {
     pred: u64,
     dp: usize,
     curr: u64,
     dc: usize,
+    expect: u64,
 }
 
 /// An MDList: its head sentinel.
@@ -124,7 +169,8 @@ impl MdList {
     pub(crate) fn locate<M: PMem>(&self, mem: &M, key: u64) -> MdPos {
         let (mut pred, mut dp, mut dc) = (self.head, 0, 0);
         // Acquire (every child load): a node reached through a slot is seen initialised.
-        let mut curr = mem.load(self.head + child(0), Ordering::Acquire) & !FROZEN;
+        let mut w = mem.load(self.head + child(0), Ordering::Acquire);
+        let mut curr = w & !TAGS;
         while curr != 0 {
             // Relaxed: a node's key never changes after it was published.
             let diff = key ^ mem.load(curr + KEY, Ordering::Relaxed);
@@ -139,10 +185,118 @@ impl MdList {
             pred = curr;
             dp = dc;
             help_adoption(mem, curr, dc);
-            curr = mem.load(curr + child(dc), Ordering::Acquire) & !FROZEN;
+            w = mem.load(curr + child(dc), Ordering::Acquire);
+            curr = w & !TAGS;
         }
-        MdPos { pred, dp, curr, dc }
+        MdPos { pred, dp, curr, dc, expect: w & !FROZEN }
     }
+
+    /// Removes the marked `node` from the list, and then each marked node that this leaves with
+    /// an emptied slot (see the [module docs](self)). Returns true once the node is no longer
+    /// linked where a search finds it, false if a copy it (or a node whose removal it had to
+    /// finish) needed found the pool full: the caller must not retry at once (see `link`).
+    fn remove<M: PMem>(&self, cx: &impl Ctx<M>, mut node: u64) -> bool {
+        let mem = cx.mem();
+        'node: loop {
+            // Relaxed: a node's key never changes after it was published.
+            let key = mem.load(node + KEY, Ordering::Relaxed);
+            loop {
+                // Re-located at every attempt: an insert before the node may have pushed it
+                // into a higher dimension of the new node (and adopted its lower slots).
+                let pos = self.locate(mem, key);
+                if pos.dc != DIMS || pos.curr != node {
+                    return true;
+                }
+                let Some((word, copy)) = successor(cx, node, key, pos.dp) else { return false };
+                // AcqRel: publishes the successor or the copy in the node's place; and see what
+                // the slot holds if it changed.
+                match mem.compare_exchange(pos.pred + child(pos.dp), node, word, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        cx.retire(node);
+                        // The predecessor lost the last node of one of its lists: if it is being
+                        // removed, it may have no child left. (Its remover, if it froze its slots
+                        // first, would have made this CAS fail.)
+                        if word == EMPTIED && pos.pred != self.head && marked(mem, pos.pred) {
+                            node = pos.pred;
+                            continue 'node;
+                        }
+                        return true;
+                    }
+                    Err(now) => {
+                        if copy != 0 {
+                            cx.free_unpublished(copy);
+                        }
+                        // A predecessor whose removal gave up stays frozen: retrying would spin.
+                        if !self.help_frozen(cx, pos.pred, now) {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a CAS of a slot of `pred` failed on `now`: if a removal froze it, finishes that
+    /// removal, so that a thread that waits for the slot never waits on a stalled remover.
+    /// False if that removal gave up (the pool is full), so that the slot stays frozen.
+    fn help_frozen<M: PMem>(&self, cx: &impl Ctx<M>, pred: u64, now: u64) -> bool {
+        // (A slot frozen by an adoption is left to the search, which goes through the adopter.)
+        if now & FROZEN != 0 && pred != self.head && marked(cx.mem(), pred) {
+            return self.remove(cx, pred);
+        }
+        true
+    }
+}
+
+/// What takes the place of `node` (key `key`, being removed) in the slot of dimension `h` that
+/// holds it: its successor in that list if its own lists (its slots above `h`) are empty
+/// ([`EMPTIED`] if it has none), else a fresh copy of it, marked as absent too, holding its
+/// slots `h..`. Its slots `h..` are frozen first, so that no insert below it or after it is lost,
+/// and every helper decides alike for `h`. Returns the word for the slot and the copy (0 for
+/// none), or `None` if the pool has no room for the copy.
+///
+/// The copy is allocated before anything is frozen if the node's own lists hold a child then:
+/// if the pool is full, the node is left unfrozen, a routing node that searches pass over and
+/// inserts below it still use. Only a child linked into one of its empty lists between that
+/// read and the freezing can make it give up with the slots frozen.
+fn successor<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u64, h: usize) -> Option<(u64, u64)> {
+    let mem = cx.mem();
+    // Its own adoption first, as an inserter does before freezing another node's slots.
+    finish_adoption(mem, node);
+    let bytes = node_bytes_from(h);
+    // Acquire: as every read of a slot (only whether it holds a child counts here).
+    let routes = (h + 1..DIMS).any(|d| mem.load(node + child(d), Ordering::Acquire) & !TAGS != 0);
+    let mut copy = if routes { Some(cx.alloc_node(bytes)?) } else { None };
+    let mut slots = [0u64; DIMS];
+    for (d, slot) in slots.iter_mut().enumerate().skip(h) {
+        *slot = freeze(mem, node + child(d));
+    }
+    if slots[h + 1..].iter().all(|&c| c == 0) {
+        if let Some(c) = copy {
+            cx.free_unpublished(c);
+        }
+        return Some((if slots[h] == 0 { EMPTIED } else { slots[h] }, 0));
+    }
+    let copy = match copy.take() {
+        Some(c) => c,
+        None => cx.alloc_node(bytes)?,
+    };
+    // Relaxed (the key, the record words and the slots): the copy is unpublished; the CAS that
+    // links it (AcqRel) publishes it.
+    mem.store(copy + KEY, key, Ordering::Relaxed);
+    mem.store(copy + VALUE, 0, Ordering::Relaxed);
+    mem.store(copy + NORM, 0, Ordering::Relaxed);
+    mem.store(copy + CHECK, 0, Ordering::Relaxed);
+    for (d, &c) in slots.iter().enumerate().skip(h) {
+        mem.store(copy + child(d), c, Ordering::Relaxed);
+    }
+    mem.store(copy + ADOPT, 0, Ordering::Relaxed);
+    mem.store(copy + ADOPT_DIMS, h as u64 | (h as u64) << 8, Ordering::Relaxed);
+    // Release: as an executor's new node (see `protocol`), for a round that reaches the block
+    // through a stale hint. Absent and marked from the start: the word never changes, so it
+    // never repeats; a search passes the copy over as it does any node being removed.
+    mem.store(copy + INFO, Info::final_state(copy, false, 0).marked().0, Ordering::Release);
+    Some((copy, copy))
 }
 
 /// Finishes `node`'s pending adoption if `d` is in its range (before reading `node.child[d]`).
@@ -170,7 +324,8 @@ fn finish_adoption<M: PMem>(mem: &M, node: u64) {
         let c = freeze(mem, old + child(d));
         if c != 0 {
             // AcqRel: publishes the child in its new place. Fails only if a helper copied it
-            // already: no insert uses this slot before the adoption is finished.
+            // already: no insert uses this slot before the adoption is finished, and a removal
+            // that takes the child away leaves a successor or EMPTIED, never 0.
             let _ = mem.compare_exchange(node + child(d), 0, c, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
@@ -178,8 +333,8 @@ fn finish_adoption<M: PMem>(mem: &M, node: u64) {
     let _ = mem.compare_exchange(node + ADOPT, old, 0, Ordering::AcqRel, Ordering::Relaxed);
 }
 
-/// Sets the frozen bit of the slot at `at` (if not yet set) and returns the child it holds, which
-/// no CAS can change from then on.
+/// Sets the frozen bit of the slot at `at` (if not yet set) and returns the child it holds (0 for
+/// none), which no CAS can change from then on.
 fn freeze<M: PMem>(mem: &M, at: u64) -> u64 {
     // Acquire: see the child the slot holds.
     let mut w = mem.load(at, Ordering::Acquire);
@@ -190,7 +345,7 @@ fn freeze<M: PMem>(mem: &M, at: u64) -> u64 {
             Err(now) => w = now,
         }
     }
-    w & !FROZEN
+    w & !TAGS
 }
 
 /// Writes the child slots and adoption words of an unpublished `node` of base `pos.dp` for
@@ -229,75 +384,122 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (MdPos, Option<u64>) {
         debug_assert!(key >> 64 == 0, "an MDList key of two words");
         let pos = self.locate(cx.mem(), key as u64);
-        (pos, (pos.dc == DIMS).then_some(pos.curr))
+        // A node being removed is passed over: the key is absent, and a new node for it takes
+        // the old one's place (see `link`).
+        (pos, (pos.dc == DIMS && !marked(cx.mem(), pos.curr)).then_some(pos.curr))
     }
 
-    fn link(&self, cx: &impl Ctx<M>, pos: &MdPos, node: u64) -> bool {
+    /// At a position of the key's own node, which is being removed (`search` found it marked),
+    /// the new node replaces it, with its slots: they are frozen and copied, as a removal's copy
+    /// does. Elsewhere, the new node goes before `curr`, adopting its slots `dp..dc`.
+    fn link(&self, cx: &impl Ctx<M>, pos: &MdPos, node: u64) -> Result<bool, PoolFull> {
         let mem = cx.mem();
-        fill(mem, node, pos);
-        if pos.curr != 0 {
-            // `curr`'s own adoption (over dimensions from the same dp) must be complete before
-            // this node freezes its slots.
-            finish_adoption(mem, pos.curr);
+        let replaces = pos.dc == DIMS;
+        if replaces {
+            let old = pos.curr;
+            finish_adoption(mem, old);
+            // Relaxed: the node is unpublished; the CAS below (Release) publishes it.
+            for d in pos.dp..DIMS {
+                mem.store(node + child(d), freeze(mem, old + child(d)), Ordering::Relaxed);
+            }
+            mem.store(node + ADOPT, 0, Ordering::Relaxed);
+            mem.store(node + ADOPT_DIMS, pos.dp as u64 | (pos.dp as u64) << 8, Ordering::Relaxed);
+        } else {
+            fill(mem, node, pos);
+            if pos.curr != 0 {
+                // `curr`'s own adoption (over dimensions from the same dp) must be complete before
+                // this node freezes its slots.
+                finish_adoption(mem, pos.curr);
+            }
         }
         // Release: the node's words are visible before the slot that reaches it. Fails if the
         // slot changed or was frozen meanwhile.
-        if mem.compare_exchange(pos.pred + child(pos.dp), pos.curr, node, Ordering::Release, Ordering::Relaxed).is_err()
+        if let Err(now) =
+            mem.compare_exchange(pos.pred + child(pos.dp), pos.expect, node, Ordering::Release, Ordering::Relaxed)
         {
-            return false;
+            if !self.help_frozen(cx, pos.pred, now) {
+                return Err(PoolFull);
+            }
+            // The old node's slots are frozen now, and it may still be linked (the slot changed
+            // without it leaving: a node linked before it, or a copy of `pred` holding it): if
+            // it is a copy, no remover would finish it.
+            if replaces && !self.remove(cx, pos.curr) {
+                return Err(PoolFull);
+            }
+            return Ok(false);
+        }
+        if replaces {
+            cx.retire(pos.curr);
+            return Ok(true);
         }
         finish_adoption(mem, node);
-        true
+        // `curr` gave its slots `dp..dc` to the new node: if it is being removed, the lists it
+        // kept may all be empty now, and nothing else would look at it again.
+        if pos.curr != 0 && pos.dp < pos.dc && marked(mem, pos.curr) {
+            self.remove(cx, pos.curr);
+        }
+        Ok(true)
     }
 
-    fn removes_nodes(&self) -> bool {
-        false
-    }
-
-    fn help_remove(&self, _cx: &impl Ctx<M>, _node: u64) {
-        unreachable!("MDList nodes are never marked for removal")
+    fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
+        // A removal that gave up (a full pool) leaves the node marked and linked: see the module docs.
+        self.remove(cx, node);
     }
 
     fn ordered(&self) -> bool {
         false
     }
 
-    /// A depth-first walk from the head, pruned to the subtrees that can hold keys in `lo..=hi`.
-    /// Nodes are never removed, so every node linked when the walk starts is reached (through
-    /// the old slots of an adoption, which keep their child when frozen, or through the adopter,
-    /// whose adoption is finished before its slots are read).
+    /// A depth-first walk from the head, pruned to the subtrees that can hold keys in `lo..=hi`,
+    /// which meets the keys in increasing order. Every node linked when the walk starts and
+    /// still linked when it ends is reached: through the old slots of an adoption or a removal,
+    /// which keep their children when frozen, or through the adopter or the copy, whose slots
+    /// hold the same children.
+    ///
+    /// A re-pin ([`Ctx::pause`]) lets go of every node the walk holds on its stack: they may be
+    /// unlinked and freed from then on. The walk then starts again from the head, for the keys
+    /// after the last one it met.
     fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
-        let Ok(lo) = u64::try_from(lo) else { return };
+        let Ok(mut from) = u64::try_from(lo) else { return };
         let hi = u64::try_from(hi).unwrap_or(u64::MAX);
         let mut stack: Vec<(u64, usize)> = Vec::new();
-        // Acquire: as in `locate`.
-        let first = cx.mem().load(self.head + child(0), Ordering::Acquire) & !FROZEN;
-        if first != 0 {
-            stack.push((first, 0));
-        }
-        while let Some((node, d)) = stack.pop() {
-            // Relaxed: keys never change after publication.
-            let key = cx.mem().load(node + KEY, Ordering::Relaxed);
-            if key > hi || reach_max(key, d) < lo {
-                continue;
+        'descent: loop {
+            stack.clear();
+            // Acquire: as in `locate`.
+            let first = cx.mem().load(self.head + child(0), Ordering::Acquire) & !TAGS;
+            if first != 0 {
+                stack.push((first, 0));
             }
-            finish_adoption(cx.mem(), node);
-            if key >= lo {
-                out.push(super::seen(cx, node, key as u128));
-            }
-            // Pushed from dimension d up, so the children come off the stack in key order.
-            for e in d..DIMS {
-                // Acquire: as in `locate`.
-                let c = cx.mem().load(node + child(e), Ordering::Acquire) & !FROZEN;
-                if c != 0 {
-                    stack.push((c, e));
+            while let Some((node, d)) = stack.pop() {
+                // Relaxed: keys never change after publication.
+                let key = cx.mem().load(node + KEY, Ordering::Relaxed);
+                if key > hi || reach_max(key, d) < from {
+                    continue;
+                }
+                finish_adoption(cx.mem(), node);
+                let met = key >= from;
+                if met {
+                    out.push(super::seen(cx, node, key as u128));
+                    if key == hi {
+                        return;
+                    }
+                    from = key + 1;
+                }
+                // Pushed from dimension d up, so the children come off the stack in key order.
+                for e in d..DIMS {
+                    // Acquire: as in `locate`.
+                    let c = cx.mem().load(node + child(e), Ordering::Acquire) & !TAGS;
+                    if c != 0 {
+                        stack.push((c, e));
+                    }
+                }
+                // Only after a key met: a descent passes the nodes above `from` without pausing
+                // (a path, at most a few per dimension), so each one meets a key at least.
+                if met && cx.pause() {
+                    continue 'descent;
                 }
             }
-            // A long walk re-pins here, and goes on with the same stack: it holds only linked
-            // nodes, which an MDList never unlinks or frees while the engine is open (see
-            // `removes_nodes`), so a re-pin leaves every one of them in place. (What a re-pin
-            // lets go, the descriptors that info words name, is read again at each node.)
-            cx.pause();
+            return;
         }
     }
 
@@ -347,7 +549,11 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
             }
             for d in from..DIMS {
                 let slot = node + child(d);
-                let w = mem.load(slot, Ordering::Relaxed) & !FROZEN;
+                let raw = mem.load(slot, Ordering::Relaxed);
+                if strict && raw & FROZEN != 0 {
+                    return Err(fault(slot, format!("a frozen slot (word {raw:#x}): a removal left half done")));
+                }
+                let w = raw & !TAGS;
                 if w == 0 {
                     continue;
                 }
@@ -383,7 +589,142 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::{Cell, RefCell};
+
     use super::*;
+    use crate::mem::SimMem;
+    use crate::pool::{AllocCache, POff, PoolConfig};
+
+    /// A context over a pool whose allocations can be refused, as a full pool refuses them.
+    struct TestCx {
+        pool: Pool<SimMem>,
+        cache: RefCell<AllocCache>,
+        full: Cell<bool>,
+        /// Allocations refused: a bound, so that a loop that spins on a full pool fails the test.
+        refused: Cell<u32>,
+    }
+
+    impl Ctx<SimMem> for TestCx {
+        fn mem(&self) -> &SimMem {
+            self.pool.mem()
+        }
+        // Nothing is freed: no block is reused while the test reads it.
+        fn retire(&self, _node: u64) {}
+        fn resolve(&self, _info: Info) -> Option<u64> {
+            unreachable!("these tests read no values")
+        }
+        fn alloc_node(&self, bytes: u64) -> Option<u64> {
+            if self.full.get() {
+                self.refused.set(self.refused.get() + 1);
+                assert!(self.refused.get() < 100, "a thread retries on a full pool without end");
+                return None;
+            }
+            Some(self.pool.alloc(&mut self.cache.borrow_mut(), bytes).unwrap().get())
+        }
+        fn free_unpublished(&self, node: u64) {
+            self.pool.free(&mut self.cache.borrow_mut(), POff::new(node));
+        }
+    }
+
+    fn setup() -> (TestCx, MdList) {
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config).unwrap();
+        let md = MdList::create(&pool).unwrap();
+        let cx = TestCx { pool, cache: RefCell::new(AllocCache::new()), full: Cell::new(false), refused: Cell::new(0) };
+        (cx, md)
+    }
+
+    /// Inserts `key` (present) at the position `pos`, or where a search puts it: the result of
+    /// the first link that does not ask for a retry.
+    fn insert(cx: &TestCx, md: &MdList, key: u64, stale: Option<MdPos>) -> Result<u64, PoolFull> {
+        let mem = cx.mem();
+        for _ in 0..100 {
+            let pos = stale.unwrap_or_else(|| md.locate(mem, key));
+            let node = cx.pool.alloc(&mut cx.cache.borrow_mut(), node_bytes_from(pos.dp)).unwrap().get();
+            // Relaxed: the node is unpublished, and the test runs on one thread.
+            mem.store(node + KEY, key, Ordering::Relaxed);
+            mem.store(node + VALUE, 0, Ordering::Relaxed);
+            mem.store(node + INFO, Info::final_state(node, true, 0).0, Ordering::Relaxed);
+            match md.link(cx, &pos, node) {
+                Ok(true) => return Ok(node),
+                Ok(false) if stale.is_some() => return Ok(0),
+                Ok(false) => cx.free_unpublished(node),
+                Err(full) => {
+                    cx.free_unpublished(node);
+                    return Err(full);
+                }
+            }
+        }
+        panic!("an insert of {key:#x} retries without end");
+    }
+
+    fn mark(cx: &TestCx, node: u64) {
+        let mem = cx.mem();
+        // Relaxed: one thread.
+        let info = Info(mem.load(node + INFO, Ordering::Relaxed));
+        mem.store(node + INFO, info.marked().0, Ordering::Relaxed);
+    }
+
+    fn strict_walk(cx: &TestCx, md: &MdList) -> Result<Vec<u64>, Damage> {
+        let mut keys = Vec::new();
+        LinkedSet::<SimMem>::walk_checked(md, &cx.pool, true, &mut |_, k| keys.push(k as u64))?;
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    #[test]
+    fn a_removal_that_finds_the_pool_full_leaves_its_node_unfrozen() {
+        let (cx, md) = setup();
+        // 0x600 routes 0x610 (its list at dimension 29).
+        let n = insert(&cx, &md, 0x600, None).unwrap();
+        insert(&cx, &md, 0x610, None).unwrap();
+        mark(&cx, n);
+        cx.full.set(true);
+        assert!(!md.remove(&cx, n), "the removal needs a copy");
+        // Nothing frozen: an insert into n's own list (at dimension 30) needs no copy.
+        insert(&cx, &md, 0x604, None).unwrap();
+        assert_eq!(strict_walk(&cx, &md).unwrap(), [0x600, 0x604, 0x610]);
+        cx.full.set(false);
+        assert!(md.remove(&cx, n));
+        assert_eq!(strict_walk(&cx, &md).unwrap(), [0x600, 0x604, 0x610]);
+        assert_ne!(md.locate(cx.mem(), 0x600).curr, n, "a copy took the node's place");
+    }
+
+    #[test]
+    fn inserts_and_removals_below_a_frozen_node_whose_copy_finds_the_pool_full_return() {
+        let (cx, md) = setup();
+        let n = insert(&cx, &md, 0x600, None).unwrap();
+        let x = insert(&cx, &md, 0x610, None).unwrap();
+        // A removal of n froze its slots and then found the pool full (a child linked into its
+        // lists between its first read and the freezing).
+        mark(&cx, n);
+        for d in 0..DIMS {
+            freeze(cx.mem(), n + child(d));
+        }
+        cx.full.set(true);
+        assert_eq!(insert(&cx, &md, 0x604, None), Err(PoolFull), "an insert into n's list");
+        mark(&cx, x);
+        assert!(!md.remove(&cx, x), "a removal of n's child");
+        cx.full.set(false);
+        // Once a block is free, either finishes both.
+        assert!(md.remove(&cx, x));
+        assert_eq!(strict_walk(&cx, &md).unwrap(), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_replacing_insert_whose_slot_changed_finishes_the_node_it_froze() {
+        let (cx, md) = setup();
+        // The node of key 1 << 62 hangs in the head's list at dimension 0, and so does key 0's
+        // below it; the old position of 1 << 62 is then stale.
+        let n = insert(&cx, &md, 1 << 62, None).unwrap();
+        mark(&cx, n);
+        let stale = md.locate(cx.mem(), 1 << 62);
+        assert_eq!((stale.dc, stale.curr), (DIMS, n));
+        insert(&cx, &md, 0, None).unwrap();
+        assert_eq!(insert(&cx, &md, 1 << 62, Some(stale)), Ok(0), "the slot changed");
+        assert_eq!(strict_walk(&cx, &md).unwrap(), [0]);
+    }
 
     #[test]
     fn coordinates_are_the_base_4_digits_most_significant_first() {

@@ -31,6 +31,10 @@ use node::{INFO, LINKS, NORM, load_key};
 /// deletion mark).
 pub(crate) const MARK: u64 = 1;
 
+/// A link that cannot succeed until the pool has a free block (see [`LinkedSet::link`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolFull;
+
 /// What a structure's code needs from whoever runs it, for a thread pinned in the epoch.
 pub(crate) trait Ctx<M: PMem> {
     /// The pool's memory.
@@ -41,6 +45,15 @@ pub(crate) trait Ctx<M: PMem> {
     /// The state the info word `info` stands for to a reader outside any transaction:
     /// `Some(value)` if present.
     fn resolve(&self, info: Info) -> Option<u64>;
+    /// A node block of `bytes` bytes for a structure's own use (an MDList's copy of a node it
+    /// removes, see `mdlist`), or `None` if the pool is full or this context allocates nothing.
+    fn alloc_node(&self, _bytes: u64) -> Option<u64> {
+        None
+    }
+    /// Frees a block from [`alloc_node`](Ctx::alloc_node) that was never published.
+    fn free_unpublished(&self, _node: u64) {
+        unreachable!("a context that allocates nothing frees nothing")
+    }
     /// Called by a scan's walk after each node: true if the thread re-pinned there (a long
     /// scan does, so as not to hold the epoch back), and the walk must then go on from a fresh
     /// position, holding nothing it read before.
@@ -84,8 +97,10 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn prefetch(&self, _mem: &M, _key: u128) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (Self::Pos, Option<u64>);
-    /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile.
-    fn link(&self, cx: &impl Ctx<M>, pos: &Self::Pos, node: u64) -> bool;
+    /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile, and
+    /// [`PoolFull`] if it cannot change back until a block is free (an MDList node whose removal
+    /// needs a copy holds the slot; see `mdlist`): the insert then fails for want of memory.
+    fn link(&self, cx: &impl Ctx<M>, pos: &Self::Pos, node: u64) -> Result<bool, PoolFull>;
     /// Completes the physical removal of a node whose info word is marked.
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64);
     /// As [`help_remove`](LinkedSet::help_remove), for a node that a search has just found at

@@ -25,7 +25,7 @@
 use std::sync::atomic::Ordering;
 
 use super::node::{KEY_HI, LINKS, create_head, load_key};
-use super::{Ctx, Inspect, LinkedSet, MARK, Seen, check_chain, checked_node, fault, mix_key, walk};
+use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, checked_node, fault, mix_key, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -186,7 +186,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         self.find(cx, key)
     }
 
-    fn link(&self, cx: &impl Ctx<M>, pos: &Towers, node: u64) -> bool {
+    fn link(&self, cx: &impl Ctx<M>, pos: &Towers, node: u64) -> Result<bool, PoolFull> {
         let mem = cx.mem();
         // Relaxed: the node is unpublished; the CAS below (Release) publishes it.
         mem.store(node + self.next(0), pos.succs[0], Ordering::Relaxed);
@@ -195,7 +195,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
             .compare_exchange(pos.preds[0] + self.next(0), pos.succs[0], node, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
-            return false;
+            return Ok(false);
         }
         // The key is in. Build the index tower, best effort: stop if the node is being removed.
         // Relaxed: key and height never change after publication.
@@ -240,7 +240,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
             let _ = self.find(cx, key);
         }
         release_link(cx, self, node); // the building token
-        true
+        Ok(true)
     }
 
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
