@@ -52,8 +52,9 @@
 //! read and the freezing makes the removal give up frozen, and then an insert meeting the frozen
 //! slot fails for want of memory (`link` returns [`PoolFull`]) and a removal below it gives up
 //! too: none retries while pinned. The node stays frozen until a later CAS that meets its slot
-//! finishes its removal with a free block (a clean close before that leaves a frozen slot, which
-//! the next open refuses). A replacing insert whose CAS fails finishes the removal of the node
+//! finishes its removal with a free block, or until the engine closes: `Engine::close` rewrites
+//! every structure from its records whenever anything was written (and a removal follows a
+//! write), so no frozen slot reaches the strict walk of the next open. A replacing insert whose CAS fails finishes the removal of the node
 //! it froze. The thread whose CAS took a node out
 //! hands it to the epoch collector (invariant 7 of `docs/design.md`).
 //!
