@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use petra::error::{AllocError, CreateError, Damage, EngineError, OpenError};
+use petra::error::{AllocError, CreateError, Damage, EngineError, OpenError, ReadError};
 
 /// Why a store operation failed. Nothing changed in the store when one of these is returned.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +109,12 @@ pub enum KvError {
 impl From<Damage> for KvError {
     fn from(d: Damage) -> Self {
         KvError::Damaged(d)
+    }
+}
+
+impl From<ReadError> for KvError {
+    fn from(e: ReadError) -> Self {
+        KvError::from(EngineError::from(e))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use petra::error::Damage;
+use petra::error::{Damage, ReadError};
 use petra::mem::{MmapMem, PMem};
 use petra::pool::{Pool, PoolConfig};
 use petra::{
@@ -86,12 +86,21 @@ pub(crate) fn read_into<M: PMem + 'static, K: Key>(
     buf: &mut Vec<u8>,
 ) -> Result<bool> {
     let read = h.get_with(s, key, |state, blobs| state.map(|w| blobs.read_into(w, buf)).transpose())?;
-    Ok(read.map_err(|d| of_entry(s, key.to_bits(), d))?.is_some())
+    Ok(read.map_err(|e| of_read(s, key.to_bits(), e))?.is_some())
 }
 
 /// Damage found in the value of the engine entry `key` of structure `s`, saying so.
 pub(crate) fn of_entry(s: StructId, key: u128, d: Damage) -> Damage {
     Damage { what: format!("the value of entry {key:#x} of structure {}: {}", s.0, d.what), at: d.at }
+}
+
+/// A failed read of the value of the engine entry `key` of structure `s`: damage found in it
+/// says which entry ([`of_entry`]).
+pub(crate) fn of_read(s: StructId, key: u128, e: ReadError) -> ReadError {
+    match e {
+        ReadError::Damaged(d) => ReadError::Damaged(of_entry(s, key, d)),
+        e => e,
+    }
 }
 
 /// Sets up an engine in `pool` with the meta list and structures of `shapes` (ids 1, 2, ...),

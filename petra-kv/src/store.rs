@@ -306,7 +306,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         let read = self
             .h
             .get_with(data, bits, |state, blobs| state.map(|w| blobs.read_into(w, buf).map(|()| w)).transpose())?;
-        let Some(word) = read.map_err(|d| format::of_entry(data, bits, d))? else {
+        let Some(word) = read.map_err(|e| format::of_read(data, bits, e))? else {
             return Ok(None);
         };
         Ok(match slot {
@@ -333,6 +333,11 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
     /// Calls `f` with each entry whose key lies within `lo`..`hi`, until it breaks; in key order
     /// in a sorted store, in no particular order in an unsorted one. The entries are one instant's
     /// (a snapshot). `f` runs while the engine keeps the values from being freed: keep it short.
+    /// A scan whose `f` is so slow that writers meanwhile fill the engine's
+    /// [`snapshot_limit`](petra::EngineConfig::snapshot_limit) (an eighth of the store's
+    /// maximum size) stops with [`KvError::Engine`] holding
+    /// [`EngineError::SnapshotExpired`](petra::EngineError::SnapshotExpired): the entries `f`
+    /// had were the snapshot's; scan again from the last key it had.
     pub fn scan(
         &mut self,
         lo: Bound<&[u8]>,
@@ -430,7 +435,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
         let (data, placement) = (self.store.data, self.store.placement);
         let walked = self.h.range_with::<u128, _>(data, elo..=ehi, |entries, blobs| {
             for (bits, word) in entries {
-                let read = |buf: &mut Vec<u8>| blobs.read_into(word, buf).map_err(|d| format::of_entry(data, bits, d));
+                let read = |buf: &mut Vec<u8>| blobs.read_into(word, buf).map_err(|e| format::of_read(data, bits, e));
                 if is_bucket(bits) {
                     read(buf)?;
                     for (k, v) in bucket(buf, placement, (data, bits, word))?.entries() {
@@ -454,7 +459,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
                     }
                 }
             }
-            Ok::<(), petra::error::Damage>(())
+            Ok::<(), petra::ReadError>(())
         })?;
         Ok(walked?)
     }
@@ -555,12 +560,12 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
                 .zip(buckets)
                 .map(|(r, &bits)| match r {
                     Some(word) => {
-                        blobs.read_into(*word, &mut buf).map_err(|d| format::of_entry(data, bits, d))?;
+                        blobs.read_into(*word, &mut buf).map_err(|e| format::of_read(data, bits, e))?;
                         Ok(BucketEdit::of(&bucket(&buf, placement, (data, bits, *word))?))
                     }
                     None => Ok(BucketEdit::default()),
                 })
-                .collect::<Result<Vec<_>, petra::error::Damage>>()
+                .collect::<Result<Vec<_>, petra::ReadError>>()
         });
         self.buf = buf;
         Ok(edits??)

@@ -129,13 +129,18 @@ pub(crate) struct Checkpointer {
     /// The wake-up of the engine's rounds' thread, if the rounds that the fill starts run on
     /// it (see [`EngineConfig::background_rounds`](crate::EngineConfig::background_rounds)).
     background: Option<Arc<Wake>>,
+    /// The bytes of unrecycled descriptors beyond which a round that a scan's snapshot keeps
+    /// from folding expires it (see [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit)).
+    snapshot_limit: u64,
 }
 
 impl Checkpointer {
     /// Rounds that run on their own when a ring is `fill` percent full (0: never), on the
-    /// engine's rounds' thread if `background`, else in the writer that finds its ring so.
-    pub(crate) fn new(fill: u8, background: bool) -> Checkpointer {
-        Checkpointer { fill, background: background.then(Arc::default), ..Checkpointer::default() }
+    /// engine's rounds' thread if `background`, else in the writer that finds its ring so; a
+    /// snapshot that keeps them from folding while more than `snapshot_limit` bytes of
+    /// descriptors wait is expired.
+    pub(crate) fn new(fill: u8, background: bool, snapshot_limit: u64) -> Checkpointer {
+        Checkpointer { fill, background: background.then(Arc::default), snapshot_limit, ..Checkpointer::default() }
     }
 
     /// The wake-up of the rounds' thread, if the engine runs one.
@@ -255,6 +260,9 @@ pub struct CheckpointStats {
     /// Descriptor rings whose regions rounds gave back to the pool, once empty and held by no
     /// handle (all but one spare).
     pub rings_given_back: u64,
+    /// Times a round expired the scans' snapshots that kept it from folding (see
+    /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit)).
+    pub snapshots_expired: u64,
 }
 
 /// A batch a round found: in each of its rings, every descriptor from where the rounds have
@@ -484,8 +492,13 @@ impl Checkpointer {
             return None;
         }
         // A scan's snapshot below the stamp may still read what the fold would cache, cut and
-        // make FINAL: the fold waits until no such snapshot is held (see `scan`).
-        if found.as_ref().is_some_and(|b| b.stamp > core.reclaim.snapshots.oldest()) {
+        // make FINAL: the fold waits until no such snapshot is held (see `scan`), or until the
+        // descriptors waiting meanwhile pass the limit: then the snapshots below the stamp are
+        // expired, and the fold goes ahead once they are released (see `reclaim::Snapshots`).
+        if let Some(b) = found.as_ref().filter(|b| b.stamp > core.reclaim.snapshots.oldest()) {
+            if rings.unrecycled() > ckpt.snapshot_limit {
+                core.reclaim.expire_snapshots(&local.pin(), b.stamp);
+            }
             return None;
         }
         let started = std::time::Instant::now();

@@ -50,6 +50,13 @@ pub struct EngineConfig {
     /// writer that runs the rounds itself keeps the engine's work on its own threads and makes
     /// what a run does depend on its transactions alone (as simulated crashes want).
     pub background_rounds: bool,
+    /// How far a range scan's snapshot may hold the checkpoint rounds back: when a round that a
+    /// snapshot keeps from folding finds more than this many bytes of descriptors waiting in the
+    /// rings, it expires the snapshot, and the scan stops with
+    /// [`EngineError::SnapshotExpired`] at its next step instead of growing the pool for as long
+    /// as its caller reads (see [`Handle::snapshot_with`]). `None`: an eighth of the pool's
+    /// maximum size.
+    pub snapshot_limit: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +66,7 @@ impl Default for EngineConfig {
             checkpoint_fill: 25,
             durability: DurabilityPolicy::default(),
             background_rounds: false,
+            snapshot_limit: None,
         }
     }
 }
@@ -109,6 +117,12 @@ impl EngineConfig {
     /// the writers (see [`EngineConfig::background_rounds`]).
     pub fn background_rounds(self, on: bool) -> EngineConfig {
         EngineConfig { background_rounds: on, ..self }
+    }
+
+    /// These settings, with scans' snapshots expired beyond `bytes` of descriptors waiting (see
+    /// [`EngineConfig::snapshot_limit`]).
+    pub fn snapshot_limit(self, bytes: u64) -> EngineConfig {
+        EngineConfig { snapshot_limit: Some(bytes), ..self }
     }
 }
 
@@ -205,6 +219,7 @@ impl<M: PMem + 'static> Engine<M> {
     fn assemble(found: Recovered<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
         let Recovered { pool, meta, epoch, max_txid, txid_reserved, structures, .. } = found;
         let rings = Rings::of_pool(&pool, config.ring_bytes);
+        let snapshot_limit = config.snapshot_limit.unwrap_or(pool.max_len() / 8);
         let core =
             Core::new(pool, meta, (epoch, max_txid + 1, txid_reserved), Registry::new(structures), config.durability);
         let mem = core.pool.mem();
@@ -221,7 +236,7 @@ impl<M: PMem + 'static> Engine<M> {
             core,
             collector: Collector::new(),
             rings,
-            checkpointer: Checkpointer::new(config.checkpoint_fill, config.background_rounds),
+            checkpointer: Checkpointer::new(config.checkpoint_fill, config.background_rounds, snapshot_limit),
             threads: Mutex::new(Vec::new()),
         });
         let engine = Engine { shared };
@@ -367,7 +382,7 @@ impl<M: PMem + 'static> Engine<M> {
             ring_bytes: shared.rings.ring_bytes(),
             checkpoint_fill: shared.checkpointer.fill(),
             durability: DurabilityPolicy::Process,
-            background_rounds: false,
+            ..EngineConfig::default()
         };
         // An open engine never has its clean word set (it is cleared at open), so this is the
         // full rewrite.
@@ -396,7 +411,8 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// What the checkpoint rounds did since the engine was opened.
     pub fn checkpoint_stats(&self) -> CheckpointStats {
-        self.shared.checkpointer.stats()
+        let snapshots_expired = self.shared.core.reclaim.snapshot_expiries();
+        CheckpointStats { snapshots_expired, ..self.shared.checkpointer.stats() }
     }
 
     /// The descriptor rings the pool holds (each [`EngineConfig::ring_bytes`] long).

@@ -226,6 +226,44 @@ pub enum EngineError {
     /// Making recovery durable failed.
     #[error("recovery failed: {0}")]
     Io(#[from] io::Error),
+    /// A range scan's snapshot was expired while the scan was under way: its caller read so
+    /// slowly that the descriptors it kept the checkpoint rounds from folding passed
+    /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit). What the scan
+    /// passed on before was the snapshot's; nothing changed. Scan again (from where it stopped,
+    /// for a new snapshot), or read faster.
+    #[error(
+        "the scan's snapshot at txid {txid} was expired: writers made more descriptors wait for it than the \
+         engine's snapshot limit allows"
+    )]
+    SnapshotExpired {
+        /// The snapshot's txid.
+        txid: u64,
+    },
+}
+
+/// Why a byte value could not be read (see [`Blobs::read_into`](crate::Blobs::read_into)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// Its bytes fail their check, or the word names no value.
+    #[error(transparent)]
+    Damaged(#[from] Damage),
+    /// The reader is a scan's, and its snapshot was expired (see
+    /// [`EngineError::SnapshotExpired`]): nothing was read.
+    #[error("the scan's snapshot at txid {txid} was expired")]
+    Expired {
+        /// The snapshot's txid.
+        txid: u64,
+    },
+}
+
+impl From<ReadError> for EngineError {
+    fn from(e: ReadError) -> EngineError {
+        match e {
+            ReadError::Damaged(d) => EngineError::Damaged(d),
+            ReadError::Expired { txid } => EngineError::SnapshotExpired { txid },
+        }
+    }
 }
 
 /// Any error of this crate.

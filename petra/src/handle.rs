@@ -16,7 +16,7 @@ use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
 use crate::checkpoint::{CheckpointReport, Checkpointer};
 use crate::descriptor::{self, Abort, Desc, StoredOp, TxStatus, desc_bytes};
-use crate::error::{AllocError, Damage, EngineError};
+use crate::error::{AllocError, EngineError, ReadError};
 use crate::hash::{op_hash, value_hash};
 use crate::key::{Key, KeyWidth};
 use crate::mem::{CACHE_LINE, PMem, WORD};
@@ -105,17 +105,17 @@ impl<M: PMem + 'static> Drop for Handle<M> {
 /// of a call, by [`Handle::execute_with`], [`Handle::get_with`] and [`Handle::range_with`].
 pub struct Blobs<'g, M: PMem> {
     pool: &'g Pool<M>,
-    _keep: Keep<'g>,
+    keep: Keep<'g>,
 }
 
 /// What keeps the values a [`Blobs`] reads from being freed, borrowed for as long as the reader
-/// lives (never read: it is there for its borrow).
-#[expect(dead_code, reason = "held for its borrow, never read")]
+/// lives.
 enum Keep<'g> {
     /// An epoch pin: nothing retired since it was taken is freed.
-    Pin(&'g Guard),
-    /// A scan's snapshot held: no value it reads is freed (see `scan`).
-    Snapshot(&'g Hold<'g>),
+    Pin(#[expect(dead_code, reason = "held for its borrow, never read")] &'g Guard),
+    /// A scan's snapshot held: no value it reads is freed while it is live, and each read pins
+    /// with this handle and looks first whether it is (see `reclaim::Snapshots`).
+    Snapshot(&'g Hold<'g>, &'g LocalHandle),
 }
 
 impl<M: PMem> std::fmt::Debug for Blobs<'_, M> {
@@ -126,10 +126,22 @@ impl<M: PMem> std::fmt::Debug for Blobs<'_, M> {
 
 impl<M: PMem> Blobs<'_, M> {
     /// Copies the byte value named by `word` (a result or value of a structure of
-    /// [`Values::Bytes`]) into `buf`, replacing its contents, checked: [`Damage`] if `word` names
-    /// no value inside the pool, or one whose bytes fail their check.
-    pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) -> Result<(), Damage> {
-        self.pool.read_blob_into(POff::new(word), buf)
+    /// [`Values::Bytes`]) into `buf`, replacing its contents, checked: [`ReadError::Damaged`] if
+    /// `word` names no value inside the pool, or one whose bytes fail their check;
+    /// [`ReadError::Expired`] if this reader is a scan's and its snapshot was expired (see
+    /// [`Handle::snapshot_with`]).
+    pub fn read_into(&self, word: u64, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+        match self.keep {
+            Keep::Pin(_) => Ok(self.pool.read_blob_into(POff::new(word), buf)?),
+            Keep::Snapshot(hold, epoch) => {
+                // Pinned, then the look: a live snapshot's values stay until the pin ends.
+                let _pin = epoch.pin();
+                if hold.expired() {
+                    return Err(ReadError::Expired { txid: hold.txid() });
+                }
+                Ok(self.pool.read_blob_into(POff::new(word), buf)?)
+            }
+        }
     }
 
     /// A hint that the byte value named by `word`, about `len` bytes long (a guess will do), is
@@ -146,7 +158,7 @@ impl<M: PMem> Blobs<'_, M> {
     }
 
     /// The byte value named by `word`, copied out. See [`read_into`](Blobs::read_into).
-    pub fn to_vec(&self, word: u64) -> Result<Vec<u8>, Damage> {
+    pub fn to_vec(&self, word: u64) -> Result<Vec<u8>, ReadError> {
         let mut buf = Vec::new();
         self.read_into(word, &mut buf)?;
         Ok(buf)
@@ -269,7 +281,7 @@ impl<M: PMem + 'static> Handle<M> {
     ) -> Result<R, EngineError> {
         let guard = self.epoch.pin();
         let out = self.execute_pinned(tx, &guard)?;
-        let r = f(&out, &Blobs { pool: &self.shared.core.pool, _keep: Keep::Pin(&guard) });
+        let r = f(&out, &Blobs { pool: &self.shared.core.pool, keep: Keep::Pin(&guard) });
         drop(guard);
         self.maybe_checkpoint();
         self.shared.durable(&out)?;
@@ -302,7 +314,7 @@ impl<M: PMem + 'static> Handle<M> {
         structure.check_key(s, K::WIDTH, key.to_bits())?;
         let guard = self.epoch.pin();
         let state = Reader { core, guard: &guard }.read_state(structure, key.to_bits());
-        let r = f(state, &Blobs { pool: &core.pool, _keep: Keep::Pin(&guard) });
+        let r = f(state, &Blobs { pool: &core.pool, keep: Keep::Pin(&guard) });
         drop(guard);
         Ok(r)
     }
@@ -359,7 +371,12 @@ impl<M: PMem + 'static> Handle<M> {
     ///
     /// The walk re-pins as it goes, and `f` runs unpinned: what the snapshot reads (the nodes
     /// of keys deleted since, the values replaced since) waits for it, and so do the checkpoint
-    /// rounds, while nothing else does. Keep `f` short all the same: copy what it needs.
+    /// rounds, while nothing else does. That wait is bounded: once the descriptors it keeps
+    /// from being folded pass [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit),
+    /// the snapshot is expired, and the scan stops at its next step: the walk with
+    /// [`EngineError::SnapshotExpired`], a read of `f`'s reader with [`ReadError::Expired`].
+    /// Everything read before was the snapshot's. Keep `f` short all the same: copy what it
+    /// needs.
     pub fn snapshot_with<K: Key, R>(
         &mut self,
         s: StructId,
@@ -376,14 +393,17 @@ impl<M: PMem + 'static> Handle<M> {
         let txid = core.take_txid();
         let hold = core.reclaim.snapshots.hold(txid);
         let entries = match scan::inclusive(&range) {
-            Some(bounds) => scan::snapshot(core, structure, bounds, txid, &mut guard),
-            None => Vec::new(),
+            Some(bounds) => scan::snapshot(core, structure, bounds, &hold, &mut guard),
+            None => Some(Vec::new()),
         };
         drop(guard);
+        let Some(entries) = entries else {
+            return Err(EngineError::SnapshotExpired { txid });
+        };
         // In place, as the scan's vector is, and then no larger than the entries need.
         let mut out: Vec<(K, u64)> = entries.into_iter().map(|(k, v)| (K::from_bits(k), v)).collect();
         out.shrink_to_fit();
-        Ok(f(txid, out, &Blobs { pool: &core.pool, _keep: Keep::Snapshot(&hold) }))
+        Ok(f(txid, out, &Blobs { pool: &core.pool, keep: Keep::Snapshot(&hold, &self.epoch) }))
     }
 
     /// Folds every transaction that finished before the call into the records, unless another

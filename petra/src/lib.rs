@@ -38,17 +38,22 @@
 //! reproduces every result (checked by replay in the tests). A single read with no descriptor is
 //! linearizable. A range scan ([`Handle::range`]) takes a txid of its own and returns the state
 //! after exactly the transactions below it (strictly serializable too); it returns after one walk
-//! of the range, whatever writers do meanwhile ([`Handle::snapshot_with`] gives the txid).
+//! of the range, whatever writers do meanwhile ([`Handle::snapshot_with`] gives the txid). What
+//! its snapshot holds back is bounded ([`EngineConfig::snapshot_limit`]): a caller that reads
+//! the entries so slowly that writers fill the limit gets [`EngineError::SnapshotExpired`] after
+//! a prefix of them, never an entry of another state.
 //!
 //! # Durability
-//! A committed updating transaction is durable once [`Handle::execute`] returns: its descriptor
-//! was flushed and fenced. What that fence guarantees depends on where the pool lives, and the
-//! pool says which guarantee is in force ([`pool::Pool::durability`]):
-//! - persistent memory mapped with DAX: durable across power loss;
+//! A committed updating transaction has its descriptor flushed and fenced before
+//! [`Handle::execute`] returns. What that guarantees depends on where the pool lives
+//! ([`pool::Pool::durability`]) and on the engine's [`DurabilityPolicy`]:
+//! - persistent memory mapped with DAX: durable across power loss, whatever the policy;
 //! - a normal file or `/dev/shm` (page cache): durable across the death of the process; across
-//!   power loss only once closed ([`Engine::close`]): the page cache writes a running pool's
-//!   pages back in any order, so `msync` ([`pool::Pool::sync`]) does not make a running pool
-//!   power-safe;
+//!   power loss from the power-safe point that covers it on (each a sync that the protocol keeps
+//!   safe: the page cache writes pages back in any order): at once under
+//!   [`DurabilityPolicy::Immediate`], within an interval under [`DurabilityPolicy::Periodic`]
+//!   (the default), at [`Engine::sync`] or [`Engine::close`] only under
+//!   [`DurabilityPolicy::Process`];
 //! - volatile (benchmarks only): nothing is durable.
 //!
 //! # Recovery
@@ -108,7 +113,7 @@ mod wake;
 
 pub use checkpoint::{CheckpointReport, CheckpointStats};
 pub use engine::{Engine, EngineConfig, SalvageReport};
-pub use error::{Damage, EngineError, Error, Result};
+pub use error::{Damage, EngineError, Error, ReadError, Result};
 pub use handle::{Blobs, Handle};
 pub use key::{Key, KeyWidth, ShortKey};
 pub use recovery::{Contents, RecoveryReport, Refused};

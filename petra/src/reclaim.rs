@@ -23,15 +23,16 @@
 //! Checkpoint rounds wait likewise (`checkpoint`). An item that waits is put back in its queue.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::mem::PMem;
 use crate::pool::{AllocCache, POff, Pool};
 use crate::structures::info::Info;
+use crate::sync::{AtomicU64, Mutex};
 use crate::tx::StructId;
 
 /// A node to remove once due: the node of `key` in `structure`, if its info word still is `info`
@@ -50,14 +51,34 @@ pub(crate) struct Removal {
 
 /// The snapshots that scans hold (see `scan` and the [module docs](self)): a few txids at most,
 /// one per scanning thread.
+///
+/// **Expiry.** What a snapshot holds back grows with the writes made while it is held, and a scan
+/// whose caller reads slowly holds it for as long as it likes. So a snapshot is held back only so
+/// far: a checkpoint round that a snapshot keeps from folding, and finds the rings' unrecycled
+/// descriptors beyond the engine's limit, *expires* the snapshots below its batch
+/// ([`Reclaim::expire_snapshots`]). That happens in two steps. First the watermark `expired` is
+/// raised: a scan looks at it at each pin it takes (the walk's re-pins, each read of a value),
+/// and one that finds its snapshot below it stops with
+/// [`EngineError::SnapshotExpired`](crate::EngineError::SnapshotExpired), reading nothing more.
+/// Then, once every thread pinned when the watermark rose has unpinned (the epoch), `released`
+/// follows it, and [`oldest`](Snapshots::oldest) no longer counts those snapshots: what waited
+/// for them proceeds. A scan that found its snapshot live after pinning reads, until it unpins,
+/// only what nothing released yet (the pin's fence and the watermark's are sequentially
+/// consistent: either the scan sees the watermark, or the release waits for its pin).
 #[derive(Debug)]
 pub(crate) struct Snapshots {
     /// The txids held, one entry per hold.
-    held: parking_lot::Mutex<Vec<u64>>,
-    /// The smallest txid held, `u64::MAX` if none: what the queues and the rounds compare with.
-    /// (On a line of its own: every writer reads it as it drains the queues, and only scans
-    /// write it, twice each.)
+    held: Mutex<Vec<u64>>,
+    /// The smallest txid held and not released, `u64::MAX` if none: what the queues and the
+    /// rounds compare with. (On a line of its own: every writer reads it as it drains the
+    /// queues, and only scans write it, twice each.)
     oldest: CachePadded<AtomicU64>,
+    /// Snapshots below it are expired: their scans stop at their next pin.
+    expired: AtomicU64,
+    /// Snapshots below it hold nothing back any more (a grace period after `expired`).
+    released: AtomicU64,
+    /// Times `expired` rose.
+    expiries: AtomicU64,
     /// Items put back to wait for a snapshot: removals, and replaced values (a unit test's
     /// evidence that the wait happened).
     #[cfg(test)]
@@ -67,8 +88,11 @@ pub(crate) struct Snapshots {
 impl Default for Snapshots {
     fn default() -> Snapshots {
         Snapshots {
-            held: parking_lot::Mutex::default(),
+            held: Mutex::new(Vec::new()),
             oldest: CachePadded::new(AtomicU64::new(u64::MAX)),
+            expired: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            expiries: AtomicU64::new(0),
             #[cfg(test)]
             waited: Default::default(),
         }
@@ -76,21 +100,42 @@ impl Default for Snapshots {
 }
 
 impl Snapshots {
-    /// Holds the snapshot `txid` until the returned hold is dropped.
+    /// Holds the snapshot `txid` until the returned hold is dropped. The caller is pinned, and
+    /// took `txid` from the txid counter while pinned: it is at or above every expiry watermark
+    /// (each is a batch's stamp, a reading of that counter taken before), so the hold starts live.
     pub(crate) fn hold(&self, txid: u64) -> Hold<'_> {
         let mut held = self.held.lock();
         held.push(txid);
-        // Release: a thread that reads the oldest snapshot, and so waits for it, sees the
-        // holder's work before it (stored under the lock: the stores are in the holds' order).
-        self.oldest.store(held.iter().copied().min().unwrap_or(u64::MAX), Ordering::Release);
+        self.publish_oldest(&held);
         Hold { snapshots: self, txid }
     }
 
-    /// The oldest snapshot held, `u64::MAX` if none. What a snapshot below `t` may still read waits
-    /// while `t > oldest()`.
+    /// Stores the oldest snapshot held and not released, under the lock (so the stores are in the
+    /// order of the changes to `held`).
+    fn publish_oldest(&self, held: &[u64]) {
+        // Relaxed: read and written under the lock only by the expiry's second step.
+        let released = self.released.load(Ordering::Relaxed);
+        let oldest = held.iter().copied().filter(|&t| t >= released).min().unwrap_or(u64::MAX);
+        // Release: a thread that reads the oldest snapshot, and so waits for it, sees the
+        // holder's work before it.
+        self.oldest.store(oldest, Ordering::Release);
+    }
+
+    /// The oldest snapshot held and not released, `u64::MAX` if none. What a snapshot below `t`
+    /// may still read waits while `t > oldest()`.
     pub(crate) fn oldest(&self) -> u64 {
-        // Acquire: pairs with the Release stores of `hold` and of a hold's drop.
+        // Acquire: pairs with the Release stores of `publish_oldest`.
         self.oldest.load(Ordering::Acquire)
+    }
+
+    /// The expiry's second step: snapshots below `below` hold nothing back from now on.
+    fn release(&self, below: u64) {
+        let held = self.held.lock();
+        // Relaxed: under the lock, as every reader of it is.
+        if self.released.load(Ordering::Relaxed) < below {
+            self.released.store(below, Ordering::Relaxed);
+        }
+        self.publish_oldest(&held);
     }
 }
 
@@ -101,14 +146,29 @@ pub(crate) struct Hold<'s> {
     txid: u64,
 }
 
+impl Hold<'_> {
+    /// Whether the snapshot was expired (see [`Snapshots`]). A reader calls it pinned, after
+    /// the pin: if it says no, nothing the snapshot reads is released before that pin ends.
+    pub(crate) fn expired(&self) -> bool {
+        // SeqCst: with the pin's fence before it and the watermark's raise, one total order:
+        // either this load sees the raise, or the raise (and the grace period's start after it)
+        // comes after the pin, and the release waits for the pin to end.
+        self.txid < self.snapshots.expired.load(Ordering::SeqCst)
+    }
+
+    /// The snapshot's txid.
+    pub(crate) fn txid(&self) -> u64 {
+        self.txid
+    }
+}
+
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         let mut held = self.snapshots.held.lock();
         if let Some(i) = held.iter().position(|&t| t == self.txid) {
             held.swap_remove(i);
         }
-        // Release: as in `hold`.
-        self.snapshots.oldest.store(held.iter().copied().min().unwrap_or(u64::MAX), Ordering::Release);
+        self.snapshots.publish_oldest(&held);
     }
 }
 
@@ -168,6 +228,27 @@ impl Reclaim {
     pub(crate) fn defer_removal(self: &Arc<Self>, guard: &Guard, item: Removal) {
         let this = Arc::clone(self);
         guard.defer(move || this.removals.push(item));
+    }
+
+    /// Expires the snapshots below `below` (see [`Snapshots`]): their scans stop at their next
+    /// pin, and once every thread pinned now has unpinned, what waits for them proceeds.
+    pub(crate) fn expire_snapshots(self: &Arc<Self>, guard: &Guard, below: u64) {
+        // SeqCst: see `Hold::expired`.
+        let before = self.snapshots.expired.fetch_max(below, Ordering::SeqCst);
+        if before >= below {
+            return;
+        }
+        // Relaxed: a count for the rounds' statistics.
+        self.snapshots.expiries.fetch_add(1, Ordering::Relaxed);
+        let this = Arc::clone(self);
+        guard.defer(move || this.snapshots.release(below));
+        guard.flush();
+    }
+
+    /// How many times snapshots were expired.
+    pub(crate) fn snapshot_expiries(&self) -> u64 {
+        // Relaxed: a count for the rounds' statistics.
+        self.snapshots.expiries.load(Ordering::Relaxed)
     }
 
     /// Queues removals whose grace has already passed (a checkpoint round's end runs deferred),

@@ -263,6 +263,14 @@ impl Rings {
         self.slots.lock().all.iter().filter(|r| !r.gone).map(|r| Arc::clone(&r.ring)).collect()
     }
 
+    /// The bytes of descriptors not yet recycled, over every ring (as their writers last
+    /// published their heads).
+    pub(crate) fn unrecycled(&self) -> u64 {
+        let slots = self.slots.lock();
+        // Acquire: pairs with the writers' Release stores of their heads.
+        slots.all.iter().filter(|r| !r.gone).map(|r| r.ring.used(r.ring.head.load(Ordering::Acquire))).sum()
+    }
+
     /// How many rings the pool holds.
     pub(crate) fn len(&self) -> usize {
         self.slots.lock().all.iter().filter(|r| !r.gone).count()

@@ -71,8 +71,18 @@
 //!    reservation), so a snapshot never reaches across an open.
 //!
 //! What the snapshot holds back while a scan runs: removals, replaced values and rounds that
-//! came after it. The rings therefore grow under writers while a long scan runs, as they did
-//! while the double collect held its pin; nothing the scan does not need waits for it.
+//! came after it. The rings therefore grow under writers while a long scan runs; nothing the
+//! scan does not need waits for it.
+//!
+//! 6. **Bounded.** A caller that reads the entries' values slowly would hold all that back for
+//!    as long as it likes. So a round held back while the rings' unrecycled descriptors pass
+//!    [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) *expires* the
+//!    snapshot (`reclaim::Snapshots`): the scan looks at each pin it takes, after taking it (its
+//!    re-pins, and each value read), and stops there with an error if its snapshot expired;
+//!    what waited for it proceeds only a grace period of the epoch after the expiry, so a step
+//!    of the scan that found its snapshot live reads nothing released. A scan never returns an
+//!    entry or value that is not its snapshot's: it returns them all, or an error after a
+//!    prefix of them.
 //!
 //! [`Snapshots`]: crate::reclaim::Snapshots
 
@@ -85,9 +95,10 @@ use crossbeam_epoch::Guard;
 use crate::key::Key;
 use crate::mem::PMem;
 use crate::protocol::Core;
-use crate::structures::Ctx;
+use crate::reclaim::Hold;
 use crate::structures::info::Info;
 use crate::structures::registry::Structure;
+use crate::structures::{Ctx, Pause};
 
 /// Nodes walked between two looks at the clock; in debug builds, between two re-pins, so that
 /// the tests' scans of a few keys re-pin too.
@@ -118,17 +129,23 @@ pub(crate) fn inclusive<K: Key>(range: &impl RangeBounds<K>) -> Option<(u128, u1
 /// pinned by `guard` and holds until it no longer reads the values. `guard` is re-pinned as the
 /// walk goes. The entries are kept in the walk's own vector (in place: a scan of a large range
 /// faults its pages in once).
+///
+/// `None` if the snapshot was expired (see `reclaim::Snapshots`): the walk looks at each re-pin,
+/// and stops there if it was.
 pub(crate) fn snapshot<M: PMem + 'static>(
     core: &Core<M>,
     structure: &Structure,
     (lo, hi): (u128, u128),
-    txid: u64,
+    hold: &Hold<'_>,
     guard: &mut Guard,
-) -> Vec<(u128, u64)> {
+) -> Option<Vec<(u128, u64)>> {
     let pin = Cell::new(Pin::Lasting(Instant::now(), MIN_PIN));
-    let cx = AsOf { core, txid, guard: RefCell::new(guard), nodes: Cell::new(0), pin };
+    let cx = AsOf { core, hold, guard: RefCell::new(guard), nodes: Cell::new(0), pin, stopped: Cell::new(false) };
     let mut seen = Vec::new();
     structure.collect(&cx, lo, hi, &mut seen);
+    if cx.stopped.get() {
+        return None;
+    }
     let mut out: Vec<(u128, u64)> = seen.into_iter().filter_map(|seen| seen.state.map(|v| (seen.key, v))).collect();
     if !structure.ordered::<M>() {
         // A structure walked out of key order may also meet a node twice (with one state: the
@@ -137,7 +154,7 @@ pub(crate) fn snapshot<M: PMem + 'static>(
         out.sort_unstable();
         out.dedup_by_key(|e| e.0);
     }
-    out
+    Some(out)
 }
 
 /// Where a scan's pin stands.
@@ -149,14 +166,16 @@ enum Pin {
     Lasting(Instant, Duration),
 }
 
-/// The context a scan walks in: the snapshot's txid, and the pin it renews.
+/// The context a scan walks in: the snapshot, and the pin it renews.
 struct AsOf<'a, 'g, M: PMem> {
     core: &'a Core<M>,
-    txid: u64,
+    hold: &'a Hold<'a>,
     guard: RefCell<&'g mut Guard>,
     /// Nodes walked since the last look at the clock.
     nodes: Cell<u32>,
     pin: Cell<Pin>,
+    /// The snapshot was found expired at a re-pin: the walk stopped there.
+    stopped: Cell<bool>,
 }
 
 impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
@@ -170,10 +189,10 @@ impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
     }
 
     fn resolve(&self, info: Info) -> Option<u64> {
-        self.core.resolve_at(info, self.txid)
+        self.core.resolve_at(info, self.hold.txid())
     }
 
-    fn pause(&self) -> bool {
+    fn pause(&self) -> Pause {
         if let Pin::Repinned(at) = self.pin.get() {
             // The walk's fresh search since the re-pin: pins last four times as long.
             let now = Instant::now();
@@ -182,7 +201,7 @@ impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
         let n = self.nodes.get() + 1;
         if n < CHECK_EVERY {
             self.nodes.set(n);
-            return false;
+            return Pause::Go;
         }
         self.nodes.set(0);
         let now = Instant::now();
@@ -191,15 +210,22 @@ impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
                 Pin::Lasting(at, length) => now.duration_since(at) >= length,
                 Pin::Repinned(_) => false,
             };
-        if due {
-            self.guard.borrow_mut().repin();
-            #[cfg(test)]
-            while crate::protocol::hook::scan_paused() {
-                self.guard.borrow_mut().repin();
-            }
-            self.pin.set(Pin::Repinned(Instant::now()));
+        if !due {
+            return Pause::Go;
         }
-        due
+        self.guard.borrow_mut().repin();
+        #[cfg(test)]
+        while crate::protocol::hook::scan_paused() {
+            self.guard.borrow_mut().repin();
+        }
+        // Pinned, then the look (see `reclaim::Snapshots`): live now, nothing the walk reads
+        // until the next re-pin is released.
+        if self.hold.expired() {
+            self.stopped.set(true);
+            return Pause::Stop;
+        }
+        self.pin.set(Pin::Repinned(Instant::now()));
+        Pause::Repinned
     }
 }
 

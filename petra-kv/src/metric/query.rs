@@ -191,13 +191,13 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
                     if let Some(&(_, next)) = entries.get(i + 1) {
                         blobs.prefetch(next, sample_bytes);
                     }
-                    blobs.read_into(w, buf).map_err(|d| crate::format::of_entry(HISTORY, k, d))?;
+                    blobs.read_into(w, buf).map_err(|e| crate::format::of_read(HISTORY, k, e))?;
                     codec::check_len(buf, sample_bytes).map_err(|d| crate::format::of_entry(HISTORY, k, d.at(w)))?;
                     if f(&entry, buf).is_break() {
                         return Ok(());
                     }
                 }
-                Ok::<(), petra::error::Damage>(())
+                Ok::<(), petra::ReadError>(())
             },
         )?;
         Ok(walked?)

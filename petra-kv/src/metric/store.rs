@@ -346,7 +346,7 @@ pub(super) fn read_sample<M: PMem + 'static>(
     let key = codec::history_key(set, ts);
     let read =
         h.get_with(HISTORY, key, |state, blobs| state.map(|w| blobs.read_into(w, buf).map(|()| w)).transpose())?;
-    let Some(word) = read.map_err(|d| format::of_entry(HISTORY, key, d))? else {
+    let Some(word) = read.map_err(|e| format::of_read(HISTORY, key, e))? else {
         return Ok(false);
     };
     codec::check_len(buf, len).map_err(|d| format::of_entry(HISTORY, key, d.at(word)))?;

@@ -10,7 +10,9 @@ use crate::checkpoint::steps::{self, Count};
 use crate::mem::SimMem;
 use crate::pool::{Pool, PoolConfig};
 use crate::protocol::hook;
-use crate::{Engine, EngineConfig, Handle, KeyWidth, StructId, StructureKind, Transaction, Values};
+use crate::{
+    Engine, EngineConfig, EngineError, Handle, KeyWidth, ReadError, StructId, StructureKind, Transaction, Values,
+};
 
 #[test]
 fn bounds_become_inclusive() {
@@ -40,10 +42,15 @@ const DRIVES: usize = 24;
 /// keys `0..KEYS` (values: the key, or for byte values [`bytes`] of it), and a list for other
 /// writes.
 fn engine(kind: StructureKind, values: Values) -> (Engine<SimMem>, StructId, StructId) {
-    let config =
+    engine_with(kind, values, EngineConfig::rings(64 << 10).checkpoint_fill(0))
+}
+
+/// As [`engine`], with the engine's settings `config`.
+fn engine_with(kind: StructureKind, values: Values, config: EngineConfig) -> (Engine<SimMem>, StructId, StructId) {
+    let pool_config =
         PoolConfig { initial_size: 1 << 20, max_size: 64 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
-    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &config).unwrap();
-    let engine = Engine::create(pool, EngineConfig::rings(64 << 10).checkpoint_fill(0)).unwrap();
+    let pool = Pool::create_in(SimMem::new(0, 64 << 20), &pool_config).unwrap();
+    let engine = Engine::create(pool, config).unwrap();
     let s = engine.create_structure(kind, KeyWidth::U64, values).unwrap();
     let other = engine.create_list().unwrap();
     let mut h = engine.handle().unwrap();
@@ -78,20 +85,28 @@ fn drive(h: &mut Handle<SimMem>, other: StructId, step: usize) {
 fn scan_pausing(
     engine: &Engine<SimMem>,
     s: StructId,
-    mut meanwhile: impl FnMut(usize) -> bool + 'static,
+    meanwhile: impl FnMut(usize) -> bool + 'static,
     value: impl Fn(u64, &crate::Blobs<'_, SimMem>) -> u64,
 ) -> (u64, Vec<(u64, u64)>) {
+    try_scan_pausing(engine, s, meanwhile, value).unwrap()
+}
+
+/// [`scan_pausing`], returning what the scan returned.
+fn try_scan_pausing(
+    engine: &Engine<SimMem>,
+    s: StructId,
+    mut meanwhile: impl FnMut(usize) -> bool + 'static,
+    value: impl Fn(u64, &crate::Blobs<'_, SimMem>) -> u64,
+) -> Result<(u64, Vec<(u64, u64)>), EngineError> {
     let mut calls = 0;
     hook::set_scan_paused(move || {
         calls += 1;
         meanwhile(calls - 1)
     });
     let mut h = engine.handle().unwrap();
-    let out = h
-        .snapshot_with(s, .., |txid, entries: Vec<(u64, u64)>, blobs| {
-            (txid, entries.into_iter().map(|(k, w)| (k, value(w, blobs))).collect())
-        })
-        .unwrap();
+    let out = h.snapshot_with(s, .., |txid, entries: Vec<(u64, u64)>, blobs| {
+        (txid, entries.into_iter().map(|(k, w)| (k, value(w, blobs))).collect())
+    });
     hook::clear();
     out
 }
@@ -320,4 +335,136 @@ fn a_round_walks_past_the_newer_ops_on_a_hot_key_once_not_once_per_op() {
     // again for each of them: some 80 000.)
     assert!(steps <= 5 * WRITES, "{steps} steps down prev chains for {} descriptors", report.descriptors);
     assert_eq!(h2.get(s, 5u64).unwrap(), Some(2 * WRITES - 1));
+}
+
+/// Bytes of descriptors a snapshot may hold back in the expiry tests: a few dozen descriptors.
+const LIMIT: u64 = 16 << 10;
+
+/// `n` puts on `other` by `h`, with a checkpoint round every eighth: more descriptors than
+/// [`LIMIT`] when `n` is a few hundred.
+fn write_past(h: &mut Handle<SimMem>, other: StructId, n: u64) {
+    for i in 0..n {
+        assert!(h.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+        if i % 8 == 7 {
+            h.checkpoint_round();
+        }
+    }
+}
+
+/// A scan whose walk stays at a re-pin while writers fill the rings past the snapshot limit: a
+/// round its snapshot holds back expires it, the walk stops at its next re-pin (here: the same
+/// one) with `SnapshotExpired` instead of reading on, and once the scan is gone the rounds fold
+/// what it held back. Writers that stay under the limit make no expiry: the scan returns its
+/// snapshot.
+#[test]
+fn a_walk_held_past_the_snapshot_limit_stops_with_an_error_and_the_rounds_go_on() {
+    for kind in
+        [StructureKind::List, StructureKind::SkipList, StructureKind::HashMap { buckets: 4 }, StructureKind::MdList]
+    {
+        let config = EngineConfig::rings(64 << 10).checkpoint_fill(0).snapshot_limit(LIMIT);
+        let (engine, s, other) = engine_with(kind, Values::Words, config);
+        // Under the limit: the rounds wait, and the scan returns.
+        let mut h2 = engine.handle().unwrap();
+        let (_, got) = scan_pausing(
+            &engine,
+            s,
+            move |call| {
+                if call < 4 {
+                    write_past(&mut h2, other, 8);
+                    h2.collect();
+                }
+                call < 4
+            },
+            |w, _| w,
+        );
+        assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>(), "{kind:?}");
+        assert_eq!(engine.checkpoint_stats().snapshots_expired, 0, "{kind:?}: expired under the limit");
+        // Past it, in steps between which the scan re-pins (so that the epoch moves on, and the
+        // rounds' ends with it, as they do while a walk re-pins every millisecond).
+        let mut h2 = engine.handle().unwrap();
+        let folded = engine.checkpoint_stats().descriptors;
+        let got = try_scan_pausing(
+            &engine,
+            s,
+            move |call| {
+                if call < 8 {
+                    write_past(&mut h2, other, 50);
+                    h2.collect();
+                }
+                call < 8
+            },
+            |w, _| w,
+        );
+        assert!(matches!(got, Err(EngineError::SnapshotExpired { .. })), "{kind:?}: {got:?}");
+        assert_eq!(engine.checkpoint_stats().snapshots_expired, 1, "{kind:?}");
+        let mut h = engine.handle().unwrap();
+        for _ in 0..4 {
+            h.collect();
+            h.checkpoint_round();
+        }
+        assert!(engine.checkpoint_stats().descriptors >= folded + 300, "{kind:?}: the rounds stayed held");
+        assert_eq!(h.range(s, ..).unwrap(), (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>(), "{kind:?}");
+    }
+}
+
+/// The caller of a scan reads its values slowly while writers replace them and write past the
+/// limit: the value read before the expiry is the snapshot's, the read after it says
+/// `Expired`, and, with the caller still holding the scan's reader, the rounds fold and the
+/// replaced values are freed: an expired snapshot holds nothing back.
+#[test]
+fn a_slow_reader_of_a_scans_values_is_expired_past_the_limit_and_holds_nothing_back_after() {
+    let config = EngineConfig::rings(64 << 10).checkpoint_fill(0).snapshot_limit(LIMIT);
+    let (engine, s, other) = engine_with(StructureKind::SkipList, Values::Bytes, config);
+    let mut h = engine.handle().unwrap();
+    let mut h2 = engine.handle().unwrap();
+    let folded = engine.checkpoint_stats().descriptors;
+    let returned = || engine.pool().ledger().expect("debug builds keep a ledger").returned;
+    h.snapshot_with(s, .., |txid, entries: Vec<(u64, u64)>, blobs| {
+        assert_eq!(blobs.to_vec(entries[0].1).unwrap(), bytes(0));
+        // Every value replaced, above the snapshot: they wait for it.
+        let before = returned();
+        for k in 0..KEYS {
+            assert!(h2.execute(Transaction::new().put_bytes(s, k, &bytes(200))).unwrap().is_committed());
+        }
+        write_past(&mut h2, other, 400);
+        assert_eq!(engine.checkpoint_stats().snapshots_expired, 1);
+        assert_eq!(blobs.to_vec(entries[1].1), Err(ReadError::Expired { txid }));
+        // This thread is unpinned in the caller's function: the epoch moves on, the expiry's
+        // second step runs, the rounds fold and the writers free the values that waited, while
+        // the reader still lives.
+        for _ in 0..4 {
+            h2.collect();
+            h2.checkpoint_round();
+            write_past(&mut h2, other, 16);
+        }
+        assert!(engine.checkpoint_stats().descriptors >= folded + 300, "the rounds stayed held by an expired snapshot");
+        let freed = returned() - before;
+        assert!(freed >= KEYS, "{freed} blocks freed: the values replaced above an expired snapshot still wait");
+    })
+    .unwrap();
+}
+
+/// While a scan's caller holds its snapshot for good, a writer with automatic rounds writes
+/// many rings' worth of descriptors: the snapshot is expired and the rounds recycle, so the
+/// engine keeps a few rings, not one more for every ring's worth written.
+#[test]
+fn a_snapshot_held_for_good_does_not_grow_the_rings() {
+    let config = EngineConfig::rings(64 << 10).checkpoint_fill(25).snapshot_limit(64 << 10);
+    let (engine, s, other) = engine_with(StructureKind::SkipList, Values::Words, config);
+    let mut h = engine.handle().unwrap();
+    let mut h2 = engine.handle().unwrap();
+    let rings_before = engine.rings();
+    let held = h.snapshot_with(s, .., |_, _: Vec<(u64, u64)>, _| {
+        // About 2 MiB of descriptors: some thirty rings' worth.
+        for i in 0..16_000u64 {
+            assert!(h2.execute(Transaction::new().put(other, i % 64, i)).unwrap().is_committed());
+        }
+        engine.rings()
+    });
+    let rings = held.unwrap();
+    assert!(
+        rings <= rings_before + 3,
+        "{rings} rings after writing under a snapshot held for good ({rings_before} before)"
+    );
+    assert!(engine.checkpoint_stats().snapshots_expired >= 1);
 }

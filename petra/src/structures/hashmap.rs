@@ -111,7 +111,9 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
     fn collect(&self, cx: &impl Ctx<M>, lo: u128, hi: u128, out: &mut Vec<Seen>) {
         let wide = self.wide;
         for i in 0..self.n {
-            walk(cx, |from| chain_search(cx, self.bucket(i), from, wide).0.0, (lo, hi), wide, out);
+            if !walk(cx, |from| chain_search(cx, self.bucket(i), from, wide).0.0, (lo, hi), wide, out) {
+                return;
+            }
         }
     }
 

@@ -76,7 +76,7 @@ use std::sync::atomic::Ordering;
 
 use super::info::Info;
 use super::node::{CHECK, INFO, KEY, LINKS, NORM, VALUE, create_head};
-use super::{Ctx, Inspect, LinkedSet, PoolFull, Seen, checked_node, fault};
+use super::{Ctx, Inspect, LinkedSet, Pause, PoolFull, Seen, checked_node, fault};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -496,8 +496,12 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
                 }
                 // Only after a key met: a descent passes the nodes above `from` without pausing
                 // (a path, at most a few per dimension), so each one meets a key at least.
-                if met && cx.pause() {
-                    continue 'descent;
+                if met {
+                    match cx.pause() {
+                        Pause::Go => {}
+                        Pause::Repinned => continue 'descent,
+                        Pause::Stop => return,
+                    }
                 }
             }
             return;

@@ -54,12 +54,22 @@ pub(crate) trait Ctx<M: PMem> {
     fn free_unpublished(&self, _node: u64) {
         unreachable!("a context that allocates nothing frees nothing")
     }
-    /// Called by a scan's walk after each node: true if the thread re-pinned there (a long
-    /// scan does, so as not to hold the epoch back), and the walk must then go on from a fresh
-    /// position, holding nothing it read before.
-    fn pause(&self) -> bool {
-        false
+    /// Called by a scan's walk after each node: what the walk does next (see [`Pause`]).
+    fn pause(&self) -> Pause {
+        Pause::Go
     }
+}
+
+/// What a scan's walk does after a node ([`Ctx::pause`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// Goes on.
+    Go,
+    /// The thread re-pinned there (a long scan does, so as not to hold the epoch back): the walk
+    /// goes on from a fresh position, holding nothing it read before.
+    Repinned,
+    /// The thread re-pinned and the scan's snapshot was expired: the walk ends there.
+    Stop,
 }
 
 /// splitmix64's finaliser: a well-spread 64-bit hash of a word.
@@ -195,13 +205,14 @@ pub(crate) fn seen<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u128) -> Seen {
 /// linked, at that read: a node with a key in the gap it crosses is not linked at that instant.
 /// A marked `next` (its node is being removed) restarts the walk from a fresh position after
 /// the last key seen, and so does a re-pin ([`Ctx::pause`]). Keys are two words if `wide`.
+/// Returns false if the walk stopped early ([`Pause::Stop`]).
 pub(crate) fn walk<M: PMem>(
     cx: &impl Ctx<M>,
     mut start: impl FnMut(u128) -> u64,
     (lo, hi): (u128, u128),
     wide: bool,
     out: &mut Vec<Seen>,
-) {
+) -> bool {
     let mut from = lo;
     let mut link = start(from);
     loop {
@@ -212,25 +223,25 @@ pub(crate) fn walk<M: PMem>(
             continue;
         }
         if w == 0 {
-            return;
+            return true;
         }
         let node = w;
         let key = load_key(cx.mem(), node, wide);
         if key > hi {
-            return;
+            return true;
         }
         if key >= from {
             out.push(seen(cx, node, key));
             if key == hi {
-                return;
+                return true;
             }
             from = key + 1;
         }
-        if cx.pause() {
-            link = start(from);
-            continue;
+        match cx.pause() {
+            Pause::Go => link = node + LINKS,
+            Pause::Repinned => link = start(from),
+            Pause::Stop => return false,
         }
-        link = node + LINKS;
     }
 }
 
