@@ -270,7 +270,16 @@ fn check_from(base: &Model, acked: &[Acked], reads: &[Read], crash_event: u64, m
 
 fn crash_run(run: Run) -> Report {
     let seed = run.seed;
-    let test = CrashTest { plan: CrashPlan::all(0.02, seed), exhaustive_bound: 32, samples: 6, ..CrashTest::new(seed) };
+    // Some 1 300 crash points a run: 700 spread over it and the 16 with the most pending lines
+    // (every one with `PETRA_CRASH_ALL_POINTS`).
+    let test = CrashTest {
+        plan: CrashPlan::all(0.02, seed),
+        exhaustive_bound: 32,
+        samples: 6,
+        max_points: 700,
+        busiest: 16,
+        ..CrashTest::new(seed)
+    };
     test.run(setup, |mem| workload(mem, run), |acked, image, mem| check(acked, image.point.event, mem))
 }
 

@@ -358,7 +358,16 @@ fn a_crash_inside_the_recovery_of_a_full_pool_leaves_it_recoverable() {
     let image = Arc::into_inner(mem).unwrap().working_bytes();
     // Crash the next recovery at every flush and fence (and some stores): the one after must
     // find the room again (a dead attempt's nodes hold the chunk that was kept) and every key.
-    let test = CrashTest { plan: CrashPlan::all(0.02, 9), exhaustive_bound: 16, samples: 4, ..CrashTest::new(9) };
+    // Some 2 200 crash points: 800 spread over the recovery and the 16 with the most pending
+    // lines (every one with `PETRA_CRASH_ALL_POINTS`).
+    let test = CrashTest {
+        plan: CrashPlan::all(0.02, 9),
+        exhaustive_bound: 16,
+        samples: 4,
+        max_points: 800,
+        busiest: 16,
+        ..CrashTest::new(9)
+    };
     let report = test.run(
         || SimMem::from_bytes(&image, 512 << 10),
         |mem| {

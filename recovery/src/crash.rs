@@ -16,6 +16,8 @@
 //! A failure names its seed, crash point and the prefix chosen per line; with a deterministic
 //! workload [`CrashTest::replay`] rebuilds that exact image. If the environment variable
 //! `PETRA_CRASH_DUMP` names a directory, failing images are also written there as pool files.
+//! `PETRA_CRASH_ALL_POINTS=1` checks every crash point of every test, where a test checks only
+//! some of them by default ([`max_points`](CrashTest::max_points)).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -24,6 +26,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use petra::mem::{CrashImage, CrashPlan, CrashPoint, CrashState, MediaModel, SimMem};
+
+/// Set, every crash point a test's plan captures is checked, whatever its
+/// [`max_points`](CrashTest::max_points) (which keeps the test suite's share of a CI run).
+pub const ALL_POINTS_ENV: &str = "PETRA_CRASH_ALL_POINTS";
 
 /// A crash test's settings.
 #[derive(Debug, Clone)]
@@ -39,7 +45,8 @@ pub struct CrashTest {
     pub exhaustive_bound: u64,
     /// Otherwise, check this many random images (plus the two extremes).
     pub samples: usize,
-    /// Check at most this many crash points, spread evenly over the run (0: all).
+    /// Check at most this many crash points, spread evenly over the run (0: all; and all when
+    /// `PETRA_CRASH_ALL_POINTS` is set).
     pub max_points: usize,
     /// Besides those, check the this many crash points of the run with the most pending lines
     /// or pages (where the most stores may or may not have reached the media), if not already
@@ -170,7 +177,7 @@ impl CrashTest {
     }
 
     fn select(&self, states: Vec<CrashState>) -> Vec<CrashState> {
-        if self.max_points == 0 || states.len() <= self.max_points {
+        if self.max_points == 0 || states.len() <= self.max_points || std::env::var_os(ALL_POINTS_ENV).is_some() {
             return states;
         }
         let step = states.len() as f64 / self.max_points as f64;
