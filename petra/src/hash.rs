@@ -1,13 +1,28 @@
-//! The check words and value hashes of the pool format: XXH3 (64-bit), by `xxhash-rust`.
+//! The check words and value hashes of the pool format: XXH3 (64-bit, by `xxhash-rust`), and
+//! CRC-32 (by `crc32fast`) for long values.
 //!
 //! A check word covers a sequence of words that must be read back whole (a descriptor's persisted
 //! part, a node's record); a value hash covers a byte value (a blob), carried in the op word that
 //! writes it. Both are part of the on-media format: changing either is a new format version.
 
-/// The hash of a byte value: XXH3 (64-bit) of its bytes. Its high 40 bits are what an op word
-/// carries of the value it writes, its high 32 what the value's blob header keeps.
+/// Values longer than this are hashed by CRC-32, shorter ones by XXH3 (see [`value_hash`]).
+pub(crate) const SHORT_VALUE: usize = 256;
+
+/// The hash of a byte value, which every read of it checks: XXH3 (64-bit) of its bytes if it has
+/// at most [`SHORT_VALUE`] of them; else their CRC-32 in the high half and their length in the
+/// low. Its high 40 bits are what an op word carries of the value it writes, its high 32 what
+/// the value's blob header keeps: the whole CRC, for a long value.
+///
+/// Why two: a read of a value is a copy and a check. XXH3 is the faster hash of a short value,
+/// but CRC-32 folded with carry-less multiplies (`crc32fast`, PCLMULQDQ where the CPU has it)
+/// checks a long one in about the time its copy takes: on this project's machine, 46 ns for
+/// 1 160 bytes and 90 ns for 4 096, against XXH3's 126 and 393 (a metric store's sample of 144
+/// metrics is about 1 200 bytes, read at every query).
 pub(crate) fn value_hash(data: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(data)
+    if data.len() <= SHORT_VALUE {
+        return xxhash_rust::xxh3::xxh3_64(data);
+    }
+    ((crc32fast::hash(data) as u64) << 32) | (data.len() as u64 & 0xFFFF_FFFF)
 }
 
 /// The hash of a byte value that an op word carries (40 bits) when its [`value_hash`] is `hash`.
@@ -47,6 +62,36 @@ pub(crate) fn check_words(words: impl IntoIterator<Item = u64>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_hash_is_xxh3_up_to_the_short_length_and_crc32_with_the_length_beyond() {
+        for len in [0, 1, 100, SHORT_VALUE - 1, SHORT_VALUE, SHORT_VALUE + 1, 1160, 4096, 70_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let want = if len <= SHORT_VALUE {
+                xxhash_rust::xxh3::xxh3_64(&data)
+            } else {
+                ((crc32fast::hash(&data) as u64) << 32) | len as u64
+            };
+            assert_eq!(value_hash(&data), want, "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn every_flipped_bit_of_a_value_changes_what_its_header_and_its_op_word_keep() {
+        for len in [1, 100, SHORT_VALUE, SHORT_VALUE + 1, 1160] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let h = value_hash(&data);
+            for byte in 0..len {
+                for bit in 0..8 {
+                    let mut d = data.clone();
+                    d[byte] ^= 1 << bit;
+                    let g = value_hash(&d);
+                    assert_ne!(g >> 32, h >> 32, "{len} bytes, bit {bit} of byte {byte}: the header's 32 bits");
+                    assert_ne!(op_hash(g), op_hash(h), "{len} bytes, bit {bit} of byte {byte}: the op word's 40 bits");
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_check_word_is_xxh3_of_the_words_bytes_with_the_low_bit_set() {

@@ -98,14 +98,15 @@ use crate::hash::check_words;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads. 8: a free chunk's table entry is a checked
+/// The format version this build writes and reads. 9: a byte value longer than 256 bytes is
+/// checked by CRC-32 (with its length), not XXH3 (`hash::value_hash`). 8: a free chunk's table entry is a checked
 /// word, and a zero entry inside the file is damage. 7: the header's state line has two checked
 /// copies, and a pool whose copies both fail their checks is refused. 6: an MDList node holds base-4 coordinates'
 /// slots from its own dimension up. 5: the engine records its last power-safe point. 4: a byte value's check is tied to its place
 /// and to the pool. 3: the chunk table, byte values, the state line and the engine's words are
 /// checked. 2: the check words of descriptors and node records and the hashes of byte values are
 /// XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offsets of the state line's two copies, in the order they are written and read.
@@ -536,7 +537,10 @@ mod tests {
         assert!(matches!(Header::decode(&p), Err(OpenError::BadMagic { .. })));
         let mut p = good.clone();
         p[8] = 1;
-        assert!(matches!(Header::decode(&p), Err(OpenError::UnsupportedVersion { found: 1, supported: 8 })));
+        assert!(matches!(
+            Header::decode(&p),
+            Err(OpenError::UnsupportedVersion { found: 1, supported: FORMAT_VERSION })
+        ));
         let mut p = good.clone();
         p[50] ^= 1;
         assert!(matches!(Header::decode(&p), Err(OpenError::HeaderChecksum { .. })));
