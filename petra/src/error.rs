@@ -226,11 +226,12 @@ pub enum EngineError {
     /// Making recovery durable failed.
     #[error("recovery failed: {0}")]
     Io(#[from] io::Error),
-    /// A range scan's snapshot was expired while the scan was under way: its caller read so
-    /// slowly that the descriptors it kept the checkpoint rounds from folding passed
-    /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit). What the scan
-    /// passed on before was the snapshot's; nothing changed. Scan again (from where it stopped,
-    /// for a new snapshot), or read faster.
+    /// A range scan's snapshot was expired while the scan was under way: it was held while
+    /// the descriptors that the checkpoint rounds could not fold passed
+    /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) (a caller that
+    /// reads the entries slowly, or a long walk under fast writers). Nothing changed. If the
+    /// walk stopped, the caller's function was not called; if a read of a value stopped, the
+    /// entries and values it had before were the snapshot's. Scan again.
     #[error(
         "the scan's snapshot at txid {txid} was expired: writers made more descriptors wait for it than the \
          engine's snapshot limit allows"

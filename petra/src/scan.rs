@@ -80,9 +80,10 @@
 //!    snapshot (`reclaim::Snapshots`): the scan looks at each pin it takes, after taking it (its
 //!    re-pins, and each value read), and stops there with an error if its snapshot expired;
 //!    what waited for it proceeds only a grace period of the epoch after the expiry, so a step
-//!    of the scan that found its snapshot live reads nothing released. A scan never returns an
-//!    entry or value that is not its snapshot's: it returns them all, or an error after a
-//!    prefix of them.
+//!    of the scan that found its snapshot live reads nothing released (a re-pin is followed by
+//!    a SeqCst fence, as a pin is). A scan never returns an entry or value that is not its
+//!    snapshot's: it returns them all, or an error after a prefix of them. What is bounded is
+//!    the descriptors; replaced values that wait for a snapshot are not counted yet.
 //!
 //! [`Snapshots`]: crate::reclaim::Snapshots
 
@@ -218,6 +219,10 @@ impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
         while crate::protocol::hook::scan_paused() {
             self.guard.borrow_mut().repin();
         }
+        // SeqCst: `Guard::repin` stores the new local epoch without the fence `pin` makes
+        // after it; this one makes the re-pin a pin as far as the expiry's argument goes (the
+        // epoch seen, the local epoch stored, then a fence, as `pin` does).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         // Pinned, then the look (see `reclaim::Snapshots`): live now, nothing the walk reads
         // until the next re-pin is released.
         if self.hold.expired() {
