@@ -351,6 +351,26 @@ fn write_past(h: &mut Handle<SimMem>, other: StructId, n: u64) {
     }
 }
 
+/// A scan of `s` during which another handle runs `write_past(n)` on `other` at each of its
+/// first `steps` pauses, letting the epoch move on after each (the scan re-pins between them).
+fn scan_writing(
+    engine: &Engine<SimMem>,
+    s: StructId,
+    other: StructId,
+    steps: usize,
+    n: u64,
+) -> Result<(u64, Vec<(u64, u64)>), EngineError> {
+    let mut h2 = engine.handle().unwrap();
+    let meanwhile = move |call| {
+        if call < steps {
+            write_past(&mut h2, other, n);
+            h2.collect();
+        }
+        call < steps
+    };
+    try_scan_pausing(engine, s, meanwhile, |w, _| w)
+}
+
 /// A scan whose walk stays at a re-pin while writers fill the rings past the snapshot limit: a
 /// round its snapshot holds back expires it, the walk stops at its next re-pin (here: the same
 /// one) with `SnapshotExpired` instead of reading on, and once the scan is gone the rounds fold
@@ -364,37 +384,13 @@ fn a_walk_held_past_the_snapshot_limit_stops_with_an_error_and_the_rounds_go_on(
         let config = EngineConfig::rings(64 << 10).checkpoint_fill(0).snapshot_limit(LIMIT);
         let (engine, s, other) = engine_with(kind, Values::Words, config);
         // Under the limit: the rounds wait, and the scan returns.
-        let mut h2 = engine.handle().unwrap();
-        let (_, got) = scan_pausing(
-            &engine,
-            s,
-            move |call| {
-                if call < 4 {
-                    write_past(&mut h2, other, 8);
-                    h2.collect();
-                }
-                call < 4
-            },
-            |w, _| w,
-        );
+        let (_, got) = scan_writing(&engine, s, other, 4, 8).unwrap();
         assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>(), "{kind:?}");
         assert_eq!(engine.checkpoint_stats().snapshots_expired, 0, "{kind:?}: expired under the limit");
         // Past it, in steps between which the scan re-pins (so that the epoch moves on, and the
         // rounds' ends with it, as they do while a walk re-pins every millisecond).
-        let mut h2 = engine.handle().unwrap();
         let folded = engine.checkpoint_stats().descriptors;
-        let got = try_scan_pausing(
-            &engine,
-            s,
-            move |call| {
-                if call < 8 {
-                    write_past(&mut h2, other, 50);
-                    h2.collect();
-                }
-                call < 8
-            },
-            |w, _| w,
-        );
+        let got = scan_writing(&engine, s, other, 8, 50);
         assert!(matches!(got, Err(EngineError::SnapshotExpired { .. })), "{kind:?}: {got:?}");
         assert_eq!(engine.checkpoint_stats().snapshots_expired, 1, "{kind:?}");
         let mut h = engine.handle().unwrap();
