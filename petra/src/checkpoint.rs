@@ -496,8 +496,8 @@ impl Checkpointer {
         // descriptors waiting meanwhile pass the limit: then the snapshots below the stamp are
         // expired, and the fold goes ahead once they are released (see `reclaim::Snapshots`).
         if let Some(b) = found.as_ref().filter(|b| b.stamp > core.reclaim.snapshots.oldest()) {
-            if rings.unrecycled() > ckpt.snapshot_limit {
-                core.reclaim.expire_snapshots(&local.pin(), b.stamp);
+            if rings.unrecycled() > ckpt.snapshot_limit && core.reclaim.expire_snapshots(&local.pin(), b.stamp) {
+                ckpt.stats.lock().snapshots_expired += 1;
             }
             return None;
         }

@@ -411,8 +411,7 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// What the checkpoint rounds did since the engine was opened.
     pub fn checkpoint_stats(&self) -> CheckpointStats {
-        let snapshots_expired = self.shared.core.reclaim.snapshot_expiries();
-        CheckpointStats { snapshots_expired, ..self.shared.checkpointer.stats() }
+        self.shared.checkpointer.stats()
     }
 
     /// The descriptor rings the pool holds (each [`EngineConfig::ring_bytes`] long).

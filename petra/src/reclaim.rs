@@ -77,8 +77,6 @@ pub(crate) struct Snapshots {
     expired: AtomicU64,
     /// Snapshots below it hold nothing back any more (a grace period after `expired`).
     released: AtomicU64,
-    /// Times `expired` rose.
-    expiries: AtomicU64,
     /// Items put back to wait for a snapshot: removals, and replaced values (a unit test's
     /// evidence that the wait happened).
     #[cfg(test)]
@@ -92,7 +90,6 @@ impl Default for Snapshots {
             oldest: CachePadded::new(AtomicU64::new(u64::MAX)),
             expired: AtomicU64::new(0),
             released: AtomicU64::new(0),
-            expiries: AtomicU64::new(0),
             #[cfg(test)]
             waited: Default::default(),
         }
@@ -232,23 +229,17 @@ impl Reclaim {
 
     /// Expires the snapshots below `below` (see [`Snapshots`]): their scans stop at their next
     /// pin, and once every thread pinned now has unpinned, what waits for them proceeds.
-    pub(crate) fn expire_snapshots(self: &Arc<Self>, guard: &Guard, below: u64) {
+    /// Returns whether the watermark rose (false: an expiry at or above `below` came first).
+    pub(crate) fn expire_snapshots(self: &Arc<Self>, guard: &Guard, below: u64) -> bool {
         // SeqCst: see `Hold::expired`.
         let before = self.snapshots.expired.fetch_max(below, Ordering::SeqCst);
         if before >= below {
-            return;
+            return false;
         }
-        // Relaxed: a count for the rounds' statistics.
-        self.snapshots.expiries.fetch_add(1, Ordering::Relaxed);
         let this = Arc::clone(self);
         guard.defer(move || this.snapshots.release(below));
         guard.flush();
-    }
-
-    /// How many times snapshots were expired.
-    pub(crate) fn snapshot_expiries(&self) -> u64 {
-        // Relaxed: a count for the rounds' statistics.
-        self.snapshots.expiries.load(Ordering::Relaxed)
+        true
     }
 
     /// Queues removals whose grace has already passed (a checkpoint round's end runs deferred),
