@@ -2,14 +2,15 @@
 //! state after the prefix of the serial (txid) order below its snapshot's txid, which lies within
 //! the scan's call. Writers run random transactions on a few hot keys of every structure while a
 //! scanner reads random ranges; afterwards the committed transactions are replayed in txid order
-//! and each scan is matched against the state at its txid. And a scan of a large range returns
-//! while writers write in it without a pause.
+//! and each scan is matched against the state at its txid (or, past a snapshot limit, stops with
+//! `SnapshotExpired`). And a scan of a large range returns while writers write in it without a
+//! pause.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, Transaction};
 use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -103,14 +104,15 @@ fn writer<M: PMem + 'static>(
     committed
 }
 
-/// Runs scans (see below), then tells the writers to stop.
+/// Runs scans (see below), then tells the writers to stop. Returns the scans that returned, and
+/// how many stopped with their snapshot expired.
 fn scanner<M: PMem + 'static>(
     engine: &Engine<M>,
     ids: &[StructId],
     seed: u64,
     scans: usize,
     flags: &Flags,
-) -> Vec<Scan> {
+) -> (Vec<Scan>, usize) {
     /// Tells the writers to stop when the scanner returns or panics.
     struct Stop<'a>(&'a AtomicBool);
     impl Drop for Stop<'_> {
@@ -129,17 +131,26 @@ fn scanner<M: PMem + 'static>(
     // them overlapped a commit: on a loaded machine the writers may be off the cores for a while.
     // A scan that overlapped none yields, to let them on.
     let mut out: Vec<Scan> = Vec::new();
+    let mut expired = 0;
     let mut overlapped = 0;
     let started = std::time::Instant::now();
     let more = |out: &Vec<Scan>, overlapped: usize| {
         overlapped < scans / 10 && out.len() < 10 * scans && started.elapsed() < std::time::Duration::from_secs(20)
     };
-    while out.len() < scans || more(&out, overlapped) {
+    while (out.len() < scans || more(&out, overlapped)) && out.len() + expired < 20 * scans {
         let s = ids[rng.random_range(0..ids.len())];
         let from = rng.random_range(0..KEYS);
         let to = rng.random_range(from..KEYS + 2);
         let lo = engine.txid_watermark();
-        let (txid, got) = petra_recovery::battery::snapshot(&mut h, s, from..=to).unwrap();
+        let (txid, got) = match petra_recovery::battery::snapshot(&mut h, s, from..=to) {
+            Ok(scan) => scan,
+            Err(EngineError::SnapshotExpired { .. }) => {
+                expired += 1;
+                flags.scanned.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Err(e) => panic!("a scan failed: {e}"),
+        };
         let hi = engine.txid_watermark();
         // Beyond the scan's own txid, another transaction's.
         let overlap = hi > lo + 1;
@@ -150,11 +161,18 @@ fn scanner<M: PMem + 'static>(
             std::thread::yield_now();
         }
     }
-    out
+    (out, expired)
 }
 
-fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64) {
-    let engine = Engine::create(pool, EngineConfig::rings(64 << 20)).unwrap();
+/// Writers and a scanner on `pool`; scans whose snapshot is expired (past `limit`, if given)
+/// stop with an error, and must be some if a limit is given; every other one must be its
+/// snapshot's state.
+fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usize, seed: u64, limit: Option<u64>) {
+    let config = match limit {
+        Some(l) => EngineConfig::rings(64 << 20).snapshot_limit(l),
+        None => EngineConfig::rings(64 << 20),
+    };
+    let engine = Engine::create(pool, config).unwrap();
     let ids = petra_recovery::battery::create_all(&engine);
     // Half the keys present at the start, so that scans see keys from the first: a transaction
     // per structure.
@@ -169,7 +187,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
         committed.push(Committed { txid, ops: prefill.ops().to_vec() });
     }
     let flags = Flags { done: AtomicBool::new(false), scanned: AtomicUsize::new(0) };
-    let scans = std::thread::scope(|sc| {
+    let (scans, expired) = std::thread::scope(|sc| {
         let ws: Vec<_> = (0..writers)
             .map(|t| {
                 sc.spawn({
@@ -183,6 +201,11 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
         committed.extend(ws.into_iter().flat_map(|w| w.join().unwrap()));
         scans
     });
+    match limit {
+        None => assert_eq!(expired, 0, "scans expired under the default limit"),
+        Some(l) => assert!(expired > 0, "no scan expired past a limit of {l} bytes"),
+    }
+    assert!(expired == 0 || engine.checkpoint_stats().snapshots_expired > 0, "expired scans, and no expiry counted");
     committed.sort_by_key(|c| c.txid);
     // Replay in txid order; each scan must hold exactly the state below its txid, which it took
     // during its call.
@@ -214,25 +237,30 @@ fn run<M: PMem + 'static>(pool: Pool<M>, writers: usize, txs: usize, scans: usiz
         committed.len()
     );
     eprintln!(
-        "{} committed, {} scans ({nonempty} non-empty, {overlapped} overlapping a commit)",
+        "{} committed, {} scans ({nonempty} non-empty, {overlapped} overlapping a commit), {expired} expired",
         committed.len(),
         scans.len()
     );
 }
 
 /// One test, so that the standard runner too runs it alone: the overlap it needs comes from its
-/// own threads running at once.
+/// own threads running at once. The last run sets a snapshot limit that scans pass.
 #[test]
 fn scans_are_snapshots_on_the_simulator_and_on_a_real_mapping() {
     for seed in 0..3 {
-        run(Pool::create_in(SimMem::new(0, 1 << 30), &config()).unwrap(), 2, 300_000, 3000, seed);
+        run(Pool::create_in(SimMem::new(0, 1 << 30), &config()).unwrap(), 2, 300_000, 3000, seed, None);
     }
     // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's.
     let dir = petra_recovery::scratch_dir();
     for (seed, writers) in [(10, 1), (11, 2), (12, 3)] {
         let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
-        run(pool, writers, 300_000, 8000, seed);
+        run(pool, writers, 300_000, 8000, seed, None);
     }
+    // A limit of two descriptors or so: writers expire the snapshots of scans that overlap more
+    // commits, in the middle of their walks and reads; each scan returns its snapshot's state
+    // or the error, never a mix.
+    let pool = Pool::create(dir.path().join("13.pool"), &config()).unwrap();
+    run(pool, 2, 300_000, 8000, 13, Some(256));
 }
 
 /// Keys of the large range.

@@ -335,7 +335,7 @@ impl<'s, M: PMem + 'static> Session<'s, M> {
     /// (a snapshot). `f` runs while the engine keeps the values from being freed: keep it short.
     /// A scan whose `f` is so slow that writers meanwhile fill the engine's
     /// [`snapshot_limit`](petra::EngineConfig::snapshot_limit) (an eighth of the store's
-    /// maximum size, counted in descriptors) stops with [`KvError::Engine`] holding
+    /// maximum size, of descriptors written and values replaced while it is held) stops with [`KvError::Engine`] holding
     /// [`EngineError::SnapshotExpired`](petra::EngineError::SnapshotExpired): the entries `f`
     /// had were the snapshot's; scan again (in a sorted store, from above the last key `f`
     /// had, if a later instant's entries will do).

@@ -117,21 +117,59 @@ fn two_threads_writing_long_keys_of_one_bucket_lose_nothing() {
 fn large_values_replaced_again_and_again_are_freed_as_they_go() {
     // 200 values of 4 MiB (800 MiB written) through one key of a store that may hold 320 MiB:
     // only if each replaced value is freed soon after (not held in the thread's bag of deferred
-    // work until 64 pile up) does the file stay small enough.
+    // work until 64 pile up) does the file stay small enough. And 400 values of 40 000 bytes,
+    // each in a chunk of 1 MiB of its own, through a store that may hold 128 MiB: only if the
+    // values held for the next safe point are counted by the chunks they hold (not by their
+    // 40 000 bytes) is that safe point made early enough.
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        size: 96 << 20,
-        max_size: 320 << 20,
-        ..config(&dir.path().join("large.pool"), CreateMode::Create, Order::Unsorted { buckets: 64 })
-    };
-    let store = Store::open(&config).unwrap();
-    let mut s = store.session().unwrap();
-    let mut value = vec![0u8; 4 << 20];
-    for i in 0..200u32 {
-        value[..4].copy_from_slice(&i.to_le_bytes());
-        s.put(b"big", &value).unwrap_or_else(|e| panic!("put {i}: {e}"));
+    for (len, puts, max_size) in [(4 << 20, 200u32, 320 << 20), (40_000, 400, 128 << 20)] {
+        let config = Config {
+            size: 96 << 20,
+            max_size,
+            ..config(&dir.path().join(format!("large{len}.pool")), CreateMode::Create, Order::Unsorted { buckets: 64 })
+        };
+        let store = Store::open(&config).unwrap();
+        let mut s = store.session().unwrap();
+        let mut value = vec![0u8; len];
+        for i in 0..puts {
+            value[..4].copy_from_slice(&i.to_le_bytes());
+            s.put(b"big", &value).unwrap_or_else(|e| panic!("put {i} of {len} bytes: {e}"));
+        }
+        assert_eq!(s.get(b"big").unwrap().unwrap()[..4], (puts - 1).to_le_bytes());
     }
-    assert_eq!(s.get(b"big").unwrap().unwrap()[..4], 199u32.to_le_bytes());
+}
+
+/// A scan whose caller, at its first entry, replaces the store's values with long ones many
+/// times over (three times the store's maximum size in all): the replaced values count against the
+/// snapshot limit (an eighth of the maximum size), the scan's snapshot is expired and stops the
+/// scan with `SnapshotExpired` at its next value, and no put finds the store full.
+#[test]
+fn a_scan_whose_caller_writes_past_the_snapshot_limit_stops_and_the_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        Config { max_size: 128 << 20, ..config(&dir.path().join("expiry.pool"), CreateMode::Create, Order::Sorted) };
+    let store = Store::open(&config).unwrap();
+    let mut reader = store.session().unwrap();
+    let mut writer = store.session().unwrap();
+    for k in 0..4u8 {
+        writer.put(&[b'k', k], &[k; 100]).unwrap();
+    }
+    let mut seen = Vec::new();
+    let scan = reader.scan(Bound::Unbounded, Bound::Unbounded, |k, v| {
+        seen.push((k.to_vec(), v.to_vec()));
+        if seen.len() == 1 {
+            // 400 values of 40 000 bytes, each in a chunk of 1 MiB: 400 MiB of the pool's chunks.
+            for i in 0..400u32 {
+                let value = [i as u8; 40_000];
+                writer.put(&[b'k', (i % 4) as u8], &value).unwrap_or_else(|e| panic!("put {i}: {e}"));
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    assert!(matches!(scan, Err(KvError::Engine(petra::EngineError::SnapshotExpired { .. }))), "{scan:?}");
+    assert_eq!(seen, [(b"k\0".to_vec(), vec![0; 100])], "the entries before the expiry are the snapshot's");
+    assert!(store.engine().checkpoint_stats().snapshots_expired >= 1);
+    assert_eq!(writer.get(b"k\x03").unwrap(), Some(vec![(399u32 as u8); 40_000]));
 }
 
 /// Engine keys that fit no key of a store's layout (a length byte above 16, bytes past a short

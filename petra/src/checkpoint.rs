@@ -129,16 +129,17 @@ pub(crate) struct Checkpointer {
     /// The wake-up of the engine's rounds' thread, if the rounds that the fill starts run on
     /// it (see [`EngineConfig::background_rounds`](crate::EngineConfig::background_rounds)).
     background: Option<Arc<Wake>>,
-    /// The bytes of unrecycled descriptors beyond which a round that a scan's snapshot keeps
-    /// from folding expires it (see [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit)).
+    /// The pressure beyond which a scan's snapshot is expired (see
+    /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) and
+    /// [`bound_snapshots`](Checkpointer::bound_snapshots)).
     snapshot_limit: u64,
 }
 
 impl Checkpointer {
     /// Rounds that run on their own when a ring is `fill` percent full (0: never), on the
     /// engine's rounds' thread if `background`, else in the writer that finds its ring so; a
-    /// snapshot that keeps them from folding while more than `snapshot_limit` bytes of
-    /// descriptors wait is expired.
+    /// snapshot held while more than `snapshot_limit` bytes of descriptors are written and of
+    /// byte values replaced is expired.
     pub(crate) fn new(fill: u8, background: bool, snapshot_limit: u64) -> Checkpointer {
         Checkpointer { fill, background: background.then(Arc::default), snapshot_limit, ..Checkpointer::default() }
     }
@@ -260,7 +261,7 @@ pub struct CheckpointStats {
     /// Descriptor rings whose regions rounds gave back to the pool, once empty and held by no
     /// handle (all but one spare).
     pub rings_given_back: u64,
-    /// Times a round expired the scans' snapshots that kept it from folding (see
+    /// Times the scans' snapshots held past the limit were expired (see
     /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit)).
     pub snapshots_expired: u64,
 }
@@ -474,6 +475,39 @@ impl Checkpointer {
         }
     }
 
+    /// Expires the snapshots held past the limit, if any (see `reclaim::Snapshots`): called by
+    /// the writer of `ring` (written up to `head`) after each transaction, it looks once the
+    /// ring's pressure has grown by a sixteenth of the limit (or of the ring, if smaller) since
+    /// it last did, and only if a snapshot is held. So a snapshot is expired once its pressure
+    /// passes the limit by at most that step on each ring.
+    pub(crate) fn bound_snapshots<M: PMem + 'static>(
+        &self,
+        core: &Core<M>,
+        rings: &Rings,
+        local: &LocalHandle,
+        ring: &Ring,
+        head: u64,
+    ) {
+        let pressure = ring.pressure(head);
+        // Relaxed: only the ring's writer reads and writes it (a handle that takes the ring after
+        // another does so under the rings' lock).
+        if pressure.saturating_sub(ring.bounded.load(Ordering::Relaxed))
+            < (self.snapshot_limit.min(ring.cap) / 16).max(1)
+        {
+            return;
+        }
+        ring.bounded.store(pressure, Ordering::Relaxed);
+        let snapshots = &core.reclaim.snapshots;
+        if snapshots.oldest() == u64::MAX {
+            return;
+        }
+        if let Some(below) = snapshots.past(rings.pressure(), self.snapshot_limit)
+            && core.reclaim.expire_snapshots(&local.pin(), below)
+        {
+            self.stats.lock().snapshots_expired += 1;
+        }
+    }
+
     /// A few attempts to let the epoch collector run what is due (the end of the last round).
     pub(crate) fn advance(&self, local: &LocalHandle) {
         for _ in 0..4 {
@@ -492,13 +526,9 @@ impl Checkpointer {
             return None;
         }
         // A scan's snapshot below the stamp may still read what the fold would cache, cut and
-        // make FINAL: the fold waits until no such snapshot is held (see `scan`), or until the
-        // descriptors waiting meanwhile pass the limit: then the snapshots below the stamp are
-        // expired, and the fold goes ahead once they are released (see `reclaim::Snapshots`).
-        if let Some(b) = found.as_ref().filter(|b| b.stamp > core.reclaim.snapshots.oldest()) {
-            if rings.unrecycled() > ckpt.snapshot_limit && core.reclaim.expire_snapshots(&local.pin(), b.stamp) {
-                ckpt.stats.lock().snapshots_expired += 1;
-            }
+        // make FINAL: the fold waits until no such snapshot is held (see `scan`), or until they
+        // are expired and released (see `reclaim::Snapshots`).
+        if found.as_ref().is_some_and(|b| b.stamp > core.reclaim.snapshots.oldest()) {
             return None;
         }
         let started = std::time::Instant::now();

@@ -50,12 +50,14 @@ pub struct EngineConfig {
     /// writer that runs the rounds itself keeps the engine's work on its own threads and makes
     /// what a run does depend on its transactions alone (as simulated crashes want).
     pub background_rounds: bool,
-    /// How far a range scan's snapshot may hold the checkpoint rounds back: when a round that a
-    /// snapshot keeps from folding finds more than this many bytes of descriptors waiting in the
-    /// rings, it expires the snapshot, and the scan stops with
-    /// [`EngineError::SnapshotExpired`] at its next step instead of growing the pool for as long
-    /// as its caller reads (see [`Handle::snapshot_with`]). `None`: an eighth of the pool's
-    /// maximum size.
+    /// How much a range scan's snapshot may hold back: once writers have written more than this
+    /// many bytes of descriptors and replaced byte values holding this many bytes of the pool
+    /// (the two summed) since the snapshot was taken, it is expired, and the scan stops with
+    /// [`EngineError::SnapshotExpired`] at its next step instead of keeping the rings from being
+    /// recycled and the replaced values from being freed for as long as its caller reads (see
+    /// [`Handle::snapshot_with`]). Writers look after every sixteenth of the limit (or of a ring,
+    /// if smaller) that each of them writes, so the bound is exceeded by at most that much per
+    /// writer. `None`: an eighth of the pool's maximum size.
     pub snapshot_limit: Option<u64>,
 }
 
@@ -119,8 +121,8 @@ impl EngineConfig {
         EngineConfig { background_rounds: on, ..self }
     }
 
-    /// These settings, with scans' snapshots expired beyond `bytes` of descriptors waiting (see
-    /// [`EngineConfig::snapshot_limit`]).
+    /// These settings, with scans' snapshots expired beyond `bytes` written and replaced while
+    /// they are held (see [`EngineConfig::snapshot_limit`]).
     pub fn snapshot_limit(self, bytes: u64) -> EngineConfig {
         EngineConfig { snapshot_limit: Some(bytes), ..self }
     }

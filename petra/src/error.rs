@@ -227,14 +227,14 @@ pub enum EngineError {
     #[error("recovery failed: {0}")]
     Io(#[from] io::Error),
     /// A range scan's snapshot was expired while the scan was under way: it was held while
-    /// the descriptors that the checkpoint rounds could not fold passed
+    /// writers wrote descriptors and replaced values past
     /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) (a caller that
     /// reads the entries slowly, or a long walk under fast writers). Nothing changed. If the
     /// walk stopped, the caller's function was not called; if a read of a value stopped, the
     /// entries and values it had before were the snapshot's. Scan again.
     #[error(
-        "the scan's snapshot at txid {txid} was expired: writers made more descriptors wait for it than the \
-         engine's snapshot limit allows"
+        "the scan's snapshot at txid {txid} was expired: writers wrote and replaced more while it was held than \
+         the engine's snapshot limit allows"
     )]
     SnapshotExpired {
         /// The snapshot's txid.

@@ -371,8 +371,9 @@ impl<M: PMem + 'static> Handle<M> {
     ///
     /// The walk re-pins as it goes, and `f` runs unpinned: what the snapshot reads (the nodes
     /// of keys deleted since, the values replaced since) waits for it, and so do the checkpoint
-    /// rounds, while nothing else does. That wait is bounded: once the descriptors it keeps
-    /// from being folded pass [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit),
+    /// rounds, while nothing else does. That wait is bounded: once writers have written
+    /// descriptors and replaced values past
+    /// [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) while it is held,
     /// the snapshot is expired, and the scan stops at its next step: the walk with
     /// [`EngineError::SnapshotExpired`], a read of `f`'s reader with [`ReadError::Expired`].
     /// Everything read before was the snapshot's. Keep `f` short all the same: copy what it
@@ -391,7 +392,7 @@ impl<M: PMem + 'static> Handle<M> {
         let mut guard = self.epoch.pin();
         // Taken pinned, and held before the pin ends (see `scan`).
         let txid = core.take_txid();
-        let hold = core.reclaim.snapshots.hold(txid);
+        let hold = core.reclaim.snapshots.hold(txid, self.shared.rings.pressure());
         let entries = match scan::inclusive(&range) {
             Some(bounds) => scan::snapshot(core, structure, bounds, &hold, &mut guard),
             None => Some(Vec::new()),
@@ -462,6 +463,7 @@ impl<M: PMem + 'static> Handle<M> {
             safe.relieve(shared.core.reclaim.held_bytes(), || safe.make(&shared.core, &shared.rings));
         }
         let Some((_, ring)) = &self.ring else { return };
+        shared.checkpointer.bound_snapshots(&shared.core, &shared.rings, &self.epoch, ring, self.head);
         shared.checkpointer.maybe_round(&shared.core, &shared.rings, &self.epoch, ring, self.head);
     }
 
@@ -604,8 +606,11 @@ impl<M: PMem + 'static> Handle<M> {
                 // After the txid: the removals' stamp bounds it.
                 cx.schedule_removals(&removals, expiry, Some(txid));
                 self.removals = removals;
-                if bytes {
-                    retire_replaced(core, tx, (txid, &results), guard);
+                if bytes && let Some((_, ring)) = &self.ring {
+                    let held = retire_replaced(core, tx, (txid, &results), guard);
+                    use std::sync::atomic::Ordering::Relaxed;
+                    // Relaxed: only the ring's writer writes it; an estimate for its readers.
+                    ring.retired.store(ring.retired.load(Relaxed) + held, Relaxed);
                 }
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }
@@ -671,19 +676,20 @@ fn free_blobs<M: PMem>(pool: &Pool<M>, cache: &mut AllocCache, blobs: &[(u64, u6
 /// After a commit (persisted): the byte values its writing ops replaced are unreachable for any
 /// reader that starts from now on; they are freed once the readers that may hold them (pinned
 /// now) have unpinned. Each value is replaced by exactly one committed op, so each is freed once;
-/// recovery never goes back to a value a persisted transaction replaced.
+/// recovery never goes back to a value a persisted transaction replaced. Returns the bytes of the
+/// pool they hold.
 fn retire_replaced<M: PMem + 'static>(
     core: &Core<M>,
     tx: &Transaction,
     (txid, results): (u64, &[Option<u64>]),
     guard: &Guard,
-) {
+) -> u64 {
     let replaced = tx.ops().iter().zip(results).filter_map(|(op, before)| {
         let blob = (*before)?;
         let bytes = core.structures.get(op.structure).is_ok_and(|s| s.values == Values::Bytes);
         (!op.kind.is_read() && bytes).then_some(blob)
     });
-    core.reclaim.retire_blobs(&core.pool, guard, txid, replaced);
+    core.reclaim.retire_blobs(&core.pool, guard, txid, replaced)
 }
 
 #[cfg(test)]

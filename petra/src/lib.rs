@@ -38,11 +38,11 @@
 //! reproduces every result (checked by replay in the tests). A single read with no descriptor is
 //! linearizable. A range scan ([`Handle::range`]) takes a txid of its own and returns the state
 //! after exactly the transactions below it (strictly serializable too); it returns after one walk
-//! of the range, whatever writers do meanwhile ([`Handle::snapshot_with`] gives the txid). The
-//! descriptors its snapshot keeps the checkpoint rounds from folding are bounded
-//! ([`EngineConfig::snapshot_limit`]): a caller that reads the entries so slowly that writers
-//! fill the limit gets [`EngineError::SnapshotExpired`] after a prefix of them, never an entry
-//! of another state. (Values replaced meanwhile wait for it too, and are not counted yet.)
+//! of the range, whatever writers do meanwhile ([`Handle::snapshot_with`] gives the txid). What
+//! its snapshot holds back (descriptors the rounds may not fold, replaced values that may not be
+//! freed) is bounded ([`EngineConfig::snapshot_limit`]): a caller that reads the entries so
+//! slowly that writers pass the limit gets [`EngineError::SnapshotExpired`] after a prefix of
+//! them, never an entry of another state.
 //!
 //! # Durability
 //! A committed updating transaction has its descriptor flushed and fenced before

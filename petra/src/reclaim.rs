@@ -30,6 +30,7 @@ use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 
 use crate::mem::PMem;
+use crate::pool::alloc::MAX_CLASS_SIZE;
 use crate::pool::{AllocCache, POff, Pool};
 use crate::structures::info::Info;
 use crate::sync::{AtomicU64, Mutex};
@@ -53,10 +54,14 @@ pub(crate) struct Removal {
 /// one per scanning thread.
 ///
 /// **Expiry.** What a snapshot holds back grows with the writes made while it is held, and a scan
-/// whose caller reads slowly holds it for as long as it likes. So a snapshot is held back only so
-/// far: a checkpoint round that a snapshot keeps from folding, and finds the rings' unrecycled
-/// descriptors beyond the engine's limit, *expires* the snapshots below its batch
-/// ([`Reclaim::expire_snapshots`]). That happens in two steps. First the watermark `expired` is
+/// whose caller reads slowly holds it for as long as it likes. So a snapshot holds back only so
+/// much: its *pressure*, the bytes of descriptors written and of byte values replaced since it
+/// was taken (the growth of [`Rings::pressure`](crate::ring::Rings::pressure), recorded at the
+/// hold), is what it may keep from being recycled and freed; once that passes the engine's
+/// limit, a writer that looks ([`Checkpointer::bound_snapshots`](crate::checkpoint::Checkpointer::bound_snapshots))
+/// *expires* it, and with it every snapshot below it (held as long or longer, give or take the
+/// writes of the moment between a txid's taking and its hold:
+/// [`Reclaim::expire_snapshots`]). That happens in two steps. First the watermark `expired` is
 /// raised: a scan looks at it at each pin it takes (the walk's re-pins, each read of a value),
 /// and one that finds its snapshot below it stops with
 /// [`EngineError::SnapshotExpired`](crate::EngineError::SnapshotExpired), reading nothing more.
@@ -67,8 +72,8 @@ pub(crate) struct Removal {
 /// consistent: either the scan sees the watermark, or the release waits for its pin).
 #[derive(Debug)]
 pub(crate) struct Snapshots {
-    /// The txids held, one entry per hold.
-    held: Mutex<Vec<u64>>,
+    /// The txids held, one entry per hold, each with the pressure at its hold.
+    held: Mutex<Vec<(u64, u64)>>,
     /// The smallest txid held and not released, `u64::MAX` if none: what the queues and the
     /// rounds compare with. (On a line of its own: every writer reads it as it drains the
     /// queues, and only scans write it, twice each.)
@@ -97,22 +102,32 @@ impl Default for Snapshots {
 }
 
 impl Snapshots {
-    /// Holds the snapshot `txid` until the returned hold is dropped. The caller is pinned, and
-    /// took `txid` from the txid counter while pinned: it is at or above every expiry watermark
-    /// (each is a batch's stamp, a reading of that counter taken before), so the hold starts live.
-    pub(crate) fn hold(&self, txid: u64) -> Hold<'_> {
+    /// Holds the snapshot `txid` until the returned hold is dropped, with `pressure` the rings'
+    /// pressure read before (see [`Snapshots`]). The caller is pinned, and took `txid` from the
+    /// txid counter while pinned: it is at or above every expiry watermark (each is one above a
+    /// txid taken before), so the hold starts live.
+    pub(crate) fn hold(&self, txid: u64, pressure: u64) -> Hold<'_> {
         let mut held = self.held.lock();
-        held.push(txid);
+        held.push((txid, pressure));
         self.publish_oldest(&held);
         Hold { snapshots: self, txid }
     }
 
+    /// Where to expire, with the rings' pressure `now`: one above the newest snapshot held and not
+    /// released whose pressure since its hold passed `limit`, if any.
+    pub(crate) fn past(&self, now: u64, limit: u64) -> Option<u64> {
+        let held = self.held.lock();
+        // Relaxed: under the lock, as every writer of it is.
+        let released = self.released.load(Ordering::Relaxed);
+        held.iter().filter(|&&(t, p)| t >= released && now.saturating_sub(p) > limit).map(|&(t, _)| t + 1).max()
+    }
+
     /// Stores the oldest snapshot held and not released, under the lock (so the stores are in the
     /// order of the changes to `held`).
-    fn publish_oldest(&self, held: &[u64]) {
+    fn publish_oldest(&self, held: &[(u64, u64)]) {
         // Relaxed: read and written under the lock only by the expiry's second step.
         let released = self.released.load(Ordering::Relaxed);
-        let oldest = held.iter().copied().filter(|&t| t >= released).min().unwrap_or(u64::MAX);
+        let oldest = held.iter().map(|&(t, _)| t).filter(|&t| t >= released).min().unwrap_or(u64::MAX);
         // Release: a thread that reads the oldest snapshot, and so waits for it, sees the
         // holder's work before it.
         self.oldest.store(oldest, Ordering::Release);
@@ -162,7 +177,7 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         let mut held = self.snapshots.held.lock();
-        if let Some(i) = held.iter().position(|&t| t == self.txid) {
+        if let Some(i) = held.iter().position(|&(t, _)| t == self.txid) {
             held.swap_remove(i);
         }
         self.snapshots.publish_oldest(&held);
@@ -181,7 +196,7 @@ pub(crate) struct Reclaim {
     /// Those of them whose replacer was above the safe txid when they came due (a queue, not a
     /// locked list: under `Periodic` nearly every replaced value passes through it).
     held: SegQueue<(u64, u64)>,
-    /// The bytes of the values held.
+    /// The bytes of the pool that the values held hold (a value of 20 KB holds a chunk).
     held_bytes: AtomicU64,
     /// The snapshots scans hold.
     pub(crate) snapshots: Snapshots,
@@ -202,22 +217,29 @@ impl Reclaim {
     /// at every overwrite cost a tenth of a put's time. A value of whole chunks (longer than the
     /// largest block) has the bag flushed at once, so that a thread that seldom writes does not
     /// hold up to 63 of them (of up to the blob limit each) for as long as it likes.
+    ///
+    /// Returns the bytes of the pool the values hold (what a snapshot held meanwhile keeps from
+    /// the pool: see [`Snapshots`]).
     pub(crate) fn retire_blobs<M: PMem>(
         self: &Arc<Self>,
         pool: &Pool<M>,
         guard: &Guard,
         txid: u64,
         blobs: impl Iterator<Item = u64>,
-    ) {
+    ) -> u64 {
+        let mut bytes = 0;
         let mut large = false;
         for blob in blobs {
-            large |= pool.is_blob_run(POff::new(blob));
+            let footprint = pool.blob_footprint(POff::new(blob));
+            bytes += footprint;
+            large |= footprint > MAX_CLASS_SIZE;
             let this = Arc::clone(self);
             guard.defer(move || this.blob_frees.push((blob, txid)));
         }
         if large {
             guard.flush();
         }
+        bytes
     }
 
     /// Hands a removal to the epoch: it is queued once every thread that could still be executing
@@ -275,7 +297,7 @@ impl Reclaim {
             if txid > safe {
                 // Replacers come due in about their txid order: the next ones are not safe either.
                 // Relaxed: a size for the trigger of an early safe point.
-                self.held_bytes.fetch_add(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
+                self.held_bytes.fetch_add(pool.blob_footprint(POff::new(blob)), Ordering::Relaxed);
                 self.held.push((blob, txid));
                 break;
             }
@@ -295,12 +317,12 @@ impl Reclaim {
                 continue;
             }
             // Relaxed: as where it was added.
-            self.held_bytes.fetch_sub(pool.blob_len(POff::new(blob)), Ordering::Relaxed);
+            self.held_bytes.fetch_sub(pool.blob_footprint(POff::new(blob)), Ordering::Relaxed);
             self.blob_frees.push((blob, txid));
         }
     }
 
-    /// The bytes of the values held for a safe point.
+    /// The bytes of the pool held by the values held for a safe point.
     pub(crate) fn held_bytes(&self) -> u64 {
         // Relaxed: an estimate for the trigger.
         self.held_bytes.load(Ordering::Relaxed)

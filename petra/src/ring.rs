@@ -61,6 +61,13 @@ pub(crate) struct Ring {
     /// The head when this ring's writer last started a round and a safe point (while safe
     /// points are kept): another waits until a sixteenth of the ring was written since.
     pub(crate) fired: AtomicU64,
+    /// The bytes of the pool held by the byte values that the transactions of this ring's
+    /// descriptors replaced (only grows; written by the ring's writer): with the head, the ring's
+    /// share of the pressure on snapshots (see [`Rings::pressure`]).
+    pub(crate) retired: AtomicU64,
+    /// The ring's pressure when its writer last looked at the snapshots held (see
+    /// `Checkpointer::bound_snapshots`).
+    pub(crate) bounded: AtomicU64,
 }
 
 impl Ring {
@@ -75,7 +82,15 @@ impl Ring {
             tail: AtomicU64::new(0),
             newest: AtomicU64::new(0),
             fired: AtomicU64::new(0),
+            retired: AtomicU64::new(0),
+            bounded: AtomicU64::new(0),
         }
+    }
+
+    /// The ring's share of [`Rings::pressure`], with `head` its head.
+    pub(crate) fn pressure(&self, head: u64) -> u64 {
+        // Relaxed: an estimate for the expiry of snapshots.
+        head + self.retired.load(Ordering::Relaxed)
     }
 
     /// The pool offset of position `v`.
@@ -161,6 +176,8 @@ struct Slots {
     all: Vec<RingSlot>,
     /// A ring given back had been written since the open.
     gone_written: bool,
+    /// The pressure of the rings given back (see [`Rings::pressure`]).
+    gone_pressure: u64,
 }
 
 impl Rings {
@@ -170,7 +187,7 @@ impl Rings {
     pub(crate) fn of_pool<M: PMem>(pool: &Pool<M>, ring_bytes: u64) -> Rings {
         let all =
             pool.regions(RING_TAG).into_iter().map(|(off, len)| RingSlot::new(Ring::new(off.get(), len))).collect();
-        Rings { slots: Mutex::new(Slots { all, gone_written: false }), ring_bytes }
+        Rings { slots: Mutex::new(Slots { all, gone_written: false, gone_pressure: 0 }), ring_bytes }
     }
 
     /// Bytes of a new ring, as configured.
@@ -230,7 +247,7 @@ impl Rings {
     /// can take it while the lock is held; a round that read it before sees no slot to fold.
     pub(crate) fn give_back<M: PMem>(&self, pool: &Pool<M>) -> usize {
         let mut slots = self.slots.lock();
-        let Slots { all, gone_written } = &mut *slots;
+        let Slots { all, gone_written, gone_pressure } = &mut *slots;
         let mut spare = SPARE_RINGS;
         let mut given = 0;
         for slot in all.iter_mut().filter(|r| r.idle()) {
@@ -246,6 +263,7 @@ impl Rings {
             }
             pool.free_region(crate::pool::POff::new(slot.ring.off));
             *gone_written |= head > 0;
+            *gone_pressure += slot.ring.pressure(head);
             slot.gone = true;
             given += 1;
         }
@@ -263,12 +281,16 @@ impl Rings {
         self.slots.lock().all.iter().filter(|r| !r.gone).map(|r| Arc::clone(&r.ring)).collect()
     }
 
-    /// The bytes of descriptors not yet recycled, over every ring (as their writers last
-    /// published their heads).
-    pub(crate) fn unrecycled(&self) -> u64 {
+    /// The bytes of descriptors written since the open, and of the pool held by the byte values
+    /// their transactions replaced, over every ring (as their writers last published them):
+    /// only grows. What a scan's snapshot may keep from being recycled or freed is what the
+    /// writers add to it while the snapshot is held (see `reclaim::Snapshots`).
+    pub(crate) fn pressure(&self) -> u64 {
         let slots = self.slots.lock();
-        // Acquire: pairs with the writers' Release stores of their heads.
-        slots.all.iter().filter(|r| !r.gone).map(|r| r.ring.used(r.ring.head.load(Ordering::Acquire))).sum()
+        // Relaxed: an estimate, as in `Ring::pressure`.
+        let live: u64 =
+            slots.all.iter().filter(|r| !r.gone).map(|r| r.ring.pressure(r.ring.head.load(Ordering::Relaxed))).sum();
+        slots.gone_pressure + live
     }
 
     /// How many rings the pool holds.

@@ -75,15 +75,15 @@
 //! scan does not need waits for it.
 //!
 //! 6. **Bounded.** A caller that reads the entries' values slowly would hold all that back for
-//!    as long as it likes. So a round held back while the rings' unrecycled descriptors pass
-//!    [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) *expires* the
-//!    snapshot (`reclaim::Snapshots`): the scan looks at each pin it takes, after taking it (its
+//!    as long as it likes. So once the writers have written descriptors and replaced values
+//!    past [`EngineConfig::snapshot_limit`](crate::EngineConfig::snapshot_limit) since the
+//!    snapshot was taken (its pressure), a writer *expires* it
+//!    (`reclaim::Snapshots`): the scan looks at each pin it takes, after taking it (its
 //!    re-pins, and each value read), and stops there with an error if its snapshot expired;
 //!    what waited for it proceeds only a grace period of the epoch after the expiry, so a step
 //!    of the scan that found its snapshot live reads nothing released (a re-pin is followed by
 //!    a SeqCst fence, as a pin is). A scan never returns an entry or value that is not its
-//!    snapshot's: it returns them all, or an error after a prefix of them. What is bounded is
-//!    the descriptors; replaced values that wait for a snapshot are not counted yet.
+//!    snapshot's: it returns them all, or an error after a prefix of them.
 //!
 //! [`Snapshots`]: crate::reclaim::Snapshots
 

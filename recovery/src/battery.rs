@@ -12,7 +12,9 @@
 use std::ops::{Bound, RangeBounds};
 
 use petra::mem::PMem;
-use petra::{Blobs, Engine, EngineError, Handle, KeyWidth, Op, Outcome, StructId, StructureKind, Transaction, Values};
+use petra::{
+    Blobs, Engine, EngineError, Handle, KeyWidth, Op, Outcome, ReadError, StructId, StructureKind, Transaction, Values,
+};
 
 /// A kind of structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +188,11 @@ pub fn range_with<M: PMem + 'static, R>(
 }
 
 /// [`Handle::snapshot_with`] over one-word keys, with two-word keys mapped back and byte values
-/// read back as words: the snapshot's txid and its entries.
+/// read back as words: the snapshot's txid and its entries. A snapshot expired while its values
+/// are read gives [`EngineError::SnapshotExpired`], as one expired during the walk does.
+///
+/// # Panics
+/// If a byte value reads back damaged or wrong.
 pub fn snapshot<M: PMem + 'static>(
     h: &mut Handle<M>,
     s: StructId,
@@ -194,8 +200,13 @@ pub fn snapshot<M: PMem + 'static>(
 ) -> Result<(u64, Vec<(u64, u64)>), EngineError> {
     let bytes = h.values(s)? == Values::Bytes;
     snapshot_with(h, s, r, |txid, entries, blobs| {
-        (txid, entries.into_iter().map(|(k, w)| (k, value_of(bytes, blobs, w))).collect())
-    })
+        let read = |w| match blobs.to_vec(w) {
+            Err(ReadError::Expired { txid }) => Err(EngineError::SnapshotExpired { txid }),
+            got => Ok(decode(&got.expect("a test's value reads back whole"))),
+        };
+        let entries = entries.into_iter().map(|(k, w)| Ok((k, if bytes { read(w)? } else { w })));
+        Ok((txid, entries.collect::<Result<_, EngineError>>()?))
+    })?
 }
 
 /// [`Handle::snapshot_with`] over one-word keys, with two-word keys mapped back (values as the

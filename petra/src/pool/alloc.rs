@@ -918,10 +918,14 @@ impl<M: PMem> Pool<M> {
         Ok(off)
     }
 
-    /// Whether the blob at `off` is a run of whole chunks (longer than the largest block class),
-    /// not a block of a slab.
-    pub fn is_blob_run(&self, off: POff) -> bool {
-        self.blob_run(off).is_some()
+    /// The bytes of the pool that the blob at `off` holds: its run of whole chunks (a value
+    /// longer than the largest block class), or its slab block; 0 if no blob starts there. One
+    /// load of the chunk's table entry.
+    pub fn blob_footprint(&self, off: POff) -> u64 {
+        match self.blob_run(off) {
+            Some((_, chunks)) => chunks * self.header.layout.chunk_size,
+            None => self.slab_block(off.get(), Family::Blob).map_or(0, |(_, size)| size),
+        }
     }
 
     /// If the blob at `off` is a run of whole chunks: its first chunk and the run's length in

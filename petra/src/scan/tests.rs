@@ -464,3 +464,43 @@ fn a_snapshot_held_for_good_does_not_grow_the_rings() {
     );
     assert!(engine.checkpoint_stats().snapshots_expired >= 1);
 }
+
+/// A backlog of descriptors written before a scan takes its snapshot is not the snapshot's
+/// doing: writers that stay under the limit while it is held make no expiry, however many
+/// descriptors wait unfolded from before.
+#[test]
+fn a_backlog_from_before_a_snapshot_does_not_expire_it() {
+    let config = EngineConfig::rings(64 << 10).checkpoint_fill(0).snapshot_limit(LIMIT);
+    let (engine, s, other) = engine_with(StructureKind::SkipList, Values::Words, config);
+    let mut h = engine.handle().unwrap();
+    // Four times the limit of descriptors, none folded.
+    for i in 0..400u64 {
+        assert!(h.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+    }
+    let (_, got) = scan_writing(&engine, s, other, 4, 8).unwrap();
+    assert_eq!(got, (0..KEYS).map(|k| (k, k)).collect::<Vec<_>>());
+    assert_eq!(engine.checkpoint_stats().snapshots_expired, 0, "expired for a backlog older than the snapshot");
+}
+
+/// A writer replaces long values (whole chunks each) under a snapshot that a slow reader holds,
+/// writing few descriptors but many times the pool's size in values: the values replaced count
+/// against the limit, the snapshot is expired, and the writes never find the pool full.
+#[test]
+fn long_values_replaced_under_a_held_snapshot_expire_it_before_the_pool_fills() {
+    // 64 KiB chunks: a value of 40 000 bytes takes one chunk; 2 000 of them are twice the pool.
+    let long = |v: u64| vec![v as u8; 40_000];
+    let config = EngineConfig::rings(64 << 10).checkpoint_fill(25).snapshot_limit(4 << 20);
+    let (engine, s, _) = engine_with(StructureKind::SkipList, Values::Bytes, config);
+    let mut h = engine.handle().unwrap();
+    let mut h2 = engine.handle().unwrap();
+    h.snapshot_with(s, .., |txid, entries: Vec<(u64, u64)>, blobs| {
+        assert_eq!(blobs.to_vec(entries[0].1).unwrap(), bytes(0));
+        for i in 0..2_000u64 {
+            let put = h2.execute(Transaction::new().put_bytes(s, i % 4, &long(i)));
+            assert!(put.as_ref().is_ok_and(|o| o.is_committed()), "put {i}: {put:?}");
+        }
+        assert!(engine.checkpoint_stats().snapshots_expired >= 1);
+        assert_eq!(blobs.to_vec(entries[1].1), Err(ReadError::Expired { txid }));
+    })
+    .unwrap();
+}
