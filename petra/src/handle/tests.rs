@@ -573,3 +573,95 @@ fn crash_images_around_a_transaction_that_panicked_recover_a_prefix_of_the_histo
         assert!(images >= 300 && from_panic >= 40, "{panic:?}: {images} images, {from_panic} points from the panic on");
     }
 }
+
+/// Nodes linked in `s` and blocks given back to the pool so far, as `h`'s engine has them.
+fn linked_and_returned(h: &crate::Handle<Mem>, s: StructId) -> (u64, u64) {
+    let core = &h.shared.core;
+    let linked = core.structures.get(s).unwrap().walk_checked(&core.pool, true, &mut |_, _| {}).unwrap();
+    (linked, core.pool.ledger().expect("debug builds keep a ledger").returned)
+}
+
+/// The epoch's grace periods, driven by hand on one thread: a transaction stopped after its first
+/// op is pinned, as a thread preempted in the middle of one is, and may still be on the nodes it
+/// passed. Meanwhile another handle deletes a key it passed, then writes past a ring's worth of
+/// descriptors, runs checkpoint rounds and drives the collector as far as it goes: the key's
+/// removal does not run (its node stays linked), and no round's end runs (no slot is
+/// recycled, so the removal cannot go stale and the stopped transaction's descriptor stays where
+/// it is). Once the transaction ends, the removal runs and the rounds go on.
+#[test]
+fn a_removal_and_a_rounds_end_wait_for_a_transaction_stopped_before_them() {
+    let (_mem, engine, s) = engine(&[(1, 10), (2, 20), (3, 30)]);
+    let other = engine.create_list().unwrap();
+    let mut owner = engine.handle().unwrap();
+    let mut helper = engine.handle().unwrap();
+    let (linked, _) = linked_and_returned(&helper, s);
+    let recycled = helper.shared.checkpointer.recycled();
+    let mut tx = Transaction::new();
+    // Op 0 walks past key 2's node to key 3.
+    tx.put(s, 3u64, 31).put(other, 9u64, 9);
+    let (out, met) = stopped(
+        |_| true,
+        move |_| {
+            assert!(helper.execute(Transaction::new().delete(s, 2u64)).unwrap().is_committed());
+            for i in 0..600u64 {
+                assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+                if i % 64 == 0 {
+                    helper.checkpoint_round();
+                }
+                helper.collect();
+            }
+            assert_eq!(linked_and_returned(&helper, s).0, linked, "a removal ran under a transaction pinned before it");
+            assert_eq!(
+                helper.shared.checkpointer.recycled(),
+                recycled,
+                "a round's end ran under a transaction pinned before the round"
+            );
+        },
+        || owner.execute(&tx).unwrap(),
+    );
+    assert!(met && out.is_committed());
+    let mut helper = engine.handle().unwrap();
+    let moved_on = (0..64u64).any(|i| {
+        assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+        helper.checkpoint_round();
+        helper.collect();
+        linked_and_returned(&helper, s).0 < linked && helper.shared.checkpointer.recycled() > recycled
+    });
+    assert!(moved_on, "the removal or the rounds still wait once the transaction ended");
+    assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (3, 31)]);
+}
+
+/// A node unlinked while another thread is pinned (and may be reading it) is not freed, however
+/// far the collector is driven, until that thread unpins; then it is.
+#[test]
+fn a_node_unlinked_under_a_pinned_thread_is_freed_only_after_it_unpins() {
+    let (_mem, engine, s) = engine(&[(1, 10), (2, 20), (3, 30)]);
+    let other = engine.create_list().unwrap();
+    let mut helper = engine.handle().unwrap();
+    let reader = engine.handle().unwrap();
+    let (linked, _) = linked_and_returned(&helper, s);
+    // The removal of key 2 comes due (the grace of the threads pinned when it was deferred: none).
+    assert!(helper.execute(Transaction::new().delete(s, 2u64)).unwrap().is_committed());
+    helper.collect();
+    let pin = reader.epoch.pin();
+    // The next write runs the removal: the node is unlinked, and waits to be freed.
+    let mut unlinked = false;
+    for i in 0..8u64 {
+        assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+        unlinked |= linked_and_returned(&helper, s).0 < linked;
+    }
+    assert!(unlinked, "the removal did not run");
+    let (_, returned) = linked_and_returned(&helper, s);
+    for i in 0..200u64 {
+        assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+        helper.collect();
+    }
+    assert_eq!(linked_and_returned(&helper, s).1, returned, "a node was freed under a thread pinned before its unlink");
+    drop(pin);
+    let freed = (0..64u64).any(|i| {
+        helper.collect();
+        assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
+        linked_and_returned(&helper, s).1 > returned
+    });
+    assert!(freed, "the node was not freed once the reader unpinned");
+}
