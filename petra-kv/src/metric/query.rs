@@ -122,7 +122,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
     pub fn previous(&mut self, set: SetId) -> Result<Option<Sample>> {
         let entry = self.store.entry(set)?;
         let Some((ts, _)) = *entry.latest.lock() else { return Ok(None) };
-        if !read_sample(&mut self.h, (set, ts), codec::sample_len(&entry.schema), &mut self.buf)? {
+        if !read_sample(&mut self.h, (set, ts), entry.sample_len, &mut self.buf)? {
             return Ok(None);
         }
         match codec::previous_timestamp(&self.buf) {
@@ -133,7 +133,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
 
     /// The sample of `entry`'s set at `ts`, if the history has it.
     fn sample_at(&mut self, entry: &SetEntry, ts: u64) -> Result<Option<Sample>> {
-        let len = codec::sample_len(&entry.schema);
+        let len = entry.sample_len;
         Ok(read_sample(&mut self.h, (entry.id, ts), len, &mut self.buf)?
             .then(|| codec::decode(&entry.schema, &self.buf)))
     }
@@ -180,7 +180,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
         mut f: impl FnMut(&SetEntry, &[u8]) -> ControlFlow<()>,
     ) -> Result<()> {
         let entry = self.store.entry(set)?;
-        let sample_bytes = codec::sample_len(&entry.schema);
+        let sample_bytes = entry.sample_len;
         let buf = &mut self.buf;
         let walked = self.h.range_with(
             HISTORY,

@@ -47,12 +47,16 @@ pub(super) struct SetEntry {
     pub(super) latest: Arc<Mutex<Option<(u64, u64)>>>,
     /// Whether the schema has array metrics (see [`codec::decode_into`]).
     pub(super) arrays: bool,
+    /// The bytes of a sample's blob ([`codec::sample_len`], summed over the schema's metrics
+    /// once: every read checks a blob against it).
+    pub(super) sample_len: usize,
 }
 
 impl SetEntry {
     fn new(id: SetId, info: SetInfo, schema: Arc<Schema>, latest: Arc<Mutex<Option<(u64, u64)>>>) -> SetEntry {
         let arrays = schema.metrics.iter().any(|m| m.array.is_some());
-        SetEntry { id, info, schema, latest, arrays }
+        let sample_len = codec::sample_len(&schema);
+        SetEntry { id, info, schema, latest, arrays, sample_len }
     }
 }
 
@@ -390,7 +394,7 @@ impl<'s, M: PMem + 'static> MetricSession<'s, M> {
             }
         }
         codec::encode(sample, latest.map(|(ts, _)| ts), &mut self.words);
-        debug_assert_eq!(self.words.len(), codec::sample_len(&entry.schema));
+        debug_assert_eq!(self.words.len(), entry.sample_len);
         self.tx.clear().put(LATEST, set.0 as u64, sample.timestamp).insert_bytes(
             HISTORY,
             codec::history_key(set, sample.timestamp),
