@@ -1,7 +1,8 @@
-//! `petra-bench steady`: a long run on a fixed working set while the engine's own checkpoint
-//! rounds fold and recycle the descriptors (online: no thread stops for them). Every interval it
-//! records the throughput, the rounds run and the time they took, and the pool file's size;
-//! at the end, the time to open the pool after a crash (recovery) and after a clean close.
+//! `petra-bench steady`: a long run on a fixed working set (a hash map, or with `--structure` one
+//! of PETRA's other structures) while the engine's own checkpoint rounds fold and recycle the
+//! descriptors (online: no thread stops for them). Every interval it records the throughput, the
+//! rounds run and the time they took, and the pool file's size; at the end, the time to open the
+//! pool after a crash (recovery) and after a clean close.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,16 +12,21 @@ use petra::mem::MmapMem;
 use petra::{CheckpointStats, Engine, EngineConfig, KeyWidth, StructId, StructureKind, Transaction, Values};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::cli::{Policy, one_of, progress_bar, scratch, wrote};
 use crate::error::{BenchError, Result};
+use crate::micro::Structure;
 
-/// A long run on a fixed working set (a hash map) while the engine's checkpoint rounds fold
-/// and recycle the descriptors: throughput, rounds, their time and the pool file's size per
-/// interval; then the time to open after a crash and after a clean close.
+/// A long run on a fixed working set (a hash map by default, or the structure --structure
+/// names) while the engine's checkpoint rounds fold and recycle the descriptors: throughput,
+/// rounds, their time and the pool file's size per interval; then the time to open after a
+/// crash and after a clean close.
 #[derive(Debug, clap::Args)]
 pub struct SteadyArgs {
+    /// The structure of the working set: hashmap (of --keys buckets), mdlist, skiplist or list.
+    #[arg(long, default_value_t = Structure::HashMap, value_parser = one_of::<Structure>("structure"))]
+    structure: Structure,
     /// Keys of the working set (half put before the run).
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
@@ -61,6 +67,7 @@ pub fn run(args: SteadyArgs) -> Result<()> {
         )));
     }
     let case = SteadyCase {
+        structure: args.structure,
         keys: args.keys,
         threads: args.threads,
         interval: std::time::Duration::from_secs_f64(args.interval),
@@ -72,7 +79,8 @@ pub fn run(args: SteadyArgs) -> Result<()> {
     };
     let tmp = scratch()?;
     println!(
-        "hash map of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, durability {}, a row every {} s, pool in {}",
+        "{} of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, durability {}, a row every {} s, pool in {}",
+        described(args.structure),
         args.keys,
         args.threads,
         if args.threads == 1 { "" } else { "s" },
@@ -83,14 +91,14 @@ pub fn run(args: SteadyArgs) -> Result<()> {
         tmp.path().display()
     );
     println!(
-        "{:>8} {:>9} {:>12} {:>7} {:>12} {:>9} {:>10} {:>6}",
-        "interval", "at s", "tx/s", "rounds", "descriptors", "rounds s", "file MiB", "rings"
+        "{:>8} {:>9} {:>12} {:>7} {:>12} {:>9} {:>10} {:>10} {:>6}",
+        "interval", "at s", "tx/s", "rounds", "descriptors", "rounds s", "file MiB", "nodes MiB", "rings"
     );
     let progress = progress_bar(args.intervals, "intervals");
     let (rows, end) = run_case(&case, &tmp.path().join("steady.pool"), |r| {
         progress.suspend(|| {
             println!(
-                "{:>8} {:>9.1} {:>12.0} {:>7} {:>12} {:>9.3} {:>10.1} {:>6}",
+                "{:>8} {:>9.1} {:>12.0} {:>7} {:>12} {:>9.3} {:>10.1} {:>10.1} {:>6}",
                 r.interval,
                 r.at_secs,
                 r.tx_per_sec,
@@ -98,6 +106,7 @@ pub fn run(args: SteadyArgs) -> Result<()> {
                 r.descriptors,
                 r.round_secs,
                 r.file_bytes as f64 / (1 << 20) as f64,
+                r.node_bytes as f64 / (1 << 20) as f64,
                 r.rings
             )
         });
@@ -122,10 +131,38 @@ pub fn run(args: SteadyArgs) -> Result<()> {
     Ok(())
 }
 
+/// The structure as the header line names it: `hash map`, `MDList`, `skiplist` or `list`.
+fn described(structure: Structure) -> &'static str {
+    match structure {
+        Structure::HashMap => "hash map",
+        Structure::MdList => "MDList",
+        Structure::SkipList => "skiplist",
+        Structure::List => "list",
+    }
+}
+
+/// The engine's kind of `structure` for a working set of `keys` (a hash map gets as many
+/// buckets).
+fn kind(structure: Structure, keys: u64) -> StructureKind {
+    match structure {
+        Structure::HashMap => StructureKind::HashMap { buckets: keys },
+        Structure::MdList => StructureKind::MdList,
+        Structure::SkipList => StructureKind::SkipList,
+        Structure::List => StructureKind::List,
+    }
+}
+
+/// Writes a structure into the rows' files as the command line spells it (`mdlist`).
+fn spelled<S: Serializer>(structure: &Structure, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(structure)
+}
+
 /// One run's settings.
 #[derive(Debug, Clone)]
 pub(crate) struct SteadyCase {
-    /// Keys of the working set (a hash map of as many buckets); half are put before the run.
+    /// The structure of the working set (a hash map gets as many buckets as keys).
+    pub(crate) structure: Structure,
+    /// Keys of the working set; half are put before the run.
     pub(crate) keys: u64,
     /// Threads running transactions.
     pub(crate) threads: usize,
@@ -146,6 +183,9 @@ pub(crate) struct SteadyCase {
 /// One interval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct SteadyRow {
+    /// The structure run on, as `--structure` spells it.
+    #[serde(serialize_with = "spelled")]
+    pub(crate) structure: Structure,
     /// The interval's index, from 0.
     pub(crate) interval: usize,
     /// Seconds since the run started, at the interval's end.
@@ -161,6 +201,9 @@ pub(crate) struct SteadyRow {
     pub(crate) round_secs: f64,
     /// The pool file's size at the interval's end, bytes.
     pub(crate) file_bytes: u64,
+    /// The bytes of the pool's chunks that hold nodes (node slabs) at the interval's end: what
+    /// the structure's nodes take, removed nodes given back.
+    pub(crate) node_bytes: u64,
     /// Descriptor rings in the pool at the interval's end.
     pub(crate) rings: u64,
 }
@@ -191,7 +234,7 @@ pub(crate) fn run_case(
     }
     let config = EngineConfig::rings(case.ring_bytes).durability(case.durability.policy());
     let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone())?;
-    let s = engine.create_structure(StructureKind::HashMap { buckets: case.keys }, KeyWidth::U64, Values::Words)?;
+    let s = engine.create_structure(kind(case.structure, case.keys), KeyWidth::U64, Values::Words)?;
     crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
     let committed = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -256,6 +299,7 @@ fn sample(
         let (now_committed, stats) = (committed.load(Ordering::Relaxed), engine.checkpoint_stats());
         let CheckpointStats { rounds, descriptors, busy, .. } = stats;
         let r = SteadyRow {
+            structure: case.structure,
             interval,
             at_secs: at.as_secs_f64(),
             tx_per_sec: (now_committed - last_committed) as f64 / (at - last_at).as_secs_f64(),
@@ -263,6 +307,7 @@ fn sample(
             descriptors: descriptors - last_stats.descriptors,
             round_secs: (busy - last_stats.busy).as_secs_f64(),
             file_bytes: std::fs::metadata(path)?.len(),
+            node_bytes: engine.pool().chunk_counts().node * engine.pool().header().layout.chunk_size,
             rings: engine.rings() as u64,
         };
         row(&r);

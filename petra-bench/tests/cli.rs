@@ -43,6 +43,7 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["metrics", "--threads", "0"], "at least one set and one thread"),
         (&["steady", "--interval", "0"], "positive number of seconds"),
         (&["steady", "--tx-size", "65"], "--tx-size 1 to 64"),
+        (&["steady", "--structure", "tree"], "unknown structure"),
         (&["reopen", "--keys", "10", "--updates", "11"], "11 updates of 10 keys"),
     ] {
         let out = bench(args);
@@ -425,31 +426,39 @@ fn metrics_stores_many_sets_from_many_threads() {
 
 #[test]
 fn steady_runs_checkpoint_rounds_as_it_goes_and_writes_its_rows() {
-    let files = tempfile::tempdir().unwrap();
-    // Rings of 1 MiB: a round every 2 000 or so transactions. Under process, the rounds alone
-    // recycle the rings (under periodic they also keep a second of descriptors).
-    let args = ["steady", "--keys", "2000", "--interval", "0.3", "--intervals", "3", "--threads", "2"];
-    let mut args = args.to_vec();
-    args.extend(["--ring-bytes", "1048576", "--durability", "process", "--out", files.path().to_str().unwrap()]);
-    let run = bench(&args);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(files.path().join("steady.json")).unwrap()).unwrap();
-    let rows = json.as_array().unwrap();
-    assert_eq!(rows.len(), 3);
-    for (i, r) in rows.iter().enumerate() {
-        assert_eq!(r["interval"], i);
-        // Rounds ran in every interval and folded descriptors, on the rings the threads took.
-        assert!(r["rounds"].as_u64().unwrap() > 0 && r["descriptors"].as_u64().unwrap() > 0, "{r}");
-        assert!((1..=8).contains(&r["rings"].as_u64().unwrap()), "{r}");
+    // The default structure (a hash map), then the MDList.
+    for (structure, name) in [(&[][..], "hashmap"), (&["--structure", "mdlist"][..], "mdlist")] {
+        let files = tempfile::tempdir().unwrap();
+        // Rings of 1 MiB: a round every 2 000 or so transactions. Under process, the rounds alone
+        // recycle the rings (under periodic they also keep a second of descriptors).
+        let args = ["steady", "--keys", "2000", "--interval", "0.3", "--intervals", "3", "--threads", "2"];
+        let mut args = args.to_vec();
+        args.extend(["--ring-bytes", "1048576", "--durability", "process", "--out", files.path().to_str().unwrap()]);
+        args.extend(structure);
+        let run = bench(&args);
+        assert!(run.status.success(), "{name}: {}", String::from_utf8_lossy(&run.stderr));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(files.path().join("steady.json")).unwrap()).unwrap();
+        let rows = json.as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(r["interval"], i);
+            assert_eq!(r["structure"], name);
+            // Rounds ran in every interval and folded descriptors, on the rings the threads took.
+            assert!(r["rounds"].as_u64().unwrap() > 0 && r["descriptors"].as_u64().unwrap() > 0, "{r}");
+            assert!((1..=8).contains(&r["rings"].as_u64().unwrap()), "{r}");
+            assert!(r["node_bytes"].as_u64().unwrap() > 0, "{r}");
+        }
+        let end: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(files.path().join("steady-end.json")).unwrap()).unwrap();
+        let end = &end[0];
+        assert!((1..=2000).contains(&end["present_keys"].as_u64().unwrap()), "{name}: {end}");
+        // Recovery read at most what the rings hold beyond the last round: not the whole run.
+        let committed: f64 = rows.iter().map(|r| r["tx_per_sec"].as_f64().unwrap() * 0.3).sum();
+        assert!((end["descriptors_read"].as_u64().unwrap() as f64) < committed / 4.0, "{name}: {end}");
+        let text = String::from_utf8_lossy(&run.stdout);
+        assert!(text.contains("rounds took") && text.contains("open after a crash"), "{text}");
+        let header = if name == "hashmap" { "hash map of 2000 keys" } else { "MDList of 2000 keys" };
+        assert!(text.starts_with(header), "{text}");
     }
-    let end: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(files.path().join("steady-end.json")).unwrap()).unwrap();
-    let end = &end[0];
-    assert!((1..=2000).contains(&end["present_keys"].as_u64().unwrap()), "{end}");
-    // Recovery read at most what the rings hold beyond the last round: not the whole run.
-    let committed: f64 = rows.iter().map(|r| r["tx_per_sec"].as_f64().unwrap() * 0.3).sum();
-    assert!((end["descriptors_read"].as_u64().unwrap() as f64) < committed / 4.0, "{end}");
-    let text = String::from_utf8_lossy(&run.stdout);
-    assert!(text.contains("rounds took") && text.contains("open after a crash"), "{text}");
 }

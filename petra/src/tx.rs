@@ -266,7 +266,7 @@ pub enum StructureKind {
     },
     /// The skiplist (Fraser-style towers, sorted).
     SkipList,
-    /// The multi-dimensional list (sorted; deleted keys keep their nodes until the next open).
+    /// The multi-dimensional list (sorted).
     MdList,
 }
 
