@@ -918,13 +918,17 @@ impl<M: PMem> Pool<M> {
         Ok(off)
     }
 
-    /// The bytes of the pool that the blob at `off` holds: its run of whole chunks (a value
-    /// longer than the largest block class), or its slab block; 0 if no blob starts there. One
-    /// load of the chunk's table entry.
+    /// The bytes of the pool that the blob at `off`, one this pool handed out, holds: its run of
+    /// whole chunks (a value longer than the largest block class), or its slab block (0 if the
+    /// chunk holds neither). One load of the chunk's table entry, and no check that a block
+    /// starts at `off` (a writer asks for each value it replaced).
     pub fn blob_footprint(&self, off: POff) -> u64 {
-        match self.blob_run(off) {
-            Some((_, chunks)) => chunks * self.header.layout.chunk_size,
-            None => self.slab_block(off.get(), Family::Blob).map_or(0, |(_, size)| size),
+        match self.use_of(off.get()) {
+            Some((_, ChunkUse::Slab { family: Family::Blob, class })) => CLASS_SIZES[class as usize] as u64,
+            Some((_, ChunkUse::RunHead { kind: RunKind::Blob, chunks })) => {
+                chunks as u64 * self.header.layout.chunk_size
+            }
+            _ => 0,
         }
     }
 
