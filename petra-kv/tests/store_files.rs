@@ -169,7 +169,7 @@ fn a_scan_whose_caller_writes_past_the_snapshot_limit_stops_and_the_writes_go_on
     assert!(matches!(scan, Err(KvError::Engine(petra::EngineError::SnapshotExpired { .. }))), "{scan:?}");
     assert_eq!(seen, [(b"k\0".to_vec(), vec![0; 100])], "the entries before the expiry are the snapshot's");
     assert!(store.engine().checkpoint_stats().snapshots_expired >= 1);
-    assert_eq!(writer.get(b"k\x03").unwrap(), Some(vec![(399u32 as u8); 40_000]));
+    assert_eq!(writer.get(b"k\x03").unwrap(), Some(vec![399u32 as u8; 40_000]));
 }
 
 /// Engine keys that fit no key of a store's layout (a length byte above 16, bytes past a short
