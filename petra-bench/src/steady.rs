@@ -24,7 +24,9 @@ use crate::micro::Structure;
 /// crash and after a clean close.
 #[derive(Debug, clap::Args)]
 pub struct SteadyArgs {
-    /// The structure of the working set: hashmap (of --keys buckets), mdlist, skiplist or list.
+    /// The structure of the working set: hashmap (of --keys buckets), mdlist, skiplist or list
+    /// (a sorted list: its prefill of half the keys takes time in the square of --keys; give it
+    /// a few thousand).
     #[arg(long, default_value_t = Structure::HashMap, value_parser = one_of::<Structure>("structure"))]
     structure: Structure,
     /// Keys of the working set (half put before the run).

@@ -479,7 +479,8 @@ impl Checkpointer {
     /// the writer of `ring` (written up to `head`) after each transaction, it looks once the
     /// ring's pressure has grown by a sixteenth of the limit (or of the ring, if smaller) since
     /// it last did, and only if a snapshot is held. So a snapshot is expired once its pressure
-    /// passes the limit by at most that step on each ring.
+    /// passes the limit by less than two steps per writer (one on the ring it left, one on the
+    /// ring it writes) and what its last transaction added.
     pub(crate) fn bound_snapshots<M: PMem + 'static>(
         &self,
         core: &Core<M>,

@@ -55,9 +55,10 @@ pub struct EngineConfig {
     /// (the two summed) since the snapshot was taken, it is expired, and the scan stops with
     /// [`EngineError::SnapshotExpired`] at its next step instead of keeping the rings from being
     /// recycled and the replaced values from being freed for as long as its caller reads (see
-    /// [`Handle::snapshot_with`]). Writers look after every sixteenth of the limit (or of a ring,
-    /// if smaller) that each of them writes, so the bound is exceeded by at most that much per
-    /// writer. `None`: an eighth of the pool's maximum size.
+    /// [`Handle::snapshot_with`]). Writers look after each transaction once a sixteenth of the
+    /// limit (or of a ring, if smaller) was added since they last did, so the bound is exceeded
+    /// by less than two such steps per writer and the values its last transaction replaced.
+    /// `None`: an eighth of the pool's maximum size.
     pub snapshot_limit: Option<u64>,
 }
 

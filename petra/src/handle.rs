@@ -390,9 +390,12 @@ impl<M: PMem + 'static> Handle<M> {
             return Err(EngineError::WrongKey { structure: s.0, expected: structure.keys() });
         }
         let mut guard = self.epoch.pin();
+        // Read before the txid: what is written after it counts against the snapshot (read
+        // after, a wait for the rings' lock would not count).
+        let pressure = self.shared.rings.pressure();
         // Taken pinned, and held before the pin ends (see `scan`).
         let txid = core.take_txid();
-        let hold = core.reclaim.snapshots.hold(txid, self.shared.rings.pressure());
+        let hold = core.reclaim.snapshots.hold(txid, pressure);
         let entries = match scan::inclusive(&range) {
             Some(bounds) => scan::snapshot(core, structure, bounds, &hold, &mut guard),
             None => Some(Vec::new()),
@@ -606,11 +609,15 @@ impl<M: PMem + 'static> Handle<M> {
                 // After the txid: the removals' stamp bounds it.
                 cx.schedule_removals(&removals, expiry, Some(txid));
                 self.removals = removals;
-                if bytes && let Some((_, ring)) = &self.ring {
+                if bytes {
                     let held = retire_replaced(core, tx, (txid, &results), guard);
-                    use std::sync::atomic::Ordering::Relaxed;
-                    // Relaxed: only the ring's writer writes it; an estimate for its readers.
-                    ring.retired.store(ring.retired.load(Relaxed) + held, Relaxed);
+                    // The ring the descriptor went to (placed above, held until the handle's
+                    // next descriptor).
+                    if let Some((_, ring)) = &self.ring {
+                        use std::sync::atomic::Ordering::Relaxed;
+                        // Relaxed: only the ring's writer writes it; an estimate for its readers.
+                        ring.retired.store(ring.retired.load(Relaxed) + held, Relaxed);
+                    }
                 }
                 Ok(Outcome::Committed { results, txid: Some(txid) })
             }

@@ -104,8 +104,9 @@ impl Default for Snapshots {
 impl Snapshots {
     /// Holds the snapshot `txid` until the returned hold is dropped, with `pressure` the rings'
     /// pressure read before (see [`Snapshots`]). The caller is pinned, and took `txid` from the
-    /// txid counter while pinned: it is at or above every expiry watermark (each is one above a
-    /// txid taken before), so the hold starts live.
+    /// txid counter while pinned. The hold starts live unless a snapshot taken after its txid
+    /// (and held first) was already expired: then it is expired too, and its scan stops at its
+    /// first look; nothing it reads was released meanwhile, as its pin came before the raise.
     pub(crate) fn hold(&self, txid: u64, pressure: u64) -> Hold<'_> {
         let mut held = self.held.lock();
         held.push((txid, pressure));

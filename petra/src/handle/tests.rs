@@ -644,6 +644,8 @@ fn a_node_unlinked_under_a_pinned_thread_is_freed_only_after_it_unpins() {
     assert!(helper.execute(Transaction::new().delete(s, 2u64)).unwrap().is_committed());
     helper.collect();
     let pin = reader.epoch.pin();
+    // Before the unlink: a free that does not wait for the pin shows from here.
+    let (_, returned) = linked_and_returned(&helper, s);
     // The next write runs the removal: the node is unlinked, and waits to be freed.
     let mut unlinked = false;
     for i in 0..8u64 {
@@ -651,7 +653,6 @@ fn a_node_unlinked_under_a_pinned_thread_is_freed_only_after_it_unpins() {
         unlinked |= linked_and_returned(&helper, s).0 < linked;
     }
     assert!(unlinked, "the removal did not run");
-    let (_, returned) = linked_and_returned(&helper, s);
     for i in 0..200u64 {
         assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
         helper.collect();

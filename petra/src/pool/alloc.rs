@@ -922,7 +922,7 @@ impl<M: PMem> Pool<M> {
     /// whole chunks (a value longer than the largest block class), or its slab block (0 if the
     /// chunk holds neither). One load of the chunk's table entry, and no check that a block
     /// starts at `off` (a writer asks for each value it replaced).
-    pub fn blob_footprint(&self, off: POff) -> u64 {
+    pub(crate) fn blob_footprint(&self, off: POff) -> u64 {
         match self.use_of(off.get()) {
             Some((_, ChunkUse::Slab { family: Family::Blob, class })) => CLASS_SIZES[class as usize] as u64,
             Some((_, ChunkUse::RunHead { kind: RunKind::Blob, chunks })) => {

@@ -473,7 +473,7 @@ fn a_backlog_from_before_a_snapshot_does_not_expire_it() {
     let config = EngineConfig::rings(64 << 10).checkpoint_fill(0).snapshot_limit(LIMIT);
     let (engine, s, other) = engine_with(StructureKind::SkipList, Values::Words, config);
     let mut h = engine.handle().unwrap();
-    // Four times the limit of descriptors, none folded.
+    // Three times the limit of descriptors, none folded.
     for i in 0..400u64 {
         assert!(h.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
     }
