@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use petra::mem::MmapMem;
-use petra::{CheckpointStats, Engine, EngineConfig, KeyWidth, StructId, StructureKind, Transaction, Values};
+use petra::{CheckpointStats, Engine, EngineConfig, KeyWidth, StructId, Transaction, Values};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Serialize, Serializer};
@@ -143,17 +143,6 @@ fn described(structure: Structure) -> &'static str {
     }
 }
 
-/// The engine's kind of `structure` for a working set of `keys` (a hash map gets as many
-/// buckets).
-fn kind(structure: Structure, keys: u64) -> StructureKind {
-    match structure {
-        Structure::HashMap => StructureKind::HashMap { buckets: keys },
-        Structure::MdList => StructureKind::MdList,
-        Structure::SkipList => StructureKind::SkipList,
-        Structure::List => StructureKind::List,
-    }
-}
-
 /// Writes a structure into the rows' files as the command line spells it (`mdlist`).
 fn spelled<S: Serializer>(structure: &Structure, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_str(structure)
@@ -236,7 +225,7 @@ pub(crate) fn run_case(
     }
     let config = EngineConfig::rings(case.ring_bytes).durability(case.durability.policy());
     let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone())?;
-    let s = engine.create_structure(kind(case.structure, case.keys), KeyWidth::U64, Values::Words)?;
+    let s = engine.create_structure(case.structure.kind(case.keys), KeyWidth::U64, Values::Words)?;
     crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
     let committed = AtomicU64::new(0);
     let stop = AtomicBool::new(false);

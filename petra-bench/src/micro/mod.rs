@@ -275,6 +275,18 @@ pub(crate) enum Structure {
     MdList,
 }
 
+impl Structure {
+    /// The engine's kind of this structure over `keys` keys (a hash map gets as many buckets).
+    pub(crate) fn kind(self, keys: u64) -> petra::StructureKind {
+        match self {
+            Structure::List => petra::StructureKind::List,
+            Structure::HashMap => petra::StructureKind::HashMap { buckets: keys },
+            Structure::SkipList => petra::StructureKind::SkipList,
+            Structure::MdList => petra::StructureKind::MdList,
+        }
+    }
+}
+
 /// Its name in reports and on the command line.
 impl fmt::Display for Structure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

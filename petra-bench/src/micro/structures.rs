@@ -6,7 +6,7 @@ use std::path::Path;
 use petra::mem::{Counting, MmapMem};
 use petra::{Engine, EngineConfig, Handle, KeyWidth, OpKind, Outcome, StructId, Transaction, Values};
 
-use super::{MicroCase, MicroResult, Mode, Structure, measure};
+use super::{MicroCase, MicroResult, Mode, measure};
 use crate::error::Result;
 use crate::targets::tx::{TxMap, TxWorker};
 use crate::workload::GenOp;
@@ -76,12 +76,7 @@ pub(super) fn run_petra(case: MicroCase, dir: &Path) -> Result<MicroResult> {
     // Default rings (64 MiB): checkpoint rounds run as they fill, as in any long run.
     let config = EngineConfig::default().checkpoint_fill(case.checkpoint_fill);
     let engine = Engine::create(pool, config)?;
-    let kind = match case.structure {
-        Structure::List => petra::StructureKind::List,
-        Structure::HashMap => petra::StructureKind::HashMap { buckets: w.key_range },
-        Structure::SkipList => petra::StructureKind::SkipList,
-        Structure::MdList => petra::StructureKind::MdList,
-    };
+    let kind = case.structure.kind(w.key_range);
     let values = if case.value_size > 0 { Values::Bytes } else { Values::Words };
     let keys = if case.wide_keys { KeyWidth::U128 } else { KeyWidth::U64 };
     let list = engine.create_structure(kind, keys, values)?;
