@@ -294,8 +294,7 @@ fn immediate_keeps_every_acknowledged_transaction() {
 }
 
 /// `Immediate` returns only after the sync that covers the transaction: counted through the
-/// memory seam (two syncs per writer alone: one puts it on the disk, the next records its safe
-/// txid), and shown by the
+/// memory seam (one sync per writer alone: its safe point vouches for itself), and shown by the
 /// image where no page was written back since the last sync, which holds every write acknowledged.
 #[test]
 fn an_immediate_write_returns_after_the_sync_that_covers_it() {
@@ -310,8 +309,8 @@ fn an_immediate_write_returns_after_the_sync_that_covers_it() {
         let before = MemCounts::current();
         assert!(petra_recovery::battery::execute(&mut h, Transaction::new().put(s, k, 7 + k)).unwrap().is_committed());
         let syncs = (MemCounts::current() - before).syncs;
-        // Two, plus the safe points of a round that filled the ring (none this short).
-        assert_eq!(syncs, 2, "write {k}: {syncs} syncs");
+        // One, plus the safe points of a round that filled the ring (none this short).
+        assert_eq!(syncs, 1, "write {k}: {syncs} syncs");
         // A read is never held back.
         let before = MemCounts::current();
         assert_eq!(petra_recovery::battery::get(&mut h, s, k).unwrap(), Some(7 + k));
@@ -560,10 +559,9 @@ fn concurrent_immediate_writers_share_one_safe_point() {
     });
     let (safe_points, syncs) = (engine.safe_points() - made, gate.passed() - synced);
     eprintln!("{WRITERS} concurrent writes under Immediate: {safe_points} safe points, {syncs} syncs");
-    // A safe point is one sync, recording what the one before synced: the first writer's (held),
-    // the next (syncing every writer, recording the first's), and one recording the others'.
-    // Writers each making their own would make one per writer at least.
-    assert_eq!((safe_points, syncs), (3, 3), "{WRITERS} writes made {safe_points} safe points ({syncs} syncs)");
+    // A safe point is one sync that vouches for itself: the first writer's (held), and one for
+    // all the others. Writers each making their own would make one per writer at least.
+    assert_eq!((safe_points, syncs), (2, 2), "{WRITERS} writes made {safe_points} safe points ({syncs} syncs)");
     assert!(syncs < WRITERS, "{WRITERS} writes made {syncs} syncs");
     for (k, state) in states {
         let nothing = state.images(0, 0, 0).remove(0);

@@ -218,7 +218,8 @@ impl<M: PMem + 'static> Engine<M> {
     /// The meta region's safe txid is set for the policy: while safe points are kept, every
     /// txid handed out before (all of an earlier epoch, void now, or none) is at or below it;
     /// otherwise it says 0 (none kept), synced, so that a power loss is not taken back to a safe
-    /// point that the rounds no longer respect.
+    /// point that the rounds no longer respect (a claim left by an earlier run is of an earlier
+    /// epoch: every open follows a close or a recovery, each of which commits a new one).
     fn assemble(found: Recovered<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
         let Recovered { pool, meta, epoch, max_txid, txid_reserved, structures, .. } = found;
         let rings = Rings::of_pool(&pool, config.ring_bytes);

@@ -22,6 +22,12 @@
 //! line 4   +256  safe txid      the last power-safe point (see `safe`): every committed writer
 //!                               at or below it was on the media when it was recorded; 0 when
 //!                               the engine keeps no safe points
+//! line 5   +320  claim          a safe point that vouches for itself (see `safe`): its txid,
+//!          +328                 the safe txid before it, whose writers were on the media,
+//!          +336                 how many committed writers it covers above that one,
+//!          +344                 the epoch it was made in,
+//!          +352                 and a check word of the four, its place and the pool's uuid;
+//!                               zeros (no check) in a pool that never made one
 //! ```
 //!
 //! Each of the words of lines 1 to 4 takes 32 bytes: a staging copy (value, check) and the main
@@ -31,6 +37,10 @@
 //! the staging copy if that one does: a crash in the middle of a change leaves one of them
 //! whole (the old value, or the new one whose change the caller had made safe before), and a
 //! damaged copy is covered by the other, which holds the same value. Neither checking is damage.
+//!
+//! The claim is one record with one check, stored in the same sync as the writers it covers:
+//! recovery takes it only if the check holds and it finds every writer it counts, whole (see
+//! `recovery`); otherwise it falls back to the safe txid, which an earlier sync made durable.
 //!
 //! The engine's regions in the pool, by tag (see [`Pool::regions`]): 1 this one, 2 the
 //! descriptor rings (`ring`), 3 the hash maps' bucket arrays (`structures::hashmap`).
@@ -56,8 +66,12 @@ const TXID_RESERVED: u64 = 160;
 const CHECKPOINT: u64 = 192;
 const STRUCTURES: u64 = 224;
 const SAFE: u64 = 256;
+const CLAIM: u64 = 320;
 /// Bytes of the meta region in use.
-const BYTES: u64 = 320;
+const BYTES: u64 = 384;
+/// The bytes older engines used (before the claim): their regions are whole chunks, zeroed past
+/// them, so a claim that fails its check.
+const BYTES_BEFORE_CLAIM: u64 = 320;
 /// Txids reserved durably at a time: one flush and fence per this many transactions.
 pub(crate) const TXID_BLOCK: u64 = 1 << 20;
 
@@ -78,6 +92,23 @@ pub(crate) struct MetaState {
     pub(crate) checkpoint: u64,
     pub(crate) structures: u64,
     pub(crate) safe: u64,
+    /// The last safe point's claim, if one passes its check.
+    pub(crate) claim: Option<Claim>,
+}
+
+/// A safe point that vouches for itself: every committed writer at or below `txid` survives a
+/// power loss if recovery finds the `writers` of them above `prev` whole (see `safe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claim {
+    /// The safe txid claimed.
+    pub(crate) txid: u64,
+    /// A safe txid whose writers an earlier sync put on the media.
+    pub(crate) prev: u64,
+    /// The committed writers (descriptors of writing transactions) above `prev`, at or below
+    /// `txid`.
+    pub(crate) writers: u64,
+    /// The epoch the claim was made in: a claim of another epoch is void.
+    pub(crate) epoch: u64,
 }
 
 impl MetaState {
@@ -96,6 +127,14 @@ impl MetaState {
         }
         if self.safe >= reserved {
             return Err(format!("the safe txid {} is not below the txid reservation {reserved}", self.safe));
+        }
+        if let Some(c) = self.claim.filter(|c| c.epoch == self.epoch)
+            && (c.txid >= reserved || c.prev > c.txid)
+        {
+            return Err(format!(
+                "a claimed safe txid {} (after {}) not below the txid reservation {reserved}",
+                c.txid, c.prev
+            ));
         }
         if self.epoch == 0 || self.epoch > self.attempt {
             return Err(format!("epoch {} of attempt {}", self.epoch, self.attempt));
@@ -168,7 +207,7 @@ impl Meta {
             });
         };
         let (off, mem) = (off.get(), pool.mem());
-        if len < BYTES {
+        if len < BYTES_BEFORE_CLAIM {
             return Err(Damage { what: format!("an engine meta region of {len} bytes"), at: off }.into());
         }
         // Relaxed: an open runs alone.
@@ -201,9 +240,38 @@ impl Meta {
             checkpoint: meta.load(mem, CHECKPOINT)?,
             structures: meta.load(mem, STRUCTURES)?,
             safe: meta.load(mem, SAFE)?,
+            claim: if len >= BYTES { meta.claim(mem) } else { None },
         };
         state.agree().map_err(|what| Damage { what, at: off })?;
         Ok((meta, state))
+    }
+
+    /// The claim's check word.
+    fn claim_check(self, c: &Claim) -> u64 {
+        check_words([c.txid, c.prev, c.writers, c.epoch, CLAIM, self.uuid as u64, (self.uuid >> 64) as u64])
+    }
+
+    /// The claim, if its check holds.
+    fn claim<M: PMem>(self, mem: &M) -> Option<Claim> {
+        let at = self.off + CLAIM;
+        // Relaxed: read at open, alone.
+        let word = |i: u64| mem.load(at + 8 * i, Ordering::Relaxed);
+        let c = Claim { txid: word(0), prev: word(1), writers: word(2), epoch: word(3) };
+        (word(4) == self.claim_check(&c)).then_some(c)
+    }
+
+    /// Stores `claim`, its check word last, and flushes it; the caller syncs. A sync cut short
+    /// may leave the words half stored: the check fails then, and recovery passes the claim over.
+    pub(crate) fn set_claim<M: PMem>(self, mem: &M, claim: Claim) {
+        let at = self.off + CLAIM;
+        let check = self.claim_check(&claim);
+        for (i, w) in [claim.txid, claim.prev, claim.writers, claim.epoch, check].into_iter().enumerate() {
+            // Relaxed: the sync that follows orders them for the media.
+            mem.store(at + 8 * i as u64, w, Ordering::Relaxed);
+        }
+        mem.flush_range(at, 40);
+        // Fence: as after every meta word (on memory where a fence is durable).
+        mem.fence();
     }
 
     /// The check of a copy of `value` in the word at `word`.

@@ -68,6 +68,9 @@ pub(crate) struct Ring {
     /// The ring's pressure when its writer last looked at the snapshots held (see
     /// `Checkpointer::bound_snapshots`).
     pub(crate) bounded: AtomicU64,
+    /// Where the last safe point stopped counting the ring's writers: after its last one at or
+    /// below that safe point's txid (see `SafePoints::make`).
+    pub(crate) vouched: AtomicU64,
 }
 
 impl Ring {
@@ -84,6 +87,7 @@ impl Ring {
             fired: AtomicU64::new(0),
             retired: AtomicU64::new(0),
             bounded: AtomicU64::new(0),
+            vouched: AtomicU64::new(0),
         }
     }
 

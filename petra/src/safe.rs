@@ -13,16 +13,22 @@
 //!    committed and not yet (only a ring's newest can be: a handle writes its next descriptor
 //!    after its last one returned). Every committed writer at or below `s` is then in memory,
 //!    its descriptor and byte values whole.
-//! 2. What the safe point before synced is recorded in the meta region: its `s` as the safe txid,
-//!    and the checkpoint txid of the rounds whose records it synced (those that folded before it
-//!    began).
-//! 3. Sync: the record is on the disk, and so is every writer at or below `s`, with the records of
-//!    the rounds that folded before this safe point began, for the next safe point to record.
+//! 2. The safe point vouches for itself: the meta region's **claim** records `s`, the last
+//!    safe point's txid `p` (whose writers its sync put on the disk) and `n`, how many committed
+//!    writers lie above `p` and at or below `s` (counted along each ring from where the last
+//!    safe point stopped: txids grow along a ring). With it go what the last safe point synced:
+//!    `p` as the safe txid, and the checkpoint txid of the rounds whose records it synced
+//!    (those that folded before it began).
+//! 3. Sync: the claim is on the disk with every writer it counts, and the records of the
+//!    rounds that folded before this safe point began, for the next one to record.
 //!
-//! So a writer survives a power loss once the second safe point after its commit completes: the
-//! first syncs it, the second records it (`Immediate` writers wait for that, sharing both with the
-//! writers that commit meanwhile; [`SafePoints::make_all`] makes both). Recording one safe point
-//! in the next one's sync, rather than in a sync of its own, halves the syncs under steady writers.
+//! So a writer survives a power loss once the first safe point after its commit completes
+//! (`Immediate` writers wait for that, sharing it with the writers that commit meanwhile). A
+//! sync cut short by the power loss may leave the claim on the disk and some of its writers not:
+//! recovery takes the claim only if it finds all `n` whole (each descriptor's check, and the hash
+//! of each byte value it applies), and otherwise goes back to the safe txid `p`, which an earlier
+//! sync completed. The claim is one record with one check word: stored half, it fails its check
+//! and is passed over the same way.
 //!
 //! After a power loss (the pool was last in use in another boot, see `Pool::same_boot`),
 //! recovery reads only the descriptors at or below the safe txid; after the death of the process
@@ -66,9 +72,11 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::descriptor::{Desc, PersistStatus, TxStatus};
 use crate::mem::{Durability, PMem};
+use crate::meta::Claim;
 use crate::protocol::Core;
-use crate::ring::{Ring, Rings};
+use crate::ring::{PAD, Ring, Rings};
 
 /// The least time between the end of a safe point and an asked-for one: each safe point costs
 /// the writers a fault on every page they write again after its sync, as well as the sync.
@@ -178,6 +186,8 @@ struct Synced {
     txid: u64,
     /// The records of the rounds that folded up to it are on the disk.
     checkpoint: u64,
+    /// The safe txid stored in the meta region this run (0: none yet; the open stored one).
+    recorded: u64,
 }
 
 /// What waits for safe points: checkpoint txids and ring slots.
@@ -300,8 +310,8 @@ impl SafePoints {
     }
 
     /// Makes a safe point now (see the [module docs](self)), waiting for one in progress to end
-    /// first, and returns the safe txid it made durable. One sync: it records what the last one
-    /// synced. Only while safe points are kept.
+    /// first, and returns the safe txid it made durable. One sync, which vouches for itself and
+    /// records what the last one synced. Only while safe points are kept.
     pub(crate) fn make<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
         let mut synced = self.making.lock();
         debug_assert!(self.on);
@@ -318,28 +328,35 @@ impl SafePoints {
                 core.persist(d);
             }
         });
-        // 2. What the last safe point synced is recorded: the writers at or below its txid, and
+        // 2. The claim: `s`, and the writers above the last safe point that it covers. Counted
+        // outside the rings' lock (a ring given back meanwhile has nothing left to count: its
+        // descriptors were folded, so at or below the last safe point).
+        let writers = rings.all().iter().map(|ring| count_writers(mem, ring, s)).sum();
+        let prev = synced.txid;
+        // What the last safe point synced is recorded: the writers at or below its txid, and
         // the records of the rounds whose checkpoint txid it took (their batches bounded by an
         // earlier safe txid, so every transaction they reflect is at or below it), are on the
-        // disk. Whenever the kernel writes this page back, they are there.
-        let safe = synced.txid;
+        // disk. Whenever the kernel writes this page back, they are there. Stored before the
+        // claim: a page written back between the two holds the new safe txid and the old claim,
+        // which vouches for that same txid.
+        if prev > synced.recorded {
+            core.meta.set_safe_txid(mem, prev);
+            synced.recorded = prev;
+        }
         let c = {
             let gate = self.gate.lock();
             (synced.checkpoint > gate.durable).then_some(synced.checkpoint)
         };
-        if safe > self.durable.load(Ordering::Relaxed) {
-            core.meta.set_safe_txid(mem, safe);
-        }
         if let Some(c) = c {
             core.meta.set_checkpoint_txid(mem, c);
         }
-        // 3. One sync: the record is on the disk, and so is everything at or below `s`, which the
-        // next safe point records.
+        core.meta.set_claim(mem, Claim { txid: s, prev, writers, epoch: core.epoch });
+        // 3. One sync: the claim is on the disk, and so is everything it counts.
         mem.sync()?;
-        *synced = Synced { txid: s, checkpoint: folded.max(synced.checkpoint) };
+        *synced = Synced { txid: s, checkpoint: folded.max(synced.checkpoint), recorded: synced.recorded };
         // Release: what waits for the safe txid (an Immediate writer, a freed value's reuse) comes
         // after the sync.
-        self.durable.fetch_max(safe, Ordering::Release);
+        self.durable.fetch_max(s, Ordering::Release);
         // Relaxed: a count for reports.
         self.made.fetch_add(1, Ordering::Relaxed);
         *self.last.lock() = Some(std::time::Instant::now());
@@ -356,13 +373,13 @@ impl SafePoints {
                 false
             });
         }
-        core.reclaim.release_held(&core.pool, safe);
+        core.reclaim.release_held(&core.pool, s);
         Ok(self.safe())
     }
 
     /// Makes safe points until every writer committed before the call survives a power loss
-    /// (two when none was under way: the first syncs them, the second records it), and returns
-    /// the safe txid.
+    /// (one, unless one was under way: it may have begun before their commits), and returns the
+    /// safe txid.
     pub(crate) fn make_all<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
         let s = core.next_txid() - 1;
         let mut safe = self.make(core, rings)?;
@@ -420,5 +437,169 @@ impl SafePoints {
     /// The error of the last failed safe point nobody waited for, if any (taken).
     pub(crate) fn take_error(&self) -> Option<io::Error> {
         self.error.lock().take()
+    }
+}
+
+/// The committed writers of `ring` at or below `s` that the last safe point did not count: walks
+/// the ring from where that one stopped (its `vouched`) and moves it past them. Called by a safe
+/// point, after its step 1 persisted every writer at or below `s`: along a ring txids grow, so
+/// the walk stops at the first descriptor still active, committed without a persisted txid (its
+/// txid, assigned after `s` was read, is above it), or of a txid above `s`. Aborted and
+/// read-only descriptors are passed over: recovery finds no valid descriptor there.
+fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> u64 {
+    // Relaxed: only safe points, one at a time, move it. Acquire (the tail): slots below it may
+    // be written again; they held descriptors folded by a round, at or below the last safe
+    // point (not counted again), and the tail passes `vouched` only once a safe point walked
+    // past them (recycling waits for two).
+    let mut v = ring.vouched.load(Ordering::Relaxed).max(ring.tail.load(Ordering::Acquire));
+    // Acquire: the descriptors before the head were written before it was published.
+    let head = ring.head.load(Ordering::Acquire);
+    let mut n = 0;
+    while v < head {
+        let d = ring.at(v);
+        // Relaxed: published with the head.
+        if mem.load(d, Ordering::Relaxed) == PAD {
+            v = ring.next_lap(v);
+            continue;
+        }
+        let desc = Desc::new(mem, d);
+        let state = desc.state();
+        match state.status {
+            TxStatus::Active => break,
+            TxStatus::Aborted => {}
+            TxStatus::Committed if desc.read_only() => {}
+            TxStatus::Committed => {
+                if state.pstatus != PersistStatus::Persisted || desc.txid() > s {
+                    break;
+                }
+                n += 1;
+            }
+        }
+        v += crate::descriptor::desc_bytes(desc.nops(), desc.wide());
+    }
+    // Relaxed: read by the next safe point, under the same lock.
+    ring.vouched.store(v, Ordering::Relaxed);
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::mem::{CrashPlan, MediaModel, SimMem};
+    use crate::meta::Meta;
+    use crate::pool::{Pool, PoolConfig};
+    use crate::{DurabilityPolicy, Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+
+    const MAX: u64 = 64 << 20;
+
+    /// Which pages of a pending safe point's sync an image leaves as they were at the sync
+    /// before: the first page of the rings that the writers changed, or every page outside the
+    /// rings and the meta region (nodes and byte values).
+    #[derive(Debug, Clone, Copy)]
+    enum Lost {
+        FirstRingPage,
+        AllButRingsAndMeta,
+    }
+
+    /// Writes 40 keys, makes a safe point, writes 200 more (byte values of 100 bytes), and
+    /// takes the crash state just before the next safe point's sync. Its image keeps the meta
+    /// page whole (the new claim on the disk) and loses `lost`: the claim counts writers it
+    /// cannot find, or values that fail their hash, and recovery goes back to the safe point
+    /// before (40 keys). The image that keeps every page holds all 240.
+    fn a_claim_not_whole_is_passed_over(lost: Lost) {
+        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
+        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let engine_config = EngineConfig::rings(256 << 10)
+            .checkpoint_fill(0)
+            .durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
+        let engine =
+            Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), engine_config.clone()).unwrap();
+        let s = engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Bytes).unwrap();
+        let mut h = engine.handle().unwrap();
+        let value = |k: u64| vec![k as u8; 100];
+        let mut put =
+            |k: u64| assert!(h.execute(Transaction::new().put_bytes(s, k, &value(k))).unwrap().is_committed());
+        (0..40).for_each(&mut put);
+        engine.sync().unwrap();
+        (40..240).for_each(&mut put);
+        mem.set_plan(CrashPlan { every_sync: true, ..CrashPlan::none() });
+        engine.sync().unwrap();
+        mem.set_plan(CrashPlan::none());
+        let state = mem.take_crash_states().remove(0);
+        let pages = state.pages();
+        let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
+        let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
+        let meta = probe.regions(1)[0].0.get();
+        let rings = crate::ring::regions(&probe);
+        let in_rings = |page: u64| rings.iter().any(|&(off, len)| (off..off + len).contains(&page));
+        let first_ring_page = pages.iter().map(|&(page, _)| page).find(|&p| in_rings(p)).unwrap();
+        let choice: Vec<u32> = pages
+            .iter()
+            .map(|&(page, n)| {
+                let keep = match lost {
+                    Lost::FirstRingPage => page != first_ring_page,
+                    Lost::AllButRingsAndMeta => in_rings(page) || page == meta & !(4096 - 1),
+                };
+                if keep { n } else { 0 }
+            })
+            .collect();
+        for (choice, keys) in [(all, 240), (choice, 40)] {
+            let pool = Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap();
+            assert!(!pool.same_boot());
+            let (_, found) = Meta::find(&pool).unwrap();
+            let claim = found.claim.unwrap();
+            assert!(claim.txid > found.safe && claim.prev == found.safe, "{claim:?}, safe {}", found.safe);
+            let (recovered, report) = Engine::open(pool, engine_config.clone()).unwrap();
+            let expect = if keys == 240 { claim.txid } else { found.safe };
+            assert_eq!(report.safe_point, Some(expect), "{lost:?}, {keys} keys");
+            assert_eq!(report.present_keys, keys, "{lost:?}");
+            let mut h = recovered.handle().unwrap();
+            let mut get = |k: u64| h.get_with(s, k, |state, blobs| state.map(|w| blobs.to_vec(w).unwrap())).unwrap();
+            for k in 0..keys {
+                assert_eq!(get(k), Some(value(k)), "{lost:?}: key {k}");
+            }
+            assert_eq!(get(keys), None, "{lost:?}");
+        }
+    }
+
+    #[test]
+    fn a_claim_whose_writers_are_not_all_on_the_disk_is_passed_over() {
+        a_claim_not_whole_is_passed_over(Lost::FirstRingPage);
+    }
+
+    #[test]
+    fn a_claim_whose_values_are_not_all_on_the_disk_is_passed_over() {
+        a_claim_not_whole_is_passed_over(Lost::AllButRingsAndMeta);
+    }
+
+    /// A claim made under `Periodic` does not outlive its run: it names its epoch, which the
+    /// close ends, and a power loss after a later run's `sync` under `Process` keeps every write
+    /// synced.
+    #[test]
+    fn a_claim_left_by_an_earlier_run_does_not_hold_back_a_run_without_safe_points() {
+        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
+        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic).unwrap();
+        let s = engine.create_list().unwrap();
+        assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+        engine.sync().unwrap();
+        engine.close().unwrap();
+        let process = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Process);
+        let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), process.clone()).unwrap();
+        assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 2u64, 20)).unwrap().is_committed());
+        engine.sync().unwrap();
+        let image = mem.persisted_bytes();
+        drop(engine);
+        let after = SimMem::from_bytes(&image, MAX).with_model(MediaModel::PageCache);
+        let pool = Pool::open_in(after).unwrap();
+        // The claim is still there, of the epoch the close ended.
+        let (_, found) = Meta::find(&pool).unwrap();
+        assert!(found.claim.is_some_and(|c| c.epoch < found.epoch && c.txid > found.safe), "{found:?}");
+        let (engine, report) = Engine::open(pool, process).unwrap();
+        assert_eq!(report.safe_point, None, "{report:?}");
+        assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (2, 20)]);
     }
 }

@@ -666,6 +666,16 @@ impl CrashState {
         self.counts().iter().fold(1u128, |acc, &n| acc.saturating_mul(n as u128 + 1))
     }
 
+    /// Under the page-cache model, the pages whose content in an image is a choice, in the
+    /// order of a choice vector: each page's offset in the pool and its count of stores since
+    /// the last sync (an image keeps a prefix of them). Empty under persistent memory.
+    pub fn pages(&self) -> Vec<(u64, u32)> {
+        match &self.pending {
+            Pending::Lines(_) => Vec::new(),
+            Pending::Pages { pages, .. } => pages.iter().map(|&(page, n)| (page * PAGE_BYTES, n)).collect(),
+        }
+    }
+
     /// The lines (persistent memory) or pages (page cache) whose content in an image is a
     /// choice: one entry of each choice vector per each.
     pub fn pending(&self) -> usize {

@@ -34,6 +34,10 @@ pub(super) struct KdMap {
     pub(super) descriptors: u64,
     /// The largest txid among them (0 if none).
     pub(super) max_txid: u64,
+    /// Whether the claim read against, if any, holds: every writer it counts was found, and
+    /// every byte value written above its previous safe txid that KDMap applies matches its
+    /// hash.
+    pub(super) vouched: bool,
 }
 
 /// The last writing op of a key: its place in the serial order and what it left.
@@ -59,9 +63,14 @@ struct Writer {
 /// media), and they are passed over. So is, if `whole`, a descriptor whose txid is not below
 /// `reserved`, the meta region's txid reservation (raised before the txids it covers are handed
 /// out; after a power loss the page holding it may be older than a ring's).
+///
+/// `claim`: `(prev, writers)` of a safe point's claim of `upto` (see `safe`): KDMap says whether
+/// it found `writers` valid descriptors above `prev`, and whether each byte value above `prev`
+/// that it applies matches its hash. If not, the caller reads again at an earlier safe txid.
 pub(super) fn read<M: PMem>(
     pool: &Pool<M>,
     (epoch, checkpoint, upto, reserved): (u64, u64, u64, u64),
+    claim: Option<(u64, u64)>,
     structures: usize,
     whole: bool,
     damage: &mut Vec<Damage>,
@@ -74,6 +83,8 @@ pub(super) fn read<M: PMem>(
     let mut ring_tails: FxHashSet<u64> = FxHashSet::default();
     let mut max_txid = 0;
     let mut ops = 0;
+    // Valid descriptors above the claim's previous safe txid.
+    let mut claimed = 0;
     for (ring, len) in ring::regions(pool) {
         let end = ring + len;
         let mut pos = ring + 64;
@@ -109,6 +120,7 @@ pub(super) fn read<M: PMem>(
                 continue;
             }
             max_txid = max_txid.max(txid);
+            claimed += u64::from(claim.is_some_and(|(prev, _)| txid > prev));
             ops += d.nops();
             valid.push((pos, txid));
             tail = tail.max(Some(txid));
@@ -138,6 +150,12 @@ pub(super) fn read<M: PMem>(
         last
     };
     let mut last = last_writers(&FxHashSet::default());
+    if let Some((prev, writers)) = claim {
+        let whole_values = || last.values().all(|w| !w.blob || w.txid <= prev || blob_matches(pool, w.value, w.hash));
+        if claimed != writers || !whole_values() {
+            return KdMap { vouched: false, ..KdMap::default() };
+        }
+    }
     let mut torn: FxHashSet<u64> = FxHashSet::default();
     for (&(slot, key), w) in &last {
         if w.blob && ring_tails.contains(&w.txid) && !blob_matches(pool, w.value, w.hash) {
@@ -153,5 +171,5 @@ pub(super) fn read<M: PMem>(
         last = last_writers(&torn);
     }
     let states = last.into_iter().map(|(k, w)| (k, w.present.then_some(w.value))).collect();
-    KdMap { states, descriptors: valid.len() as u64, max_txid }
+    KdMap { states, descriptors: valid.len() as u64, max_txid, vouched: true }
 }

@@ -190,9 +190,6 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     let whole = clean || pool.same_boot();
     let mut damage = Vec::new();
     let mut found = read(&pool, &structures, &state, (clean, whole), &mut report, &mut damage);
-    if !whole && state.safe != 0 {
-        report.safe_point = Some(state.safe);
-    }
     check_values(&pool, &structures, &mut found.present, &mut damage);
     if let Some(d) = damage.into_iter().next() {
         return Err(d.into());
@@ -286,15 +283,31 @@ fn read<M: PMem>(
     let mut states: FxHashMap<(u8, u128), Option<u64>> = FxHashMap::default();
     if !clean {
         // After a power loss, a pool that kept safe points goes back to the last one: what came
-        // after it may have reached the disk in part, in any order (see `safe`).
-        let upto = if whole || state.safe == 0 { u64::MAX } else { state.safe };
-        let kdmap = kdmap::read(
-            pool,
-            (state.epoch, state.checkpoint, upto, state.txid_reserved),
-            structures.len(),
-            whole,
-            damage,
-        );
+        // after it may have reached the disk in part, in any order (see `safe`). The last one is
+        // its claim if everything the claim counts is found whole, else the safe txid (an
+        // earlier sync completed it).
+        // Safe points were kept if the safe txid says so, or a claim of this epoch does (an
+        // engine's first safe point records none before it: its safe txid may still be 0, the
+        // state the engine was created in).
+        let claim = state.claim.filter(|c| !whole && c.epoch == state.epoch && c.txid > state.safe);
+        let kept = !whole && (state.safe != 0 || claim.is_some());
+        let read_upto = |upto: u64, claim: Option<(u64, u64)>, damage: &mut Vec<Damage>| {
+            let at = (state.epoch, state.checkpoint, upto, state.txid_reserved);
+            kdmap::read(pool, at, claim, structures.len(), whole, damage)
+        };
+        // The damage a read finds is kept only from the read that is used.
+        let mut claim_damage = Vec::new();
+        let mut kdmap = match claim {
+            Some(c) => read_upto(c.txid, Some((c.prev, c.writers)), &mut claim_damage),
+            None => kdmap::KdMap { vouched: false, ..kdmap::KdMap::default() },
+        };
+        if kdmap.vouched {
+            report.safe_point = claim.map(|c| c.txid);
+            damage.append(&mut claim_damage);
+        } else {
+            kdmap = read_upto(if kept { state.safe } else { u64::MAX }, None, damage);
+            report.safe_point = kept.then_some(state.safe);
+        }
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;
