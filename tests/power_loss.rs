@@ -606,3 +606,36 @@ fn a_failed_background_safe_point_is_reported_and_the_next_one_succeeds() {
     assert!(engine.safe_points() > made);
     assert!(engine.safe_point_failure().is_none());
 }
+
+/// An `Immediate` write whose safe point's sync fails returns the error; once the disk takes
+/// writes again, the next write's safe point covers both (its claim counts every writer since
+/// the last safe point that completed, the failed one's too), and a power loss right after it
+/// keeps them.
+#[test]
+fn after_a_failed_sync_the_next_safe_point_covers_every_write_since_the_last_one() {
+    let mem = Arc::new(setup().with_model(MediaModel::PageCache));
+    let gate = Arc::new(SyncGate::default());
+    let pool = Pool::open_in(Gated { inner: Arc::clone(&mem), gate: Arc::clone(&gate) }).unwrap();
+    let (engine, _) = Engine::open(pool, config_of(DurabilityPolicy::Immediate)).unwrap();
+    let mut h = engine.handle().unwrap();
+    let s = ALL[0];
+    let put = |h: &mut petra::Handle<Gated>, k: u64| {
+        petra_recovery::battery::execute(h, Transaction::new().put(s, k, 100 + k))
+    };
+    assert!(put(&mut h, 1).unwrap().is_committed());
+    gate.fail(true);
+    assert!(put(&mut h, 2).is_err(), "a write whose sync failed returned success");
+    gate.fail(false);
+    assert!(put(&mut h, 3).unwrap().is_committed());
+    let state = mem.crash_now();
+    let nothing = state.images(0, 0, 0).remove(0);
+    let image = state.image(&nothing);
+    let (recovered, report) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config()).unwrap();
+    assert!(report.safe_point.is_some(), "{report:?}");
+    let got: Vec<(u64, u64)> = petra_recovery::battery::entries(&recovered, s)
+        .unwrap()
+        .into_iter()
+        .filter(|e| (1..=3).contains(&e.0))
+        .collect();
+    assert_eq!(got, [(1, 101), (2, 102), (3, 103)], "{report:?}");
+}

@@ -331,7 +331,15 @@ impl SafePoints {
         // 2. The claim: `s`, and the writers above the last safe point that it covers. Counted
         // outside the rings' lock (a ring given back meanwhile has nothing left to count: its
         // descriptors were folded, so at or below the last safe point).
-        let writers = rings.all().iter().map(|ring| count_writers(mem, ring, s)).sum();
+        let counted: Vec<(Arc<Ring>, u64, u64)> = rings
+            .all()
+            .into_iter()
+            .map(|ring| {
+                let (n, end) = count_writers(mem, &ring, s);
+                (ring, n, end)
+            })
+            .collect();
+        let writers = counted.iter().map(|&(_, n, _)| n).sum();
         let prev = synced.txid;
         // What the last safe point synced is recorded: the writers at or below its txid, and
         // the records of the rounds whose checkpoint txid it took (their batches bounded by an
@@ -351,8 +359,14 @@ impl SafePoints {
             core.meta.set_checkpoint_txid(mem, c);
         }
         core.meta.set_claim(mem, Claim { txid: s, prev, writers, epoch: core.epoch });
-        // 3. One sync: the claim is on the disk, and so is everything it counts.
+        // 3. One sync: the claim is on the disk, and so is everything it counts. Only then do
+        // the rings' counts move on: after a failed sync the next claim counts from the last
+        // safe point that completed, as its `prev` says.
         mem.sync()?;
+        for (ring, _, end) in counted {
+            // Relaxed: read by the next safe point, under the same lock.
+            ring.vouched.store(end, Ordering::Relaxed);
+        }
         *synced = Synced { txid: s, checkpoint: folded.max(synced.checkpoint), recorded: synced.recorded };
         // Release: what waits for the safe txid (an Immediate writer, a freed value's reuse) comes
         // after the sync.
@@ -440,13 +454,13 @@ impl SafePoints {
     }
 }
 
-/// The committed writers of `ring` at or below `s` that the last safe point did not count: walks
-/// the ring from where that one stopped (its `vouched`) and moves it past them. Called by a safe
-/// point, after its step 1 persisted every writer at or below `s`: along a ring txids grow, so
-/// the walk stops at the first descriptor still active, committed without a persisted txid (its
-/// txid, assigned after `s` was read, is above it), or of a txid above `s`. Aborted and
-/// read-only descriptors are passed over: recovery finds no valid descriptor there.
-fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> u64 {
+/// The committed writers of `ring` at or below `s` that the last safe point did not count, and
+/// the position after them: walks the ring from where that one stopped (its `vouched`). Called
+/// by a safe point, after its step 1 persisted every writer at or below `s`: along a ring txids
+/// grow, so the walk stops at the first descriptor still active, committed without a persisted
+/// txid (its txid, assigned after `s` was read, is above it), or of a txid above `s`. Aborted
+/// and read-only descriptors are passed over: recovery finds no valid descriptor there.
+fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> (u64, u64) {
     // Relaxed: only safe points, one at a time, move it. Acquire (the tail): slots below it may
     // be written again; they held descriptors folded by a round, at or below the last safe
     // point (not counted again), and the tail passes `vouched` only once a safe point walked
@@ -477,9 +491,7 @@ fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> u64 {
         }
         v += crate::descriptor::desc_bytes(desc.nops(), desc.wide());
     }
-    // Relaxed: read by the next safe point, under the same lock.
-    ring.vouched.store(v, Ordering::Relaxed);
-    n
+    (n, v)
 }
 
 #[cfg(test)]
