@@ -17,7 +17,7 @@ use crate::error::{Damage, EngineError};
 use crate::handle::{Handle, Shared};
 use crate::key::{Key, KeyWidth};
 use crate::mem::PMem;
-use crate::meta::Meta;
+use crate::meta::{Claim, Meta};
 use crate::pool::Pool;
 use crate::protocol::Core;
 use crate::recovery::{self, Contents, Recovered, RecoveryReport, Refused};
@@ -215,11 +215,11 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// The engine over what recovery found (or a new engine's empty state).
     ///
-    /// The meta region's safe txid is set for the policy: while safe points are kept, every
-    /// txid handed out before (all of an earlier epoch, void now, or none) is at or below it;
-    /// otherwise it says 0 (none kept), synced, so that a power loss is not taken back to a safe
-    /// point that the rounds no longer respect (a claim left by an earlier run is of an earlier
-    /// epoch: every open follows a close or a recovery, each of which commits a new one).
+    /// The meta region's safe txid and claim are set for the policy, synced: while safe points
+    /// are kept, every txid handed out before (all of an earlier epoch, void now, or none) is at
+    /// or below them; otherwise the safe txid says 0 (none kept) and the claim is void, so that
+    /// a power loss is not taken back to a safe point that the rounds no longer respect (a close
+    /// that wrote nothing keeps the epoch, and with it an earlier run's claim).
     fn assemble(found: Recovered<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
         let Recovered { pool, meta, epoch, max_txid, txid_reserved, structures, .. } = found;
         let rings = Rings::of_pool(&pool, config.ring_bytes);
@@ -228,12 +228,20 @@ impl<M: PMem + 'static> Engine<M> {
             Core::new(pool, meta, (epoch, max_txid + 1, txid_reserved), Registry::new(structures), config.durability);
         let mem = core.pool.mem();
         let recorded = meta.safe_txid(mem);
+        let claim = meta.claim(mem);
         if core.safe.on() {
-            if recorded != max_txid {
+            // The state recovery left (or a new engine's) is the first safe point: recorded, with
+            // a claim of this epoch that counts nothing, so that a power loss before the run's
+            // first safe point comes back here, not to whatever reached the disk.
+            let open = Claim { txid: max_txid, prev: max_txid, writers: 0, epoch };
+            if recorded != max_txid || claim != Some(open) {
                 meta.set_safe_txid(mem, max_txid);
+                meta.set_claim(mem, open);
+                core.pool.sync()?;
             }
-        } else if recorded != 0 {
+        } else if recorded != 0 || claim.is_some() {
             meta.set_safe_txid(mem, 0);
+            meta.void_claim(mem);
             core.pool.sync()?;
         }
         let shared = Arc::new(Shared {
@@ -358,6 +366,12 @@ impl<M: PMem + 'static> Engine<M> {
     /// The pool.
     pub fn pool(&self) -> &Pool<M> {
         &self.shared.core.pool
+    }
+
+    /// The engine's core, for tests that drive it past the public interface.
+    #[cfg(test)]
+    pub(crate) fn core(&self) -> &Core<M> {
+        &self.shared.core
     }
 
     /// Closes the engine and its pool cleanly, so that the next [`open`](Engine::open) skips

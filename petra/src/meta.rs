@@ -19,9 +19,9 @@
 //! line 3   +192  checkpoint     the checkpoint txid: every committed writer at or below it is
 //!                               in the node records (see `checkpoint`)
 //!          +224  structures     how many root slots hold a structure (slots 0 to n - 1)
-//! line 4   +256  safe txid      the last power-safe point (see `safe`): every committed writer
-//!                               at or below it was on the media when it was recorded; 0 when
-//!                               the engine keeps no safe points
+//! line 4   +256  safe txid      a power-safe point (see `safe`): every committed writer at or
+//!                               below it was on the media when it was recorded (the last one
+//!                               but the claim's); 0 when the engine keeps no safe points
 //! line 5   +320  claim          a safe point that vouches for itself (see `safe`): its txid,
 //!          +328                 the safe txid before it, whose writers were on the media,
 //!          +336                 how many committed writers it covers above that one,
@@ -252,7 +252,7 @@ impl Meta {
     }
 
     /// The claim, if its check holds.
-    fn claim<M: PMem>(self, mem: &M) -> Option<Claim> {
+    pub(crate) fn claim<M: PMem>(self, mem: &M) -> Option<Claim> {
         let at = self.off + CLAIM;
         // Relaxed: read at open, alone.
         let word = |i: u64| mem.load(at + 8 * i, Ordering::Relaxed);
@@ -271,6 +271,20 @@ impl Meta {
         }
         mem.flush_range(at, 40);
         // Fence: as after every meta word (on memory where a fence is durable).
+        mem.fence();
+    }
+
+    /// Makes the claim void (its words zero, which fail the check), flushed and fenced; the
+    /// caller syncs. For an engine that keeps no safe points: a claim an earlier run left must
+    /// not take a later power loss back to it (a close that wrote nothing keeps the epoch).
+    pub(crate) fn void_claim<M: PMem>(self, mem: &M) {
+        let at = self.off + CLAIM;
+        for i in 0..5 {
+            // Relaxed: the caller's sync orders them for the media.
+            mem.store(at + 8 * i, 0, Ordering::Relaxed);
+        }
+        mem.flush_range(at, 40);
+        // Fence: as after every meta word.
         mem.fence();
     }
 

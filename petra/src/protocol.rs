@@ -127,6 +127,13 @@ impl<M: PMem + 'static> Core<M> {
         self.pool.mem()
     }
 
+    /// The txid reservation: every txid handed out and used is below it, durably (raised
+    /// before a txid it covers is used, see [`take_txid`](Core::take_txid)).
+    pub(crate) fn txid_reserved(&self) -> u64 {
+        // Acquire: the meta region's reservation was stored before it was published.
+        self.txid_reserved.load(Ordering::Acquire)
+    }
+
     /// The next txid to be handed out: every txid handed out so far is below it.
     pub(crate) fn next_txid(&self) -> u64 {
         // Acquire: txids below it were handed out before what the caller reads next.
@@ -258,6 +265,15 @@ impl<M: PMem + 'static> Core<M> {
             self.reserve_txids(t);
         }
         t
+    }
+
+    /// Test: hands out the txid at the reservation without raising it, as a thread between
+    /// the two steps of [`take_txid`](Core::take_txid) leaves the counters.
+    #[cfg(test)]
+    pub(crate) fn hand_out_the_reserved_txid(&self) {
+        let reserved = self.txid_reserved();
+        // Relaxed: a test, on a quiet engine.
+        self.next_txid.store(reserved + 1, Ordering::Relaxed);
     }
 
     /// Durably raises the txid reservation above `t` before `t` is used, so that no txid handed

@@ -5,7 +5,8 @@
 //! position `v` lies at `off + 64 + v % cap`, and no descriptor straddles the end of the data
 //! area (a writer that would pad to the next lap first stores a [`PAD`] word where it stopped).
 //! Three positions describe a ring, all volatile (rebuilt empty at every open, when recovery has
-//! folded every descriptor of the old epoch into nodes):
+//! folded every descriptor of the old epoch into nodes), and a fourth, `vouched`, says where the
+//! safe points counted its writers up to (see `safe`):
 //!
 //! ```text
 //!   tail <= next <= head

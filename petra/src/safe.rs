@@ -28,10 +28,15 @@
 //! recovery takes the claim only if it finds all `n` whole (each descriptor's check, and the hash
 //! of each byte value it applies), and otherwise goes back to the safe txid `p`, which an earlier
 //! sync completed. The claim is one record with one check word: stored half, it fails its check
-//! and is passed over the same way.
+//! and is passed over the same way. A claim names no txid at or above the meta region's txid
+//! reservation (a txid there may be handed out before the reservation is raised). The open
+//! records the state it opened on as the first safe point (a claim of the new epoch that counts
+//! nothing), so that a power loss before the run's first safe point comes back to it; an open
+//! under `Process` voids the claim (a close that wrote nothing keeps the epoch).
 //!
 //! After a power loss (the pool was last in use in another boot, see `Pool::same_boot`),
-//! recovery reads only the descriptors at or below the safe txid; after the death of the process
+//! recovery reads only the descriptors at or below the last safe point (the claim's txid if it
+//! holds, else the one before it); after the death of the process
 //! alone it reads them all, as without safe points. For the safe txid to hold, nothing it relies
 //! on may change on the disk before a later safe point covers the change, wherever the kernel
 //! writes pages back meanwhile. It relies on the records, the checkpoint txid `C`, the
@@ -152,7 +157,8 @@ pub(crate) struct SafePoints {
     /// Held while a safe point is made (one at a time), with what the last one synced: its txid and the
     /// checkpoint txid of the rounds whose records it synced (the next one records them).
     making: Mutex<Synced>,
-    /// The safe txid on the disk (0: none yet this run).
+    /// The txid of the last safe point completed: its claim is on the disk (0: none yet this
+    /// run). The meta region's safe txid word lags it by one safe point.
     durable: AtomicU64,
     /// Safe points completed this run.
     made: AtomicU64,
@@ -320,7 +326,10 @@ impl SafePoints {
         let folded = std::mem::take(&mut self.gate.lock().folded);
         // 1. Every writer with a txid at or below `s` is committed and has its txid; persisting
         // a descriptor stores its check word and flushes: here, the stores are what matter.
-        let s = core.next_txid() - 1;
+        // At most the last txid under the reservation: a txid at it may be handed out before
+        // the reservation is raised, and a claim must not name a txid the meta region has not
+        // reserved (recovery would find the two disagree). Its writer waits for the next one.
+        let s = (core.next_txid() - 1).min(core.txid_reserved() - 1);
         rings.each(|ring| {
             // Acquire: the descriptor was written before its offset was published.
             let d = ring.newest.load(Ordering::Acquire);
@@ -395,7 +404,10 @@ impl SafePoints {
     /// (one, unless one was under way: it may have begun before their commits), and returns the
     /// safe txid.
     pub(crate) fn make_all<M: PMem + 'static>(&self, core: &Core<M>, rings: &Rings) -> io::Result<u64> {
-        let s = core.next_txid() - 1;
+        // Bounded as a safe point bounds its txid: a txid at the reservation is being handed
+        // out (its transaction has not returned), and no safe point claims it until it is
+        // reserved.
+        let s = (core.next_txid() - 1).min(core.txid_reserved() - 1);
         let mut safe = self.make(core, rings)?;
         while safe < s {
             safe = self.make(core, rings)?;
@@ -586,17 +598,21 @@ mod tests {
         a_claim_not_whole_is_passed_over(Lost::AllButRingsAndMeta);
     }
 
-    /// A claim made under `Periodic` does not outlive its run: it names its epoch, which the
-    /// close ends, and a power loss after a later run's `sync` under `Process` keeps every write
-    /// synced.
+    /// A claim made under `Periodic` does not outlive its policy: an engine opened again under
+    /// `Process` voids it (here after an idle run, whose close keeps the epoch), and a power loss
+    /// after that engine's `sync` keeps every write synced.
     #[test]
     fn a_claim_left_by_an_earlier_run_does_not_hold_back_a_run_without_safe_points() {
         let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
         let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
         let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic).unwrap();
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
         let s = engine.create_list().unwrap();
         assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+        engine.sync().unwrap();
+        engine.close().unwrap();
+        // An idle run: a safe point, no write; its close keeps the epoch.
+        let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), periodic).unwrap();
         engine.sync().unwrap();
         engine.close().unwrap();
         let process = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Process);
@@ -606,12 +622,59 @@ mod tests {
         let image = mem.persisted_bytes();
         drop(engine);
         let after = SimMem::from_bytes(&image, MAX).with_model(MediaModel::PageCache);
-        let pool = Pool::open_in(after).unwrap();
-        // The claim is still there, of the epoch the close ended.
-        let (_, found) = Meta::find(&pool).unwrap();
-        assert!(found.claim.is_some_and(|c| c.epoch < found.epoch && c.txid > found.safe), "{found:?}");
-        let (engine, report) = Engine::open(pool, process).unwrap();
+        let (engine, report) = Engine::open(Pool::open_in(after).unwrap(), process).unwrap();
         assert_eq!(report.safe_point, None, "{report:?}");
         assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (2, 20)]);
+    }
+
+    /// A safe point made while a txid at the reservation is handed out and not yet reserved (a
+    /// thread between the two steps of `take_txid`) claims no txid beyond the reservation: the
+    /// pool opens after a power loss then, where a claim at the reservation would be refused as
+    /// words that disagree.
+    #[test]
+    fn a_claim_stays_below_the_txid_reservation() {
+        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
+        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
+        let s = engine.create_list().unwrap();
+        assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+        engine.sync().unwrap();
+        engine.core().hand_out_the_reserved_txid();
+        engine.sync().unwrap();
+        let after = SimMem::from_bytes(&mem.persisted_bytes(), MAX).with_model(MediaModel::PageCache);
+        drop(engine);
+        let (engine, report) = Engine::open(Pool::open_in(after).unwrap(), periodic).unwrap();
+        assert!(report.safe_point.is_some(), "{report:?}");
+        assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10)]);
+    }
+
+    /// A power loss before a run's first safe point goes back to the state the run opened on,
+    /// not to whatever of its writes reached the disk: the open recorded it as a safe point.
+    #[test]
+    fn a_power_loss_before_the_first_safe_point_goes_back_to_the_open() {
+        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
+        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
+        let s = engine.create_list().unwrap();
+        let mut h = engine.handle().unwrap();
+        for k in 0..20u64 {
+            assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
+        }
+        // Every page written back but the one of the first descriptors: a state no prefix has.
+        let state = mem.crash_now();
+        drop(h);
+        drop(engine);
+        let pages = state.pages();
+        let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
+        let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
+        let rings = crate::ring::regions(&probe);
+        let first = pages.iter().map(|&(p, _)| p).find(|&p| rings.iter().any(|&(o, l)| (o..o + l).contains(&p)));
+        let choice: Vec<u32> = pages.iter().map(|&(p, n)| if Some(p) == first { 0 } else { n }).collect();
+        let (engine, report) =
+            Engine::open(Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap(), periodic).unwrap();
+        assert!(report.safe_point.is_some(), "{report:?}");
+        assert_eq!(engine.entries::<u64>(s).unwrap(), [], "{report:?}");
     }
 }

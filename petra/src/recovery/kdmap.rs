@@ -54,7 +54,8 @@ struct Writer {
 }
 
 /// Reads every ring of `pool` for the descriptors of `epoch` above `checkpoint` and at or below
-/// `upto` (the safe txid after a power loss, else `u64::MAX`), whose ops must
+/// `upto` (after a power loss, the last safe point: a claim's txid or the safe txid; else
+/// `u64::MAX`), whose ops must
 /// name one of the pool's `structures` (one that does not is listed in `damage` and passed
 /// over). If the pool is `whole` (closed cleanly, or last used in this boot: every store the
 /// process made is in it), a descriptor marked persisted that fails its check, or a ring's last

@@ -286,11 +286,14 @@ fn read<M: PMem>(
         // after it may have reached the disk in part, in any order (see `safe`). The last one is
         // its claim if everything the claim counts is found whole, else the safe txid (an
         // earlier sync completed it).
-        // Safe points were kept if the safe txid says so, or a claim of this epoch does (an
-        // engine's first safe point records none before it: its safe txid may still be 0, the
-        // state the engine was created in).
-        let claim = state.claim.filter(|c| !whole && c.epoch == state.epoch && c.txid > state.safe);
-        let kept = !whole && (state.safe != 0 || claim.is_some());
+        // Safe points were kept if the safe txid says so, or a claim of this epoch does (a new
+        // engine's safe txid is 0, the state it was created in). The claim is tried if it is
+        // beyond the safe txid; if it does not hold, the point before it holds (its `prev`, or
+        // the safe txid, whichever is later: each was completed by an earlier sync).
+        let ours = state.claim.filter(|c| !whole && c.epoch == state.epoch);
+        let claim = ours.filter(|c| c.txid > state.safe);
+        let kept = !whole && (state.safe != 0 || ours.is_some());
+        let before = state.safe.max(ours.map_or(0, |c| c.prev));
         let read_upto = |upto: u64, claim: Option<(u64, u64)>, damage: &mut Vec<Damage>| {
             let at = (state.epoch, state.checkpoint, upto, state.txid_reserved);
             kdmap::read(pool, at, claim, structures.len(), whole, damage)
@@ -305,8 +308,8 @@ fn read<M: PMem>(
             report.safe_point = claim.map(|c| c.txid);
             damage.append(&mut claim_damage);
         } else {
-            kdmap = read_upto(if kept { state.safe } else { u64::MAX }, None, damage);
-            report.safe_point = kept.then_some(state.safe);
+            kdmap = read_upto(if kept { before } else { u64::MAX }, None, damage);
+            report.safe_point = kept.then_some(before);
         }
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
