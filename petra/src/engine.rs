@@ -216,8 +216,8 @@ impl<M: PMem + 'static> Engine<M> {
     /// The engine over what recovery found (or a new engine's empty state).
     ///
     /// The meta region's safe txid and claim are set for the policy, synced: while safe points
-    /// are kept, every txid handed out before (all of an earlier epoch, void now, or none) is at
-    /// or below them; otherwise the safe txid says 0 (none kept) and the claim is void, so that
+    /// are kept, every txid handed out before (of an earlier epoch, void now; of this one, after
+    /// a clean close that wrote nothing; or none) is at or below them; otherwise the safe txid says 0 (none kept) and the claim is void, so that
     /// a power loss is not taken back to a safe point that the rounds no longer respect (a close
     /// that wrote nothing keeps the epoch, and with it an earlier run's claim).
     fn assemble(found: Recovered<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
@@ -239,6 +239,7 @@ impl<M: PMem + 'static> Engine<M> {
                 meta.set_claim(mem, open);
                 core.pool.sync()?;
             }
+            core.safe.opened_at(max_txid);
         } else if recorded != 0 || claim.is_some() {
             meta.set_safe_txid(mem, 0);
             meta.void_claim(mem);

@@ -21,13 +21,14 @@
 //!          +224  structures     how many root slots hold a structure (slots 0 to n - 1)
 //! line 4   +256  safe txid      a power-safe point (see `safe`): every committed writer at or
 //!                               below it was on the media when it was recorded (the last one
-//!                               but the claim's); 0 when the engine keeps no safe points
+//!                               but the claim's); 0 when the engine keeps no safe points, or
+//!                               keeps them and was created this run (the claim says which)
 //! line 5   +320  claim          a safe point that vouches for itself (see `safe`): its txid,
 //!          +328                 the safe txid before it, whose writers were on the media,
 //!          +336                 how many committed writers it covers above that one,
 //!          +344                 the epoch it was made in,
 //!          +352                 and a check word of the four, its place and the pool's uuid;
-//!                               zeros (no check) in a pool that never made one
+//!                               zeros (no check) when the engine keeps no safe points
 //! ```
 //!
 //! Each of the words of lines 1 to 4 takes 32 bytes: a staging copy (value, check) and the main
@@ -40,7 +41,8 @@
 //!
 //! The claim is one record with one check, stored in the same sync as the writers it covers:
 //! recovery takes it only if the check holds and it finds every writer it counts, whole (see
-//! `recovery`); otherwise it falls back to the safe txid, which an earlier sync made durable.
+//! `recovery`); otherwise it falls back to the later of the safe txid and the claim's previous
+//! one, each made durable by an earlier sync.
 //!
 //! The engine's regions in the pool, by tag (see [`Pool::regions`]): 1 this one, 2 the
 //! descriptor rings (`ring`), 3 the hash maps' bucket arrays (`structures::hashmap`).
@@ -94,6 +96,10 @@ pub(crate) struct MetaState {
     pub(crate) safe: u64,
     /// The last safe point's claim, if one passes its check.
     pub(crate) claim: Option<Claim>,
+    /// Whether the claim's words are not all zero: an engine that keeps safe points stored one
+    /// there (maybe half, when a power loss cut its sync short), and an open without them
+    /// zeroes them. With a safe txid of 0 (a new engine's), it says safe points were kept.
+    pub(crate) claim_words: bool,
 }
 
 /// A safe point that vouches for itself: every committed writer at or below `txid` survives a
@@ -241,6 +247,7 @@ impl Meta {
             structures: meta.load(mem, STRUCTURES)?,
             safe: meta.load(mem, SAFE)?,
             claim: if len >= BYTES { meta.claim(mem) } else { None },
+            claim_words: len >= BYTES && (0..5).any(|i| mem.load(off + CLAIM + 8 * i, Ordering::Relaxed) != 0),
         };
         state.agree().map_err(|what| Damage { what, at: off })?;
         Ok((meta, state))
@@ -347,13 +354,13 @@ impl Meta {
         self.set(mem, CHECKPOINT, txid);
     }
 
-    /// Records `txid` as the last power-safe point (0: none kept), flushed and fenced; the
-    /// caller syncs it (see `safe`).
+    /// Records `txid` as a power-safe point (0: none kept, unless a claim says otherwise),
+    /// flushed and fenced; the caller syncs it (see `safe`).
     pub(crate) fn set_safe_txid<M: PMem>(self, mem: &M, txid: u64) {
         self.set(mem, SAFE, txid);
     }
 
-    /// The last power-safe point recorded (0: none kept).
+    /// The power-safe point recorded in the safe txid word (see [`set_safe_txid`](Meta::set_safe_txid)).
     pub(crate) fn safe_txid<M: PMem>(self, mem: &M) -> u64 {
         // A word checked at open changes only by `set`, which leaves it whole.
         self.load(mem, SAFE).unwrap_or_else(|d| panic!("the safe txid, whole at open, is not: {d}"))

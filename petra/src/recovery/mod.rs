@@ -284,15 +284,14 @@ fn read<M: PMem>(
     if !clean {
         // After a power loss, a pool that kept safe points goes back to the last one: what came
         // after it may have reached the disk in part, in any order (see `safe`). The last one is
-        // its claim if everything the claim counts is found whole, else the safe txid (an
-        // earlier sync completed it).
-        // Safe points were kept if the safe txid says so, or a claim of this epoch does (a new
-        // engine's safe txid is 0, the state it was created in). The claim is tried if it is
-        // beyond the safe txid; if it does not hold, the point before it holds (its `prev`, or
-        // the safe txid, whichever is later: each was completed by an earlier sync).
+        // its claim if everything the claim counts is found whole, else the point before it (the
+        // claim's `prev`, or the safe txid, whichever is later: each was completed by an earlier
+        // sync). Safe points were kept if the safe txid says so, or the claim's words do (a new
+        // engine's safe txid is 0, the state it was created in; a claim cut short by the power
+        // loss fails its check but is not zeros, which only an open without safe points leaves).
         let ours = state.claim.filter(|c| !whole && c.epoch == state.epoch);
         let claim = ours.filter(|c| c.txid > state.safe);
-        let kept = !whole && (state.safe != 0 || ours.is_some());
+        let kept = !whole && (state.safe != 0 || state.claim_words);
         let before = state.safe.max(ours.map_or(0, |c| c.prev));
         let read_upto = |upto: u64, claim: Option<(u64, u64)>, damage: &mut Vec<Damage>| {
             let at = (state.epoch, state.checkpoint, upto, state.txid_reserved);

@@ -72,9 +72,11 @@ pub(super) fn rewrite<M: PMem + 'static>(
     // must still read.)
     let reserved = max_txid + 1 + TXID_BLOCK;
     meta.set_txid_reserved(mem, reserved);
-    // Fence: every new node and the reservation are durable before the epoch that makes the new
-    // nodes the truth.
+    // Fence, and on a page-cache file a sync: every new node and the reservation are durable
+    // before the epoch that makes the new nodes the truth (the kernel may write the meta page
+    // back before the nodes' pages otherwise).
     mem.fence();
+    pool.sync()?;
     meta.commit_epoch(mem, new_epoch);
     // Every writer up to here is in the new nodes' records.
     meta.set_checkpoint_txid(mem, max_txid);
