@@ -517,12 +517,89 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use crate::mem::{CrashPlan, MediaModel, SimMem};
+    use crate::mem::{CrashPlan, CrashState, MediaModel, SimMem};
     use crate::meta::Meta;
     use crate::pool::{Pool, PoolConfig};
-    use crate::{DurabilityPolicy, Engine, EngineConfig, KeyWidth, StructureKind, Transaction, Values};
+    use crate::{
+        DurabilityPolicy, Engine, EngineConfig, KeyWidth, RecoveryReport, StructId, StructureKind, Transaction, Values,
+    };
 
     const MAX: u64 = 64 << 20;
+
+    /// Safe points every hour (so only when asked), rings of 64 KiB.
+    fn periodic() -> EngineConfig {
+        EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)))
+    }
+
+    /// A new engine under `config` on a page-cache simulator, with a structure of `values`.
+    fn new_engine(config: EngineConfig, values: Values) -> (Arc<SimMem>, Engine<Arc<SimMem>>, StructId) {
+        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
+        let pool_config =
+            PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &pool_config).unwrap(), config).unwrap();
+        let s = engine.create_structure(StructureKind::List, KeyWidth::U64, values).unwrap();
+        (mem, engine, s)
+    }
+
+    /// Puts `keys`, each holding 100 more than itself, and returns what a list of them reads.
+    fn put_all(engine: &Engine<Arc<SimMem>>, s: StructId, keys: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+        let mut h = engine.handle().unwrap();
+        for k in keys.clone() {
+            assert!(h.execute(Transaction::new().put(s, k, 100 + k)).unwrap().is_committed());
+        }
+        keys.map(|k| (k, 100 + k)).collect()
+    }
+
+    /// The crash state just before the next sync `engine.sync()` makes.
+    fn before_the_sync(mem: &SimMem, engine: &Engine<Arc<SimMem>>) -> CrashState {
+        mem.set_plan(CrashPlan { every_sync: true, ..CrashPlan::none() });
+        engine.sync().unwrap();
+        mem.set_plan(CrashPlan::none());
+        mem.take_crash_states().remove(0)
+    }
+
+    /// The pages of a crash state that an image chooses, with where the meta region and the
+    /// rings lie (read from the image that keeps every page).
+    struct Pages {
+        /// Each pending page's offset and store count, in the order of a choice vector.
+        pages: Vec<(u64, u32)>,
+        /// The page of the meta region.
+        meta: u64,
+        rings: Vec<(u64, u64)>,
+    }
+
+    impl Pages {
+        fn of(state: &CrashState) -> Pages {
+            let pages = state.pages();
+            let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
+            let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
+            let meta = probe.regions(1)[0].0.get() & !(4096 - 1);
+            Pages { pages, meta, rings: crate::ring::regions(&probe) }
+        }
+
+        fn in_rings(&self, page: u64) -> bool {
+            self.rings.iter().any(|&(off, len)| (off..off + len).contains(&page))
+        }
+
+        /// The first pending page of the rings: where the oldest of the writers since the last
+        /// sync lie.
+        fn first_ring_page(&self) -> u64 {
+            self.pages.iter().map(|&(p, _)| p).find(|&p| self.in_rings(p)).unwrap()
+        }
+
+        /// The choice that keeps of each page the stores `keep` says (given its offset and its
+        /// count).
+        fn choose(&self, keep: impl Fn(u64, u32) -> u32) -> Vec<u32> {
+            self.pages.iter().map(|&(p, n)| keep(p, n)).collect()
+        }
+    }
+
+    /// Opens the image of `state` that `choice` says, as after a power loss.
+    fn recover(state: &CrashState, choice: &[u32], config: EngineConfig) -> (Engine<SimMem>, RecoveryReport) {
+        let pool = Pool::open_in(state.image(choice).to_mem(MAX)).unwrap();
+        assert!(!pool.same_boot());
+        Engine::open(pool, config).unwrap_or_else(|e| panic!("{}: {e}", state.point))
+    }
 
     /// Which pages of a pending safe point's sync an image leaves as they were at the sync
     /// before: the first page of the rings that the writers changed, or every page outside the
@@ -539,14 +616,10 @@ mod tests {
     /// cannot find, or values that fail their hash, and recovery goes back to the safe point
     /// before (40 keys). The image that keeps every page holds all 240.
     fn a_claim_not_whole_is_passed_over(lost: Lost) {
-        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
-        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let engine_config = EngineConfig::rings(256 << 10)
+        let config = EngineConfig::rings(256 << 10)
             .checkpoint_fill(0)
             .durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine =
-            Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), engine_config.clone()).unwrap();
-        let s = engine.create_structure(StructureKind::List, KeyWidth::U64, Values::Bytes).unwrap();
+        let (mem, engine, s) = new_engine(config.clone(), Values::Bytes);
         let mut h = engine.handle().unwrap();
         let value = |k: u64| vec![k as u8; 100];
         let mut put =
@@ -554,34 +627,21 @@ mod tests {
         (0..40).for_each(&mut put);
         engine.sync().unwrap();
         (40..240).for_each(&mut put);
-        mem.set_plan(CrashPlan { every_sync: true, ..CrashPlan::none() });
-        engine.sync().unwrap();
-        mem.set_plan(CrashPlan::none());
-        let state = mem.take_crash_states().remove(0);
-        let pages = state.pages();
-        let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
-        let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
-        let meta = probe.regions(1)[0].0.get();
-        let rings = crate::ring::regions(&probe);
-        let in_rings = |page: u64| rings.iter().any(|&(off, len)| (off..off + len).contains(&page));
-        let first_ring_page = pages.iter().map(|&(page, _)| page).find(|&p| in_rings(p)).unwrap();
-        let choice: Vec<u32> = pages
-            .iter()
-            .map(|&(page, n)| {
-                let keep = match lost {
-                    Lost::FirstRingPage => page != first_ring_page,
-                    Lost::AllButRingsAndMeta => in_rings(page) || page == meta & !(4096 - 1),
-                };
-                if keep { n } else { 0 }
-            })
-            .collect();
-        for (choice, keys) in [(all, 240), (choice, 40)] {
-            let pool = Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap();
-            assert!(!pool.same_boot());
-            let (_, found) = Meta::find(&pool).unwrap();
+        let state = before_the_sync(&mem, &engine);
+        let pages = Pages::of(&state);
+        let first_ring_page = pages.first_ring_page();
+        let lose = pages.choose(|page, n| {
+            let keep = match lost {
+                Lost::FirstRingPage => page != first_ring_page,
+                Lost::AllButRingsAndMeta => pages.in_rings(page) || page == pages.meta,
+            };
+            if keep { n } else { 0 }
+        });
+        for (choice, keys) in [(pages.choose(|_, n| n), 240), (lose, 40)] {
+            let (_, found) = Meta::find(&Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap()).unwrap();
             let claim = found.claim.unwrap();
             assert!(claim.txid > found.safe && claim.prev == found.safe, "{claim:?}, safe {}", found.safe);
-            let (recovered, report) = Engine::open(pool, engine_config.clone()).unwrap();
+            let (recovered, report) = recover(&state, &choice, config.clone());
             let expect = if keys == 240 { claim.txid } else { found.safe };
             assert_eq!(report.safe_point, Some(expect), "{lost:?}, {keys} keys");
             assert_eq!(report.present_keys, keys, "{lost:?}");
@@ -609,28 +669,23 @@ mod tests {
     /// after that engine's `sync` keeps every write synced.
     #[test]
     fn a_claim_left_by_an_earlier_run_does_not_hold_back_a_run_without_safe_points() {
-        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
-        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
-        let s = engine.create_list().unwrap();
-        assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+        let (mem, engine, s) = new_engine(periodic(), Values::Words);
+        let mut want = put_all(&engine, s, 0..1);
         engine.sync().unwrap();
         engine.close().unwrap();
         // An idle run: a safe point, no write; its close keeps the epoch.
-        let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), periodic).unwrap();
+        let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), periodic()).unwrap();
         engine.sync().unwrap();
         engine.close().unwrap();
         let process = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Process);
         let (engine, _) = Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), process.clone()).unwrap();
-        assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 2u64, 20)).unwrap().is_committed());
+        want.extend(put_all(&engine, s, 1..2));
         engine.sync().unwrap();
-        let image = mem.persisted_bytes();
+        let after = SimMem::from_bytes(&mem.persisted_bytes(), MAX).with_model(MediaModel::PageCache);
         drop(engine);
-        let after = SimMem::from_bytes(&image, MAX).with_model(MediaModel::PageCache);
         let (engine, report) = Engine::open(Pool::open_in(after).unwrap(), process).unwrap();
         assert_eq!(report.safe_point, None, "{report:?}");
-        assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10), (2, 20)]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), want);
     }
 
     /// A safe point made while a txid at the reservation is handed out and not yet reserved (a
@@ -639,47 +694,30 @@ mod tests {
     /// words that disagree.
     #[test]
     fn a_claim_stays_below_the_txid_reservation() {
-        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
-        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
-        let s = engine.create_list().unwrap();
-        assert!(engine.handle().unwrap().execute(Transaction::new().put(s, 1u64, 10)).unwrap().is_committed());
+        let (mem, engine, s) = new_engine(periodic(), Values::Words);
+        let want = put_all(&engine, s, 0..1);
         engine.sync().unwrap();
         engine.core().hand_out_the_reserved_txid();
         engine.sync().unwrap();
         let after = SimMem::from_bytes(&mem.persisted_bytes(), MAX).with_model(MediaModel::PageCache);
         drop(engine);
-        let (engine, report) = Engine::open(Pool::open_in(after).unwrap(), periodic).unwrap();
+        let (engine, report) = Engine::open(Pool::open_in(after).unwrap(), periodic()).unwrap();
         assert!(report.safe_point.is_some(), "{report:?}");
-        assert_eq!(engine.entries::<u64>(s).unwrap(), [(1, 10)]);
+        assert_eq!(engine.entries::<u64>(s).unwrap(), want);
     }
 
     /// A power loss before a run's first safe point goes back to the state the run opened on,
-    /// not to whatever of its writes reached the disk: the open recorded it as a safe point.
+    /// not to whatever of its writes reached the disk (here every page but the one of the first
+    /// descriptors: a state no prefix has): the open recorded it as a safe point.
     #[test]
     fn a_power_loss_before_the_first_safe_point_goes_back_to_the_open() {
-        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
-        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
-        let s = engine.create_list().unwrap();
-        let mut h = engine.handle().unwrap();
-        for k in 0..20u64 {
-            assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
-        }
-        // Every page written back but the one of the first descriptors: a state no prefix has.
+        let (mem, engine, s) = new_engine(periodic(), Values::Words);
+        put_all(&engine, s, 0..20);
         let state = mem.crash_now();
-        drop(h);
         drop(engine);
-        let pages = state.pages();
-        let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
-        let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
-        let rings = crate::ring::regions(&probe);
-        let first = pages.iter().map(|&(p, _)| p).find(|&p| rings.iter().any(|&(o, l)| (o..o + l).contains(&p)));
-        let choice: Vec<u32> = pages.iter().map(|&(p, n)| if Some(p) == first { 0 } else { n }).collect();
-        let (engine, report) =
-            Engine::open(Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap(), periodic).unwrap();
+        let pages = Pages::of(&state);
+        let first = pages.first_ring_page();
+        let (engine, report) = recover(&state, &pages.choose(|p, n| if p == first { 0 } else { n }), periodic());
         assert!(report.safe_point.is_some(), "{report:?}");
         assert_eq!(engine.entries::<u64>(s).unwrap(), [], "{report:?}");
     }
@@ -691,80 +729,48 @@ mod tests {
     /// disk.
     #[test]
     fn a_first_claim_cut_short_goes_back_to_the_open() {
-        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
-        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
-        let s = engine.create_list().unwrap();
-        let mut h = engine.handle().unwrap();
-        for k in 0..20u64 {
-            assert!(h.execute(Transaction::new().put(s, k, k)).unwrap().is_committed());
-        }
-        mem.set_plan(CrashPlan { every_sync: true, ..CrashPlan::none() });
-        engine.sync().unwrap();
-        mem.set_plan(CrashPlan::none());
-        let state = mem.take_crash_states().remove(0);
-        drop(h);
+        let (mem, engine, s) = new_engine(periodic(), Values::Words);
+        put_all(&engine, s, 0..20);
+        let state = before_the_sync(&mem, &engine);
         drop(engine);
-        let pages = state.pages();
-        let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
-        let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
-        let meta = probe.regions(1)[0].0.get() & !(4096 - 1);
-        let rings = crate::ring::regions(&probe);
-        let first = pages.iter().map(|&(p, _)| p).find(|&p| rings.iter().any(|&(o, l)| (o..o + l).contains(&p)));
+        let pages = Pages::of(&state);
+        let first = pages.first_ring_page();
         // The meta page's last store is the claim's check word.
-        let choice: Vec<u32> = pages
-            .iter()
-            .map(|&(p, n)| match p {
-                p if p == meta => n - 1,
-                p if Some(p) == first => 0,
-                _ => n,
-            })
-            .collect();
-        let pool = Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap();
-        let (_, found) = Meta::find(&pool).unwrap();
+        let choice = pages.choose(|p, n| match p {
+            p if p == pages.meta => n - 1,
+            p if p == first => 0,
+            _ => n,
+        });
+        let (_, found) = Meta::find(&Pool::open_in(state.image(&choice).to_mem(MAX)).unwrap()).unwrap();
         assert!(found.safe == 0 && found.claim.is_none() && found.claim_words, "{found:?}");
-        let (engine, report) = Engine::open(pool, periodic).unwrap();
+        let (engine, report) = recover(&state, &choice, periodic());
         assert_eq!(report.safe_point, Some(0), "{report:?}");
         assert_eq!(engine.entries::<u64>(s).unwrap(), [], "{report:?}");
     }
 
-    /// A recovery after a power loss on a page-cache file, itself cut short at its last sync
-    /// with the meta page (the new epoch) written back and none of its new nodes: the nodes
-    /// were synced before the epoch that makes them the truth, so the pool opens whole.
+    /// A recovery after a power loss on a page-cache file, itself cut short at any of its syncs
+    /// with the meta page (after the last one, the new epoch) written back and none of its new
+    /// nodes: the nodes were synced before the epoch that makes them the truth, so the pool
+    /// opens whole.
     #[test]
     fn a_recovery_cut_short_after_its_commit_keeps_every_key() {
-        let mem = Arc::new(SimMem::new(0, MAX).with_model(MediaModel::PageCache));
-        let config = PoolConfig { initial_size: 1 << 20, max_size: MAX, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let periodic = EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Periodic(Duration::from_secs(3600)));
-        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config).unwrap(), periodic.clone()).unwrap();
-        let s = engine.create_list().unwrap();
-        let mut h = engine.handle().unwrap();
-        for k in 0..30u64 {
-            assert!(h.execute(Transaction::new().put(s, k, 100 + k)).unwrap().is_committed());
-        }
+        let (mem, engine, s) = new_engine(periodic(), Values::Words);
+        let want = put_all(&engine, s, 0..30);
         engine.sync().unwrap();
-        drop(h);
         drop(engine);
         let after = Arc::new(SimMem::from_bytes(&mem.persisted_bytes(), MAX).with_model(MediaModel::PageCache));
         after.set_plan(CrashPlan { every_sync: true, ..CrashPlan::none() });
-        let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&after)).unwrap(), periodic.clone()).unwrap();
+        let (engine, report) = Engine::open(Pool::open_in(Arc::clone(&after)).unwrap(), periodic()).unwrap();
         after.set_plan(CrashPlan::none());
         assert!(report.safe_point.is_some(), "{report:?}");
-        let want: Vec<(u64, u64)> = (0..30).map(|k| (k, 100 + k)).collect();
         assert_eq!(engine.entries::<u64>(s).unwrap(), want);
         drop(engine);
         let states = after.take_crash_states();
         assert!(states.len() >= 2, "{} syncs", states.len());
         for state in states {
-            let pages = state.pages();
-            let all: Vec<u32> = pages.iter().map(|&(_, n)| n).collect();
-            let probe = Pool::open_in(state.image(&all).to_mem(MAX)).unwrap();
-            let meta = probe.regions(1)[0].0.get() & !(4096 - 1);
-            let only_meta: Vec<u32> = pages.iter().map(|&(p, n)| if p == meta { n } else { 0 }).collect();
+            let pages = Pages::of(&state);
             let (engine, report) =
-                Engine::open(Pool::open_in(state.image(&only_meta).to_mem(MAX)).unwrap(), periodic.clone())
-                    .unwrap_or_else(|e| panic!("{}: {e}", state.point));
+                recover(&state, &pages.choose(|p, n| if p == pages.meta { n } else { 0 }), periodic());
             assert_eq!(engine.entries::<u64>(s).unwrap(), want, "{}: {report:?}", state.point);
         }
     }
