@@ -217,9 +217,10 @@ impl<M: PMem + 'static> Engine<M> {
     ///
     /// The meta region's safe txid and claim are set for the policy, synced: while safe points
     /// are kept, every txid handed out before (of an earlier epoch, void now; of this one, after
-    /// a clean close that wrote nothing; or none) is at or below them; otherwise the safe txid says 0 (none kept) and the claim is void, so that
-    /// a power loss is not taken back to a safe point that the rounds no longer respect (a close
-    /// that wrote nothing keeps the epoch, and with it an earlier run's claim).
+    /// a clean close that wrote nothing; or none) is at or below them; otherwise the safe txid
+    /// says 0 (none kept) and the claim is void, so that a power loss is not taken back to a
+    /// safe point that the rounds no longer respect (a close that wrote nothing keeps the
+    /// epoch, and with it an earlier run's claim).
     fn assemble(found: Recovered<M>, config: EngineConfig) -> Result<Engine<M>, EngineError> {
         let Recovered { pool, meta, epoch, max_txid, txid_reserved, structures, .. } = found;
         let rings = Rings::of_pool(&pool, config.ring_bytes);
