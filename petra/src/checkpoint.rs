@@ -104,7 +104,7 @@ use parking_lot::Mutex;
 use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
-use crate::ring::{PAD, Ring, Rings};
+use crate::ring::{Ring, Rings};
 use crate::structures::info::Info;
 use crate::structures::mix64;
 use crate::structures::node::{INFO, KEY_HI, RECORD_END, load_key, write_record};
@@ -702,12 +702,7 @@ fn take_window<M: PMem + 'static>(
     let mem = core.mem();
     window.clear();
     while *v < head && window.len() < WINDOW {
-        let d = ring.at(*v);
-        // Relaxed: published with the head.
-        if mem.load(d, Ordering::Relaxed) == PAD {
-            *v = ring.next_lap(*v);
-            continue;
-        }
+        let d = ring.descriptor_at(mem, v);
         let desc = Desc::new(mem, d);
         let s = desc.state();
         match s.status {

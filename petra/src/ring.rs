@@ -37,7 +37,7 @@ pub(crate) const RING_TAG: u8 = 2;
 /// The word a writer leaves where it skipped the end of a lap: no descriptor starts there, the
 /// next one starts at the lap's beginning. Its tag is not a descriptor's, so recovery's scan
 /// passes over it.
-pub(crate) const PAD: u64 = 0x5041_u64 << 48;
+const PAD: u64 = 0x5041_u64 << 48;
 
 /// Empty rings no handle holds that [`Rings::give_back`] keeps, so that a handle made after
 /// another was dropped takes one without the pool allocating.
@@ -125,6 +125,17 @@ impl Ring {
     pub(crate) fn has_room(&self, len: u64) -> bool {
         // Relaxed: only read by whoever takes the ring, under the rings lock.
         self.place(self.head.load(Ordering::Relaxed), len).is_some()
+    }
+
+    /// The pool offset of the descriptor at position `v`, below the head, with `v` moved past a
+    /// writer's pad word there to where the descriptor starts (a pad is published with the
+    /// descriptor after it, so that one is below the head too).
+    pub(crate) fn descriptor_at<M: PMem>(&self, mem: &M, v: &mut u64) -> u64 {
+        // Relaxed: published with the head.
+        if mem.load(self.at(*v), Ordering::Relaxed) == PAD {
+            *v = self.next_lap(*v);
+        }
+        self.at(*v)
     }
 
     /// Writes the pad word at `head` if a descriptor placed at `start` skips the end of the lap.

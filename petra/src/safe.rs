@@ -77,11 +77,11 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::descriptor::{Desc, PersistStatus, TxStatus};
+use crate::descriptor::{Desc, PersistStatus, TxStatus, desc_bytes};
 use crate::mem::{Durability, PMem};
 use crate::meta::Claim;
 use crate::protocol::Core;
-use crate::ring::{PAD, Ring, Rings};
+use crate::ring::{Ring, Rings};
 
 /// The least time between the end of a safe point and an asked-for one: each safe point costs
 /// the writers a fault on every page they write again after its sync, as well as the sync.
@@ -192,8 +192,6 @@ struct Synced {
     txid: u64,
     /// The records of the rounds that folded up to it are on the disk.
     checkpoint: u64,
-    /// The safe txid stored in the meta region this run (0: none yet; the open stored one).
-    recorded: u64,
 }
 
 /// What waits for safe points: checkpoint txids and ring slots.
@@ -233,7 +231,7 @@ impl SafePoints {
     /// The open recorded `txid` as the first safe point (see `Engine::assemble`): the first
     /// claim counts from it.
     pub(crate) fn opened_at(&self, txid: u64) {
-        *self.making.lock() = Synced { txid, checkpoint: 0, recorded: txid };
+        *self.making.lock() = Synced { txid, checkpoint: 0 };
     }
 
     /// The policy in force.
@@ -362,10 +360,7 @@ impl SafePoints {
         // disk. Whenever the kernel writes this page back, they are there. Stored before the
         // claim: a page written back between the two holds the new safe txid and the old claim,
         // which vouches for that same txid.
-        if prev > synced.recorded {
-            core.meta.set_safe_txid(mem, prev);
-            synced.recorded = prev;
-        }
+        core.meta.set_safe_txid(mem, prev);
         let c = {
             let gate = self.gate.lock();
             (synced.checkpoint > gate.durable).then_some(synced.checkpoint)
@@ -382,7 +377,7 @@ impl SafePoints {
             // Relaxed: read by the next safe point, under the same lock.
             ring.vouched.store(end, Ordering::Relaxed);
         }
-        *synced = Synced { txid: s, checkpoint: folded.max(synced.checkpoint), recorded: synced.recorded };
+        *synced = Synced { txid: s, checkpoint: folded.max(synced.checkpoint) };
         // Release: what waits for the safe txid (an Immediate writer, a freed value's reuse) comes
         // after the sync.
         self.durable.fetch_max(s, Ordering::Release);
@@ -488,13 +483,7 @@ fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> (u64, u64) {
     let head = ring.head.load(Ordering::Acquire);
     let mut n = 0;
     while v < head {
-        let d = ring.at(v);
-        // Relaxed: published with the head.
-        if mem.load(d, Ordering::Relaxed) == PAD {
-            v = ring.next_lap(v);
-            continue;
-        }
-        let desc = Desc::new(mem, d);
+        let desc = Desc::new(mem, ring.descriptor_at(mem, &mut v));
         let state = desc.state();
         match state.status {
             TxStatus::Active => break,
@@ -507,7 +496,7 @@ fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> (u64, u64) {
                 n += 1;
             }
         }
-        v += crate::descriptor::desc_bytes(desc.nops(), desc.wide());
+        v += desc_bytes(desc.nops(), desc.wide());
     }
     (n, v)
 }

@@ -34,10 +34,6 @@ pub(super) struct KdMap {
     pub(super) descriptors: u64,
     /// The largest txid among them (0 if none).
     pub(super) max_txid: u64,
-    /// Whether the claim read against, if any, holds: every writer it counts was found, and
-    /// every byte value written above its previous safe txid that KDMap applies matches its
-    /// hash.
-    pub(super) vouched: bool,
 }
 
 /// The last writing op of a key: its place in the serial order and what it left.
@@ -65,9 +61,9 @@ struct Writer {
 /// `reserved`, the meta region's txid reservation (raised before the txids it covers are handed
 /// out; after a power loss the page holding it may be older than a ring's).
 ///
-/// `claim`: `(prev, writers)` of a safe point's claim of `upto` (see `safe`): KDMap says whether
-/// it found `writers` valid descriptors above `prev`, and whether each byte value above `prev`
-/// that it applies matches its hash. If not, the caller reads again at an earlier safe txid.
+/// `claim`: `(prev, writers)` of a safe point's claim of `upto` (see `safe`): `None` unless KDMap
+/// found `writers` valid descriptors above `prev` and each byte value above `prev` that it
+/// applies matches its hash (the caller reads again at an earlier safe txid then).
 pub(super) fn read<M: PMem>(
     pool: &Pool<M>,
     (epoch, checkpoint, upto, reserved): (u64, u64, u64, u64),
@@ -75,7 +71,7 @@ pub(super) fn read<M: PMem>(
     structures: usize,
     whole: bool,
     damage: &mut Vec<Damage>,
-) -> KdMap {
+) -> Option<KdMap> {
     let mem = pool.mem();
     // The valid descriptors above the checkpoint txid: (offset, txid); and the txid of the last
     // valid descriptor written to each ring, the largest (a ring is written in order, in laps,
@@ -154,7 +150,7 @@ pub(super) fn read<M: PMem>(
     if let Some((prev, writers)) = claim {
         let whole_values = || last.values().all(|w| !w.blob || w.txid <= prev || blob_matches(pool, w.value, w.hash));
         if claimed != writers || !whole_values() {
-            return KdMap { vouched: false, ..KdMap::default() };
+            return None;
         }
     }
     let mut torn: FxHashSet<u64> = FxHashSet::default();
@@ -172,5 +168,5 @@ pub(super) fn read<M: PMem>(
         last = last_writers(&torn);
     }
     let states = last.into_iter().map(|(k, w)| (k, w.present.then_some(w.value))).collect();
-    KdMap { states, descriptors: valid.len() as u64, max_txid, vouched: true }
+    Some(KdMap { states, descriptors: valid.len() as u64, max_txid })
 }

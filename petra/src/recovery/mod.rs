@@ -299,17 +299,22 @@ fn read<M: PMem>(
         };
         // The damage a read finds is kept only from the read that is used.
         let mut claim_damage = Vec::new();
-        let mut kdmap = match claim {
-            Some(c) => read_upto(c.txid, Some((c.prev, c.writers)), &mut claim_damage),
-            None => kdmap::KdMap { vouched: false, ..kdmap::KdMap::default() },
+        let vouched = claim.and_then(|c| {
+            let kdmap = read_upto(c.txid, Some((c.prev, c.writers)), &mut claim_damage)?;
+            Some((kdmap, c.txid))
+        });
+        let kdmap = match vouched {
+            Some((kdmap, txid)) => {
+                report.safe_point = Some(txid);
+                damage.append(&mut claim_damage);
+                kdmap
+            }
+            None => {
+                report.safe_point = kept.then_some(before);
+                // Without a claim to check, the read always gives a map.
+                read_upto(if kept { before } else { u64::MAX }, None, damage).expect("no claim to refuse")
+            }
         };
-        if kdmap.vouched {
-            report.safe_point = claim.map(|c| c.txid);
-            damage.append(&mut claim_damage);
-        } else {
-            kdmap = read_upto(if kept { before } else { u64::MAX }, None, damage);
-            report.safe_point = kept.then_some(before);
-        }
         max_txid = max_txid.max(kdmap.max_txid);
         report.descriptors = kdmap.descriptors;
         report.kdmap_keys = kdmap.states.len() as u64;
