@@ -9,7 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A /proc of five files: two CPUs, one disk (and a loop device left out).
+/// A /proc of five files: two CPUs, one disk (and a loop device left out), each written in one
+/// step: a daemon that runs while they are written again never reads one half written.
 pub(crate) fn fake_proc(dir: &Path) {
     let files = [
         ("meminfo", "MemTotal:       24684092 kB\nMemFree:        23957912 kB\nActive(anon):     82153 kB\n"),
@@ -19,7 +20,7 @@ pub(crate) fn fake_proc(dir: &Path) {
         ("diskstats", "   7 0 loop0 1 2 3 4 5 6 7 8 9 10 11\n 259 0 nvme0n1 1 2 3 4 5 6 7 8 0 10 11 0 0 0 0\n"),
     ];
     for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
+        replace(dir, name, text);
     }
 }
 
