@@ -702,7 +702,7 @@ fn take_window<M: PMem + 'static>(
     let mem = core.mem();
     window.clear();
     while *v < head && window.len() < WINDOW {
-        let d = ring.descriptor_at(mem, v);
+        let Some(d) = ring.descriptor_at(mem, v, head) else { return false };
         let desc = Desc::new(mem, d);
         let s = desc.state();
         match s.status {

@@ -127,15 +127,17 @@ impl Ring {
         self.place(self.head.load(Ordering::Relaxed), len).is_some()
     }
 
-    /// The pool offset of the descriptor at position `v`, below the head, with `v` moved past a
-    /// writer's pad word there to where the descriptor starts (a pad is published with the
-    /// descriptor after it, so that one is below the head too).
-    pub(crate) fn descriptor_at<M: PMem>(&self, mem: &M, v: &mut u64) -> u64 {
+    /// The pool offset of the descriptor at position `v` (below the head), with `v` moved past a
+    /// writer's pad word there to where the descriptor starts; `None` if that start is not below
+    /// `below`. Below the head it always is (a pad is published with the descriptor after it);
+    /// a walk bounded by where an earlier one stopped (a checkpoint batch's end) may end just past
+    /// a pad, and the descriptor there is not the walk's.
+    pub(crate) fn descriptor_at<M: PMem>(&self, mem: &M, v: &mut u64, below: u64) -> Option<u64> {
         // Relaxed: published with the head.
         if mem.load(self.at(*v), Ordering::Relaxed) == PAD {
             *v = self.next_lap(*v);
         }
-        self.at(*v)
+        (*v < below).then(|| self.at(*v))
     }
 
     /// Writes the pad word at `head` if a descriptor placed at `start` skips the end of the lap.
@@ -344,5 +346,25 @@ mod tests {
         assert_eq!(r.place(896, 192), Some(1024));
         assert_eq!(r.place(1024, 192), Some(1024));
         assert_eq!(r.place(1024, 256), None, "it would reach slots not yet recycled");
+    }
+
+    #[test]
+    fn a_walk_that_ends_at_a_pad_does_not_take_the_descriptor_past_it() {
+        use crate::mem::SimMem;
+        let mem = SimMem::new(1 << 17, 1 << 17);
+        let r = Ring::new(1 << 16, 64 + 1024);
+        // A 192-byte descriptor written after position 896 goes to the next lap: a pad at 896.
+        r.pad(&mem, 896, 1024);
+        let mut v = 896;
+        assert_eq!(r.descriptor_at(&mem, &mut v, 1024 + 192), Some(r.at(1024)));
+        assert_eq!(v, 1024);
+        // A walk bounded at the next lap's start (where an earlier walk stopped, past the pad):
+        // it ends there, without the descriptor.
+        let mut v = 896;
+        assert_eq!(r.descriptor_at(&mem, &mut v, 1024), None);
+        assert_eq!(v, 1024);
+        let mut v = 128;
+        assert_eq!(r.descriptor_at(&mem, &mut v, 1024), Some(r.at(128)), "no pad: the descriptor is there");
+        assert_eq!(v, 128);
     }
 }

@@ -483,7 +483,8 @@ fn count_writers<M: PMem>(mem: &M, ring: &Ring, s: u64) -> (u64, u64) {
     let head = ring.head.load(Ordering::Acquire);
     let mut n = 0;
     while v < head {
-        let desc = Desc::new(mem, ring.descriptor_at(mem, &mut v));
+        let Some(d) = ring.descriptor_at(mem, &mut v, head) else { break };
+        let desc = Desc::new(mem, d);
         let state = desc.state();
         match state.status {
             TxStatus::Active => break,
