@@ -495,6 +495,34 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
         mem.store(first, key, Ordering::Relaxed);
         assert_eq!(engine.check_links(s).unwrap(), 64);
     }
+    // A marked `next` (+40): the list takes it for a removal begun, whose unlink waits for the
+    // next search past the node, only if the node's info word (+8) is marked too (bit 1: a
+    // removal marks it first); the hash map, whose removals unlink at once, not at all.
+    for &s in &structures[..2] {
+        let root = engine.pool().root(s.0 as usize).unwrap().params[0];
+        let first = if s == structures[0] {
+            mem.load(root + 40, Ordering::Relaxed)
+        } else {
+            (0..8).map(|b| mem.load(root + 8 * b, Ordering::Relaxed)).find(|&n| n != 0).unwrap()
+        };
+        let (info, next) = (mem.load(first + 8, Ordering::Relaxed), mem.load(first + 40, Ordering::Relaxed));
+        mem.store(first + 40, next | 1, Ordering::Relaxed);
+        assert!(engine.check_links(s).is_err(), "structure {}: a node marked, its info word not", s.0);
+        mem.store(first + 8, info | 2, Ordering::Relaxed);
+        assert_eq!(engine.check_links(s).ok(), (s == structures[0]).then_some(64), "structure {}", s.0);
+        mem.store(first + 8, info, Ordering::Relaxed);
+        mem.store(first + 40, next, Ordering::Relaxed);
+        assert_eq!(engine.check_links(s).unwrap(), 64);
+    }
+    // The list's last node, marked: its `next` holds only the mark, and is checked too.
+    let mut last = mem.load(engine.pool().root(structures[0].0 as usize).unwrap().params[0] + 40, Ordering::Relaxed);
+    while mem.load(last + 40, Ordering::Relaxed) != 0 {
+        last = mem.load(last + 40, Ordering::Relaxed);
+    }
+    mem.store(last + 40, 1, Ordering::Relaxed);
+    assert!(engine.check_links(structures[0]).is_err(), "the last node marked, its info word not");
+    mem.store(last + 40, 0, Ordering::Relaxed);
+    assert_eq!(engine.check_links(structures[0]).unwrap(), 64);
     // A skiplist node whose link count says an inserter is still building its tower.
     let head = engine.pool().root(structures[2].0 as usize).unwrap().params[0];
     let first = mem.load(head + 40, Ordering::Relaxed);

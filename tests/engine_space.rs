@@ -49,6 +49,38 @@ fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
     }
 }
 
+/// A list whose deletes no later search passes stays flat while open: each step inserts a new
+/// smallest key and deletes the largest, so no search after a removal reaches its node (a list's
+/// removal marks the node and leaves the unlink to the next search past it), and only the
+/// checkpoint rounds' sweeps unlink them. (Without the sweeps, 4 000 steps would link 4 000 nodes.)
+#[test]
+fn a_list_whose_deleted_nodes_no_search_passes_stays_flat_while_open() {
+    const LIVE: u64 = 50;
+    const STEPS: u64 = 4_000;
+    let pool = Pool::create_in(SimMem::new(0, 256 << 20), &config()).unwrap();
+    // Rings of one chunk, a round when a quarter of one is written: one every 128 writes or so.
+    let engine = Engine::create(pool, EngineConfig::rings(64 << 10).checkpoint_fill(25)).unwrap();
+    let s = engine.create_list().unwrap();
+    let mut h = engine.handle().unwrap();
+    let key = |i: u64| u64::MAX - i;
+    let mut most_linked = 0;
+    for i in 0..STEPS {
+        assert!(h.execute(Transaction::new().insert(s, key(i), i)).unwrap().is_committed());
+        if i >= LIVE {
+            assert!(h.execute(Transaction::new().delete(s, key(i - LIVE))).unwrap().is_committed());
+        }
+        if i % 100 == 99 {
+            most_linked = most_linked.max(engine.check_links(s).unwrap());
+        }
+    }
+    let rounds = engine.checkpoint_stats().rounds;
+    assert!(rounds >= STEPS / 256, "{rounds} rounds");
+    // The live keys, and the nodes removed since the last round or still waiting for their
+    // removal (the queue and the epoch): a round's worth of deletes, about 128.
+    assert!(most_linked <= LIVE + 300, "up to {most_linked} nodes linked for {LIVE} keys");
+    assert_eq!(engine.entries::<u64>(s).unwrap().len() as u64, LIVE);
+}
+
 /// An MDList churning over ever-new keys (each round inserts the next key and deletes the oldest,
 /// so that about `LIVE` keys are present) stays flat while open: the nodes it links and the node
 /// chunks of the pool stay bounded, however many keys went through it; and once every key is

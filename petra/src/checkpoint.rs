@@ -104,6 +104,7 @@ use parking_lot::Mutex;
 use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
+use crate::reclaim::AbsentNode;
 use crate::ring::{Ring, Rings};
 use crate::structures::info::Info;
 use crate::structures::mix64;
@@ -279,11 +280,6 @@ struct Found {
     stamp: u64,
 }
 
-/// A node of an absent key to remove once the round's end is due: its structure, key and the
-/// FINAL word the round gave it. Queued with the expiry `u64::MAX`: it never goes stale (see
-/// [`Checkpointer::removal_expiry`]).
-type Removal = (StructId, u128, Info);
-
 /// Keys brought up to date under one pin.
 const KEYS_PER_PIN: u64 = 64;
 
@@ -364,8 +360,10 @@ struct Round {
     /// Nodes whose records changed (and whether their keys are two words): flushed before the
     /// round commits.
     flush: Vec<(u64, bool)>,
-    /// Nodes of absent keys to remove after it.
-    removals: Vec<Removal>,
+    /// Nodes of absent keys to remove once the round's end is due, each with the FINAL word the
+    /// round gave it. Queued with the expiry `u64::MAX`: they never go stale (see
+    /// [`Checkpointer::removal_expiry`]).
+    removals: Vec<AbsentNode>,
     /// Where the batch it folds lies: per ring, the offset of its data area, the area's length,
     /// and the batch's first position and length there.
     spans: Vec<(u64, u64, u64, u64)>,
@@ -552,6 +550,10 @@ impl Checkpointer {
             fold(core, local, batch, &mut round, &mut report);
         }
         *done = std::mem::take(&mut round.done);
+        // A list's removals leave their unlinks to the next search past the node: the sweep of
+        // the lists that had such removals since the last one bounds how long those nodes stay
+        // linked (and hold their blocks) to about a round.
+        core.structures.sweep(&Reader { core, guard: &local.pin() });
         report.txid = core.meta.checkpoint_txid(core.mem());
         report.removals = round.removals.len() as u64;
         // 1. Find the next batch, from where the folded one ended.
@@ -865,7 +867,7 @@ fn checkpoint_key<M: PMem + 'static>(
         // see the word's writer.
         if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             if folded && state.is_none() && structure.removes_nodes::<M>() {
-                round.removals.push((s, key, next));
+                round.removals.push(AbsentNode { structure: s, key, info: next, node: Some(node) });
             }
             if written {
                 // The key too, when flushed: the checksum covers it, and nothing else ever

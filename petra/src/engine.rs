@@ -509,10 +509,11 @@ impl<M: PMem + 'static> Engine<M> {
 
     /// Checks the links of structure `s`, a diagnostic for tests and tools, to be run while no
     /// transaction uses it: every chain and skiplist level in key order with no node left
-    /// marked, every hash map node in its key's bucket, every skiplist tower whole (linked at
-    /// each level of its height, its link count its height), every MDList node where its
-    /// coordinates put it. Returns the number of nodes linked (absent keys' nodes included, until
-    /// they are removed); [`EngineError::Corrupt`] says what is wrong where.
+    /// marked (but for a list's nodes whose removal has begun: a list leaves their unlink to the
+    /// next search that passes them), every hash map node in its key's bucket, every skiplist
+    /// tower whole (linked at each level of its height, its link count its height), every MDList
+    /// node where its coordinates put it. Returns the number of nodes linked (absent keys' nodes
+    /// included, until they are unlinked); [`EngineError::Corrupt`] says what is wrong where.
     pub fn check_links(&self, s: StructId) -> Result<u64, EngineError> {
         let core = &self.shared.core;
         let walked = core.structures.get(s)?.walk_checked(&core.pool, true, &mut |_, _| {});

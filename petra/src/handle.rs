@@ -22,10 +22,9 @@ use crate::key::{Key, KeyWidth};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::pool::{AllocCache, POff, Pool};
 use crate::protocol::{Core, Executor, Reader};
-use crate::reclaim::Hold;
+use crate::reclaim::{AbsentNode, Hold};
 use crate::ring::{Ring, Rings};
 use crate::scan;
-use crate::structures::info::Info;
 use crate::structures::registry::Structure;
 use crate::tx::{MAX_OPS, Op, OpKind, Outcome, StructId, Transaction, Values};
 
@@ -81,7 +80,7 @@ pub struct Handle<M: PMem + 'static> {
     /// A results vector that came back from [`execute_with`](Handle::execute_with), for reuse.
     results: Vec<Option<u64>>,
     /// The nodes the transaction just finished left absent, to remove (kept for reuse).
-    removals: Vec<(StructId, u128, Info)>,
+    removals: Vec<AbsentNode>,
     /// A descriptor of this handle's was written and its execution never returned (a panic
     /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
     /// in its ring (recovery checks the values of ring tails only), and the ring is given up.
@@ -663,11 +662,7 @@ impl<M: PMem + 'static> Handle<M> {
         // Read once, pinned (as the caller stays until the removals are done).
         let recycled = shared.checkpointer.recycled();
         let cx = Reader { core, guard };
-        core.reclaim.run_removals(recycled, 8 + 2 * ops, |s, key, info| {
-            if let Ok(structure) = core.structures.get(s) {
-                structure.remove_if(&cx, key, info);
-            }
-        });
+        core.reclaim.run_removals(recycled, 8 + 2 * ops, |absent| core.structures.remove_if(&cx, absent));
     }
 }
 

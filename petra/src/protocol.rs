@@ -52,7 +52,7 @@ use crate::descriptor::{
 use crate::mem::{PMem, WORD};
 use crate::meta::{Meta, TXID_BLOCK};
 use crate::pool::{AllocCache, POff, Pool};
-use crate::reclaim::{Reclaim, Removal};
+use crate::reclaim::{AbsentNode, Reclaim, Removal};
 use crate::safe::{DurabilityPolicy, SafePoints};
 use crate::structures::info::Info;
 use crate::structures::node::{self, INFO, NORM, VALUE, store_key};
@@ -404,7 +404,7 @@ impl<M: PMem + 'static> Reader<'_, M> {
     /// a committed `d` is persisted: a flush may evict its lines.
     ///
     /// [`schedule_removals`]: Reader::schedule_removals
-    pub(crate) fn absent_left(&self, d: u64, committed: bool, out: &mut Vec<(StructId, u128, Info)>) {
+    pub(crate) fn absent_left(&self, d: u64, committed: bool, out: &mut Vec<AbsentNode>) {
         let mem = self.mem();
         let desc = Desc::new(mem, d);
         out.clear();
@@ -420,12 +420,15 @@ impl<M: PMem + 'static> Reader<'_, M> {
             // itself (`remove_if` would give up): no removal to run then. Relaxed: a record
             // written before this transaction took the node is seen (its CAS acquired the
             // round's), and none is written while the node is absent.
-            let recorded = || cached_node(mem, &desc, i).is_some_and(|n| mem.load(n + NORM, Ordering::Relaxed) != 0);
-            if absent_after
-                && self.core.structures.get(StructId(op.structure)).is_ok_and(|s| s.removes_nodes::<M>())
-                && !recorded()
+            // The node is the op's cached one: the node the op took or made. None is cached for
+            // an op whose before-state an earlier op of the transaction left, nor yet by a helper
+            // whose CAS took the node but who has not written the cache: found by key then.
+            let node = cached_node(mem, &desc, i);
+            let recorded = || node.is_some_and(|n| mem.load(n + NORM, Ordering::Relaxed) != 0);
+            let structure = StructId(op.structure);
+            if absent_after && self.core.structures.get(structure).is_ok_and(|s| s.removes_nodes::<M>()) && !recorded()
             {
-                out.push((StructId(op.structure), op.key, Info::op(d, i)));
+                out.push(AbsentNode { structure, key: op.key, info: Info::op(d, i), node });
             }
         }
     }
@@ -439,13 +442,13 @@ impl<M: PMem + 'static> Reader<'_, M> {
     /// the removal waiting until the snapshot is held). For a committed transaction, `txid`, its
     /// own: the writers it took nodes from are below it, so the stamp is `txid + 1`. For an
     /// aborted one (`None`), the txid counter read now, after those writers had theirs.
-    pub(crate) fn schedule_removals(&self, items: &[(StructId, u128, Info)], expiry: u64, txid: Option<u64>) {
+    pub(crate) fn schedule_removals(&self, items: &[AbsentNode], expiry: u64, txid: Option<u64>) {
         if items.is_empty() {
             return;
         }
         let stamp = txid.map_or_else(|| self.core.next_txid(), |t| t + 1);
-        for &(structure, key, info) in items {
-            self.core.reclaim.defer_removal(self.guard, Removal { structure, key, info, expiry, stamp });
+        for &absent in items {
+            self.core.reclaim.defer_removal(self.guard, Removal { absent, expiry, stamp });
         }
         self.guard.flush();
     }

@@ -8,8 +8,10 @@
 //!   transaction is at or below the safe txid while safe points are kept (see `safe`): until
 //!   then a power loss may bring back the state that reads the value, and it must be there;
 //! - **removals** (a finished transaction, or a checkpoint round, left a key absent): the node is
-//!   unlinked if its info word still names the op that made it absent, and only until the op's
-//!   descriptor slot may have been recycled (see `Checkpointer::removal_expiry`).
+//!   removed if its info word still names the op that made it absent (or the round's FINAL
+//!   word), and only until the op's descriptor slot may have been recycled (see
+//!   `Checkpointer::removal_expiry`): unlinked, or, in a list, marked for the next search past
+//!   it or the next round's sweep to unlink (see `LinkedSet::sweep`).
 //!
 //! Writers drain the queues as they go, a few items and two per op of the transaction about to
 //! run ([`Reclaim::free_due`], [`Reclaim::run_removals`]), so that they drain at least as fast as transactions fill them.
@@ -36,13 +38,29 @@ use crate::structures::info::Info;
 use crate::sync::{AtomicU64, Mutex};
 use crate::tx::StructId;
 
-/// A node to remove once due: the node of `key` in `structure`, if its info word still is `info`
-/// (the op that made the key absent).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Removal {
+/// A node left absent: the node of `key` in `structure` whose info word is `info` (the op, or
+/// the checkpoint round's FINAL word, that left the key absent), at offset `node` if the one that
+/// left it knew it (a search finds it by key otherwise).
+///
+/// The offset alone names the node for as long as its info word is `info`, so a removal reads
+/// the word there instead of searching: a node block stays a node block of its size class while
+/// the engine runs (slab chunks change use only at open), and `info` is on no other block then
+/// (an info value never repeats on a node while a thread can hold it, and an op reference is on
+/// the one node its op took: see `info`; a removal is dropped as stale from the recycling of its
+/// op's slot on). A word that moved on (marked, taken over, the block freed and reused) is not
+/// `info`, and the removal does nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AbsentNode {
     pub(crate) structure: StructId,
     pub(crate) key: u128,
     pub(crate) info: Info,
+    pub(crate) node: Option<u64>,
+}
+
+/// A node to remove once due, if its info word still is the one that left it absent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Removal {
+    pub(crate) absent: AbsentNode,
     /// The count of recycled rounds from which the item is stale (`u64::MAX`: never).
     pub(crate) expiry: u64,
     /// The txid counter once every transaction whose effect the removal acts on had its txid:
@@ -267,9 +285,9 @@ impl Reclaim {
 
     /// Queues removals whose grace has already passed (a checkpoint round's end runs deferred),
     /// stamped `stamp`.
-    pub(crate) fn push_removals(&self, items: impl IntoIterator<Item = (StructId, u128, Info)>, stamp: u64) {
-        for (structure, key, info) in items {
-            self.removals.push(Removal { structure, key, info, expiry: u64::MAX, stamp });
+    pub(crate) fn push_removals(&self, items: impl IntoIterator<Item = AbsentNode>, stamp: u64) {
+        for absent in items {
+            self.removals.push(Removal { absent, expiry: u64::MAX, stamp });
         }
     }
 
@@ -337,7 +355,7 @@ impl Reclaim {
     ///
     /// A removal stamped above a snapshot held waits for it (put back, and the rest with it for
     /// this call).
-    pub(crate) fn run_removals(&self, recycled: u64, n: usize, mut remove: impl FnMut(StructId, u128, Info)) {
+    pub(crate) fn run_removals(&self, recycled: u64, n: usize, mut remove: impl FnMut(&AbsentNode)) {
         for _ in 0..n {
             let Some(item) = self.removals.pop() else { return };
             if recycled >= item.expiry {
@@ -351,7 +369,7 @@ impl Reclaim {
                 self.removals.push(item);
                 return;
             }
-            remove(item.structure, item.key, item.info);
+            remove(&item.absent);
         }
     }
 }

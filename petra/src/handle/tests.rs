@@ -574,11 +574,19 @@ fn crash_images_around_a_transaction_that_panicked_recover_a_prefix_of_the_histo
     }
 }
 
-/// Nodes linked in `s` and blocks given back to the pool so far, as `h`'s engine has them.
-fn linked_and_returned(h: &crate::Handle<Mem>, s: StructId) -> (u64, u64) {
+/// Nodes linked in `s` whose removal has not begun (their info word unmarked), nodes linked in
+/// all, and blocks given back to the pool so far, as `h`'s engine has them.
+fn linked_and_returned(h: &crate::Handle<Mem>, s: StructId) -> (u64, u64, u64) {
+    use crate::mem::PMem;
+    use crate::structures::info::Info;
+    use crate::structures::node::INFO;
+    use std::sync::atomic::Ordering::Relaxed;
     let core = &h.shared.core;
-    let linked = core.structures.get(s).unwrap().walk_checked(&core.pool, true, &mut |_, _| {}).unwrap();
-    (linked, core.pool.ledger().expect("debug builds keep a ledger").returned)
+    let mem = core.pool.mem();
+    let mut removing = 0;
+    let visit = &mut |node, _| removing += u64::from(Info(mem.load(node + INFO, Relaxed)).is_marked());
+    let linked = core.structures.get(s).unwrap().walk_checked(&core.pool, true, visit).unwrap();
+    (linked - removing, linked, core.pool.ledger().expect("debug builds keep a ledger").returned)
 }
 
 /// The epoch's grace periods, driven by hand on one thread: a transaction stopped after its first
@@ -594,7 +602,7 @@ fn a_removal_and_a_rounds_end_wait_for_a_transaction_stopped_before_them() {
     let other = engine.create_list().unwrap();
     let mut owner = engine.handle().unwrap();
     let mut helper = engine.handle().unwrap();
-    let (linked, _) = linked_and_returned(&helper, s);
+    let (linked, ..) = linked_and_returned(&helper, s);
     let recycled = helper.shared.checkpointer.recycled();
     let mut tx = Transaction::new();
     // Op 0 walks past key 2's node to key 3.
@@ -639,30 +647,47 @@ fn a_node_unlinked_under_a_pinned_thread_is_freed_only_after_it_unpins() {
     let other = engine.create_list().unwrap();
     let mut helper = engine.handle().unwrap();
     let reader = engine.handle().unwrap();
-    let (linked, _) = linked_and_returned(&helper, s);
+    let (linked, ..) = linked_and_returned(&helper, s);
     // The removal of key 2 comes due (the grace of the threads pinned when it was deferred: none).
     assert!(helper.execute(Transaction::new().delete(s, 2u64)).unwrap().is_committed());
     helper.collect();
     let pin = reader.epoch.pin();
     // Before the unlink: a free that does not wait for the pin shows from here.
-    let (_, returned) = linked_and_returned(&helper, s);
-    // The next write runs the removal: the node is unlinked, and waits to be freed.
-    let mut unlinked = false;
+    let (.., returned) = linked_and_returned(&helper, s);
+    // The next write runs the removal, which marks the node; the next search that passes it
+    // unlinks it, and it waits to be freed.
+    let mut marked = false;
     for i in 0..8u64 {
         assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
-        unlinked |= linked_and_returned(&helper, s).0 < linked;
+        marked |= linked_and_returned(&helper, s).0 < linked;
     }
-    assert!(unlinked, "the removal did not run");
+    assert!(marked, "the removal did not run");
+    assert_eq!(linked_and_returned(&helper, s).1, linked, "the removal walked the list to unlink the node");
+    {
+        // The word of a node being removed names no descriptor: the node may stay linked past
+        // the recycling of the deleting op's slot, and its ring's return to the pool.
+        use crate::mem::PMem;
+        use crate::structures::info::Info;
+        use crate::structures::node::INFO;
+        let core = &helper.shared.core;
+        let mut node = 0;
+        let visit = &mut |n, k| node = if k == 2 { n } else { node };
+        core.structures.get(s).unwrap().walk_checked(&core.pool, true, visit).unwrap();
+        let word = Info(core.pool.mem().load(node + INFO, std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(word, Info::removed(node), "key 2's node, being removed");
+    }
+    assert!(helper.execute(Transaction::new().find(s, 3u64)).unwrap().is_committed());
+    assert_eq!(linked_and_returned(&helper, s).1, linked - 1, "the search past the marked node did not unlink it");
     for i in 0..200u64 {
         assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
         helper.collect();
     }
-    assert_eq!(linked_and_returned(&helper, s).1, returned, "a node was freed under a thread pinned before its unlink");
+    assert_eq!(linked_and_returned(&helper, s).2, returned, "a node was freed under a thread pinned before its unlink");
     drop(pin);
     let freed = (0..64u64).any(|i| {
         helper.collect();
         assert!(helper.execute(Transaction::new().put(other, i % 4, i)).unwrap().is_committed());
-        linked_and_returned(&helper, s).1 > returned
+        linked_and_returned(&helper, s).2 > returned
     });
     assert!(freed, "the node was not freed once the reader unpinned");
 }

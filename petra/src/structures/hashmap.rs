@@ -134,7 +134,7 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
         strict: bool,
         visit: &mut dyn FnMut(u64, u128),
     ) -> Result<u64, Damage> {
-        let shape = (self.wide, node_bytes(self.wide), strict);
+        let shape = (self.wide, node_bytes(self.wide), strict, false);
         let mut nodes = 0;
         for i in 0..self.n {
             nodes += check_chain(cx, self.bucket(i), shape, |key| self.bucket_of(key) == i, visit)?.len() as u64;

@@ -5,13 +5,16 @@
 //!
 //! ```text
 //! bit 0 = 0: a reference to operation `opid` of the descriptor at `desc`
-//!   bit  1      MARK: the node is being removed from the structure (set only on a word that
-//!               left the node absent, see the table)
+//!   bit  1      MARK: on an op reference only in a block never linked (an executor's node
+//!               whose link failed, freed at once: see `protocol`); a removal writes REMOVED,
+//!               below. A linked node's may be in a pool of the same format written before
+//!               removals did, left by a removal cut short; it reads as absent
 //!   bits 2..8   opid (0..64)
 //!   bits 8..64  desc >> 6 (descriptors are 64-byte aligned)
 //! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery and by
 //!            checkpoint rounds)
-//!   bit  1      MARK, as above
+//!   bit  1      MARK: the node is being removed from the structure; set only in REMOVED, the
+//!               FINAL absent word of generation 0 that every removal writes (see the table)
 //!   bit  2      present
 //!   bits 3..47  node >> 4: the node's own offset, so that the word is unique to its node
 //!   bits 47..64 generation: the recovery epoch that wrote it, or the epoch plus the number of
@@ -23,15 +26,15 @@
 //! | from                   | to                         | by                                    |
 //! |------------------------|----------------------------|---------------------------------------|
 //! | (new node)             | op(D, i)                   | the op that created the node          |
-//! | (new MDList copy)      | FINAL absent + MARK,       | the removal that made the copy, before|
-//! |                        |   generation 0; no CAS     |   publishing it (see `mdlist`): marked|
-//! |                        |   changes it afterwards    |   nodes are passed over, never taken  |
+//! | (new MDList copy)      | REMOVED: FINAL absent +    | the removal that made the copy, before|
+//! |                        |   MARK, generation 0; no   |   publishing it (see `mdlist`): marked|
+//! |                        |   CAS changes it afterwards|   nodes are passed over, never taken  |
 //! | op(D, i) or FINAL      | op(D', j), D' active       | an executor of D' op j                |
-//! | op(D, i), D finished,  | op(D, i) + MARK            | removal of a node left absent: by a   |
+//! | op(D, i), D finished,  | REMOVED                    | removal of a node left absent: by a   |
 //! |   left the key absent  |                            | committed Delete or Remove, or by an  |
 //! |                        |                            | op that made the node for an absent   |
 //! |                        |                            | key (a read, or an aborted write)     |
-//! | FINAL absent           | FINAL absent + MARK        | removal after a checkpoint round      |
+//! | FINAL absent           | REMOVED                    | removal after a checkpoint round      |
 //! | anything               | FINAL                      | recovery (single-threaded)            |
 //! | op(D, i), D finished   | FINAL                      | a checkpoint round (one at a time)    |
 //!
@@ -66,6 +69,16 @@ impl Info {
     pub(crate) fn final_state(node: u64, present: bool, generation: u64) -> Info {
         debug_assert!(node.is_multiple_of(16) && node < 1 << 48);
         Info(FINAL | (present as u64) << 2 | (node >> 4) << 3 | (generation & GENERATION_MASK) << 47)
+    }
+
+    /// The word of the node at `node` once its removal began: FINAL absent, naming the node, of
+    /// generation 0, marked. Every removal writes it (and an MDList copy starts with it), so a
+    /// node that stays linked while marked (a list leaves its unlink to a later search) names
+    /// no descriptor, whose slot may be recycled and whose ring given back meanwhile. No CAS
+    /// moves a marked word to another, so that it is the same word every time does not matter.
+    #[inline]
+    pub(crate) fn removed(node: u64) -> Info {
+        Info::final_state(node, false, 0).marked()
     }
 
     /// Whether this is a FINAL state.
@@ -147,6 +160,8 @@ mod tests {
         assert_eq!((m.desc(), m.opid(), m.is_marked()), (0x1234_5678_9AC0, 63, true));
         let f = Info::final_state(0xABC_DEF0, true, 5);
         assert_eq!((f.is_final(), f.final_present(), f.final_node(), f.is_marked()), (true, true, 0xABC_DEF0, false));
+        let r = Info::removed(0xABC_DEF0);
+        assert_eq!((r.is_final(), r.final_present(), r.final_node(), r.is_marked()), (true, false, 0xABC_DEF0, true));
         assert_eq!((f.final_generation(), Info::final_state(0x10, false, 0x2_0003).final_generation()), (5, 3));
         assert_ne!(Info::final_state(0x10, true, 1), Info::final_state(0x20, true, 1), "unique per node");
         assert_ne!(Info::final_state(0x10, true, 1), Info::final_state(0x10, true, 2), "and per epoch");

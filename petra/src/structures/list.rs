@@ -80,22 +80,28 @@ pub(crate) fn chain_link<M: PMem>(mem: &M, pos: &ChainPos, node: u64) -> bool {
     mem.compare_exchange(pred_link, succ, node, Ordering::Release, Ordering::Relaxed).is_ok()
 }
 
+/// Marks `node`'s `next` (Harris's logical deletion), if not yet: from then on no insert after
+/// the node succeeds, and every search that passes it unlinks it. Returns the marked word.
+pub(crate) fn chain_mark<M: PMem>(mem: &M, node: u64) -> u64 {
+    loop {
+        let next = mem.load(node + NEXT, Ordering::Acquire);
+        if next & MARK != 0 {
+            return next;
+        }
+        // AcqRel: marking orders against inserts after the node, which then fail.
+        if mem.compare_exchange(node + NEXT, next, next | MARK, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            return next | MARK;
+        }
+    }
+}
+
 /// Marks `node`'s `next` and unlinks it from the chain at `link` (of two-word keys if `wide`):
 /// through `pred_link` if given (the link word a search just found holding `node`) and it still
 /// holds `node` unmarked, else by a search from `link`, which unlinks every marked node on its
 /// way, this one included.
 pub(crate) fn chain_remove<M: PMem>(cx: &impl Ctx<M>, link: u64, pred_link: Option<u64>, node: u64, wide: bool) {
     let mem = cx.mem();
-    let succ = loop {
-        let next = mem.load(node + NEXT, Ordering::Acquire);
-        if next & MARK != 0 {
-            break next;
-        }
-        // AcqRel: marking orders against inserts after the node, which then fail.
-        if mem.compare_exchange(node + NEXT, next, next | MARK, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            break next;
-        }
-    };
+    let succ = chain_mark(mem, node);
     // AcqRel: unlinking publishes the new link like any link (as in `chain_search`). It fails
     // if the predecessor changed meanwhile or is marked itself (its link then holds the mark).
     if let Some(pred_link) = pred_link
@@ -168,8 +174,18 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         Ok(chain_link(cx.mem(), pos, node))
     }
 
+    /// Marks the node's `next` and leaves the unlink to the next search that passes it (one for
+    /// a larger key, a scan over it) or to the next checkpoint round's [`sweep`]: a search from
+    /// the head would walk half the list again, and a list's walks are its cost.
+    ///
+    /// [`sweep`]: LinkedSet::sweep
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64) {
-        chain_remove(cx, List::link(self), None, node, self.wide)
+        chain_mark(cx.mem(), node);
+    }
+
+    /// One walk of the whole list, which unlinks every marked node on its way.
+    fn sweep(&self, cx: &impl Ctx<M>) {
+        let _ = chain_search(cx, List::link(self), u128::MAX, self.wide);
     }
 
     fn help_remove_at(&self, cx: &impl Ctx<M>, &(pred_link, curr): &ChainPos, node: u64) {
@@ -195,7 +211,7 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         strict: bool,
         visit: &mut dyn FnMut(u64, u128),
     ) -> Result<u64, Damage> {
-        let shape = (self.wide, node_bytes(self.wide), strict);
+        let shape = (self.wide, node_bytes(self.wide), strict, true);
         Ok(check_chain(cx, self.link(), shape, |_| true, visit)?.len() as u64)
     }
 }

@@ -23,7 +23,7 @@
 //! and its child copied into the new node's empty slot. An inserter also finishes `curr`'s own
 //! pending adoption before publishing, so that it never freezes slots `curr` has not filled yet.
 //!
-//! **Removal.** A node left absent is removed as a list's is, through the removal queue
+//! **Removal.** A node left absent is removed through the removal queue, as a list's is
 //! (`remove_if`: its info word is marked, which is never undone, then [`LinkedSet::help_remove`]),
 //! and until then a later insert of its key takes it over. A node `n` hangs in a slot of
 //! dimension `h` (of its parent, or of its predecessor in the list at `h`), and it is removed in
@@ -296,7 +296,7 @@ fn successor<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u64, h: usize) -> Option
     // Release: as an executor's new node (see `protocol`), for a round that reaches the block
     // through a stale hint. Absent and marked from the start: the word never changes, so it
     // never repeats; a search passes the copy over as it does any node being removed.
-    mem.store(copy + INFO, Info::final_state(copy, false, 0).marked().0, Ordering::Release);
+    mem.store(copy + INFO, Info::removed(copy).0, Ordering::Release);
     Some((copy, copy))
 }
 

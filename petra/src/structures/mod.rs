@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 
 use crate::error::Damage;
 use crate::mem::PMem;
+use crate::reclaim::AbsentNode;
 use info::Info;
 use node::{INFO, LINKS, NORM, load_key};
 
@@ -111,11 +112,24 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// [`PoolFull`] if it cannot change back until a block is free (an MDList node whose removal
     /// needs a copy holds the slot; see `mdlist`): the insert then fails for want of memory.
     fn link(&self, cx: &impl Ctx<M>, pos: &Self::Pos, node: u64) -> Result<bool, PoolFull>;
-    /// Completes the physical removal of a node whose info word is marked.
+    /// Completes the physical removal of a node whose info word is marked, or (a list) marks it
+    /// and leaves its unlink to the next search that passes it, or to [`sweep`].
+    ///
+    /// [`sweep`]: LinkedSet::sweep
     fn help_remove(&self, cx: &impl Ctx<M>, node: u64);
+    /// Unlinks every node whose removal [`help_remove`] left to a later search (a list's), in
+    /// one walk under one pin, as a search's. The checkpoint round sweeps the structures that
+    /// had such removals since its last sweep, so a node stays linked until the round after its
+    /// removal at most, or a search passes it; an engine without rounds
+    /// ([`checkpoint_fill`](crate::EngineConfig::checkpoint_fill) 0, no explicit checkpoints),
+    /// whose rings grow anyway, keeps them until a search passes or the engine closes.
+    ///
+    /// [`help_remove`]: LinkedSet::help_remove
+    fn sweep(&self, _cx: &impl Ctx<M>) {}
     /// As [`help_remove`](LinkedSet::help_remove), for a node that a search has just found at
     /// `pos`: a structure whose removal must find the node's predecessor tries the one `pos`
-    /// names first, and searches again only if that no longer holds.
+    /// names first, and searches again only if that no longer holds (a list unlinks the node
+    /// then and there).
     fn help_remove_at(&self, cx: &impl Ctx<M>, _pos: &Self::Pos, node: u64) {
         self.help_remove(cx, node)
     }
@@ -141,8 +155,9 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// Walks the structure at rest (no thread is using it), trusting no link: every link must
     /// reach a node block of the structure's size (as `cx` says) and agree with the keys and
     /// with the structure's own invariants, and `visit` is called with each node and its key,
-    /// once. `strict`: the structure must also be as a clean close leaves it (no node being
-    /// removed, skiplist towers whole, MDList adoptions finished); otherwise it may be as a
+    /// once. `strict`: the structure must also be as a clean close or a finished removal leaves
+    /// it (no node being removed, but a list's marked ones its sweep unlinks; skiplist towers
+    /// whole, MDList adoptions finished); otherwise it may be as a
     /// process that died in the middle of changing it left it, and only what a search reads is
     /// walked (the nodes that hold keys). Returns the number of nodes, or what is wrong where.
     fn walk_checked(&self, cx: &impl Inspect<M>, strict: bool, visit: &mut dyn FnMut(u64, u128))
@@ -247,25 +262,33 @@ pub(crate) fn walk<M: PMem>(
 
 /// Walks a chain at rest, checked (see [`LinkedSet::walk_checked`]): from the link word at
 /// `link`, nodes of at least `bytes` bytes, keys in increasing order (so no cycle), each accepted
-/// by `belongs` (a hash map's bucket), no node marked if `strict` (a marked `next` is otherwise
-/// followed: its node is being removed). Calls `visit` with each node and key; returns the nodes
+/// by `belongs` (a hash map's bucket), and if `strict`, no node marked, or with `lazy` (a chain
+/// whose removals leave the unlink to the next search that passes: the list's) no node marked
+/// whose info word is not (a removal marks the info word first). A marked `next` is otherwise
+/// followed: its node is being removed. Calls `visit` with each node and key; returns the nodes
 /// in chain order.
 pub(crate) fn check_chain<M: PMem>(
     cx: &impl Inspect<M>,
     link: u64,
-    (wide, bytes, strict): (bool, u64, bool),
+    (wide, bytes, strict, lazy): (bool, u64, bool, bool),
     belongs: impl Fn(u128) -> bool,
     visit: &mut dyn FnMut(u64, u128),
 ) -> Result<Vec<u64>, Damage> {
     let mem = cx.mem();
-    let mut nodes = Vec::new();
+    let mut nodes: Vec<u64> = Vec::new();
     let mut last: Option<u128> = None;
     let mut at = link;
     // Relaxed (every load): the structure is at rest.
     let mut w = mem.load(link, Ordering::Relaxed);
-    while w & !MARK != 0 {
-        if strict && w & MARK != 0 {
+    loop {
+        // The node whose `next` holds the mark (the link word itself is never marked); the last
+        // node's too, whose `next` holds nothing else.
+        let removing = || nodes.last().is_some_and(|&n| Info(mem.load(n + INFO, Ordering::Relaxed)).is_marked());
+        if strict && w & MARK != 0 && !(lazy && removing()) {
             return Err(fault(at, format!("a marked link to {:#x}", w & !MARK)));
+        }
+        if w & !MARK == 0 {
+            break;
         }
         let node = checked_node(cx, at, w, bytes)?;
         let key = load_key(mem, node, wide);
@@ -284,11 +307,22 @@ pub(crate) fn check_chain<M: PMem>(
     Ok(nodes)
 }
 
-/// Removes `key`'s node from `set` if its info word still is `info` (a finished op that left the
-/// key absent): the mark on the info word makes the removal exclusive of any op taking the node.
-pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, set: &S, key: u128, info: Info) {
+/// Removes the node `absent` names from `set` if its info word still is the one that left it
+/// absent (a finished op's, or a checkpoint round's FINAL word): the mark on the info word makes
+/// the removal exclusive of any op taking the node. The node is read at its offset if known (see
+/// [`AbsentNode`] for why the word there is the node's while it holds that value), else found by
+/// a search for its key. Returns whether it removed the node through
+/// [`help_remove`](LinkedSet::help_remove), which may leave the unlink to a sweep.
+pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, set: &S, absent: &AbsentNode) -> bool {
     debug_assert!(set.removes_nodes(), "removals are scheduled only for structures that remove nodes");
-    let (pos, Some(node)) = set.search(cx, key) else { return };
+    let info = absent.info;
+    let (pos, node) = match absent.node {
+        Some(node) => (None, node),
+        None => {
+            let (pos, Some(node)) = set.search(cx, absent.key) else { return false };
+            (Some(pos), node)
+        }
+    };
     // A node with a record stays linked until a checkpoint round has cleared the record (and
     // removes the node itself): a present record must never be left in an unlinked node (see
     // `checkpoint`). Acquire (the info word, read first): a round's record stores come before
@@ -296,10 +330,18 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, se
     // acquires; so a record written before the node moved on is seen.
     let mem = cx.mem();
     if mem.load(node + INFO, Ordering::Acquire) != info.0 || mem.load(node + NORM, Ordering::Relaxed) != 0 {
-        return;
+        return false;
     }
+    debug_assert_eq!(load_key(mem, node, set.wide()), absent.key, "the info word {info:?} on another key's node");
     // AcqRel: the mark is a transition of the info word like any other.
-    if mem.compare_exchange(node + INFO, info.0, info.marked().0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-        set.help_remove_at(cx, &pos, node);
+    if mem.compare_exchange(node + INFO, info.0, Info::removed(node).0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        match pos {
+            Some(pos) => set.help_remove_at(cx, &pos, node),
+            None => {
+                set.help_remove(cx, node);
+                return true;
+            }
+        }
     }
+    false
 }

@@ -15,11 +15,11 @@
 //! parameters and flags are zero.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
 use super::hashmap::HashMap;
-use super::info::Info;
 use super::list::List;
 use super::mdlist::MdList;
 use super::skiplist::SkipList;
@@ -30,6 +30,7 @@ use crate::mem::PMem;
 use crate::meta::Meta;
 use crate::pool::header::{ROOT_ENTRIES, ROOT_ENTRY_SIZE, ROOT_TABLE_OFF};
 use crate::pool::{Pool, RootEntry};
+use crate::reclaim::AbsentNode;
 use crate::tx::{StructId, StructureKind, Values};
 
 /// Root table kinds.
@@ -200,11 +201,6 @@ impl Structure {
         on_set!(&self.set, set => LinkedSet::<M>::removes_nodes(set))
     }
 
-    /// Removes `key`'s node if its info word still is `info` (a finished op that left it absent).
-    pub(crate) fn remove_if<M: PMem + 'static>(&self, cx: &impl Ctx<M>, key: u128, info: Info) {
-        on_set!(&self.set, set => super::remove_if(cx, set, key, info))
-    }
-
     /// Whether [`collect`](Structure::collect) sees nodes in key order.
     pub(crate) fn ordered<M: PMem + 'static>(&self) -> bool {
         on_set!(&self.set, set => LinkedSet::<M>::ordered(set))
@@ -253,6 +249,9 @@ impl Structure {
 #[derive(Debug)]
 pub(crate) struct Registry {
     slots: Vec<OnceLock<Structure>>,
+    /// Per slot: a removal left a node marked and linked since the last sweep (see
+    /// [`LinkedSet::sweep`]).
+    unswept: Vec<AtomicBool>,
     /// Serialises the creation of structures, and counts them.
     creating: Mutex<usize>,
 }
@@ -265,7 +264,38 @@ impl Registry {
         for (slot, s) in structures.into_iter().enumerate() {
             let _ = slots[slot].set(s);
         }
-        Registry { slots, creating: Mutex::new(n) }
+        Registry {
+            slots,
+            unswept: (0..ROOT_ENTRIES).map(|_| AtomicBool::new(false)).collect(),
+            creating: Mutex::new(n),
+        }
+    }
+
+    /// Removes the node `absent` names from its structure if its info word still is the one
+    /// that left it absent (see [`remove_if`](super::remove_if)), and notes a node left marked
+    /// for the next sweep.
+    pub(crate) fn remove_if<M: PMem + 'static>(&self, cx: &impl Ctx<M>, absent: &AbsentNode) {
+        let Ok(structure) = self.get(absent.structure) else { return };
+        let unswept = &self.unswept[absent.structure.0 as usize];
+        // Relaxed (the load): stored only if not yet, so that removals on many threads share
+        // the line until the sweep takes the note.
+        if on_set!(&structure.set, set => super::remove_if(cx, set, absent)) && !unswept.load(Ordering::Relaxed) {
+            // Release: the mark comes before the note; the sweep that takes the note sees it.
+            unswept.store(true, Ordering::Release);
+        }
+    }
+
+    /// Sweeps the structures whose removals left nodes marked and linked since the last sweep
+    /// (see [`LinkedSet::sweep`]).
+    pub(crate) fn sweep<M: PMem + 'static>(&self, cx: &impl Ctx<M>) {
+        for (slot, unswept) in self.slots.iter().zip(&self.unswept) {
+            // Acquire: see the marks noted before; one noted after this swap is swept next time.
+            if let Some(structure) = slot.get()
+                && unswept.swap(false, Ordering::Acquire)
+            {
+                on_set!(&structure.set, set => set.sweep(cx));
+            }
+        }
     }
 
     /// Structure `s`.

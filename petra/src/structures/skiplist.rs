@@ -305,7 +305,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
         visit: &mut dyn FnMut(u64, u128),
     ) -> Result<u64, Damage> {
         let mem = cx.mem();
-        let shape = (self.wide, node_bytes_of(1, self.wide), strict);
+        let shape = (self.wide, node_bytes_of(1, self.wide), strict, false);
         let base = check_chain(cx, self.head + self.next(0), shape, |_| true, visit)?;
         if !strict {
             return Ok(base.len() as u64);
