@@ -5,10 +5,11 @@
 //!
 //! ```text
 //! bit 0 = 0: a reference to operation `opid` of the descriptor at `desc`
-//!   bit  1      MARK: on an op reference only in a block never linked (an executor's node
-//!               whose link failed, freed at once: see `protocol`); a removal writes REMOVED,
-//!               below. A linked node's may be in a pool of the same format written before
-//!               removals did, left by a removal cut short; it reads as absent
+//!   bit  1      MARK: set on an op reference only in a block never linked (an executor's
+//!               node whose link failed, freed at once: see `protocol`); a removal writes
+//!               REMOVED, below. A linked node may still hold a marked op reference in a pool
+//!               of this format written before removals wrote REMOVED (a removal cut short);
+//!               it reads as absent
 //!   bits 2..8   opid (0..64)
 //!   bits 8..64  desc >> 6 (descriptors are 64-byte aligned)
 //! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery and by

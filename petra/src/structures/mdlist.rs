@@ -1,5 +1,5 @@
 //! The multi-dimensional list (MDList) of Zhang and Dechev (ICDCS 2016, the dissertation's
-//! reference [154]): a key is a vector of [`DIMS`] coordinates, its base-4 digits, most
+//! reference \[154\]): a key is a vector of [`DIMS`] coordinates, its base-4 digits, most
 //! significant first, and a node has one child list per dimension.
 //!
 //! Why base 4: a search passes, in each dimension, the siblings whose coordinate is below its
