@@ -416,18 +416,19 @@ impl<M: PMem + 'static> Reader<'_, M> {
                 Some(present) => !present,
                 None => absent_before,
             };
-            // A node with a record stays until a checkpoint round clears it and removes the node
-            // itself (`remove_if` would give up): no removal to run then. Relaxed: a record
-            // written before this transaction took the node is seen (its CAS acquired the
-            // round's), and none is written while the node is absent.
+            let structure = StructId(op.structure);
+            if !absent_after || !self.core.structures.get(structure).is_ok_and(|s| s.removes_nodes::<M>()) {
+                continue;
+            }
             // The node is the op's cached one: the node the op took or made. None is cached for
             // an op whose before-state an earlier op of the transaction left, nor yet by a helper
             // whose CAS took the node but who has not written the cache: found by key then.
             let node = cached_node(mem, &desc, i);
-            let recorded = || node.is_some_and(|n| mem.load(n + NORM, Ordering::Relaxed) != 0);
-            let structure = StructId(op.structure);
-            if absent_after && self.core.structures.get(structure).is_ok_and(|s| s.removes_nodes::<M>()) && !recorded()
-            {
+            // A node with a record stays until a checkpoint round clears it and removes the node
+            // itself (`remove_if` would give up): no removal to run then. Relaxed: a record
+            // written before this transaction took the node is seen (its CAS acquired the
+            // round's), and none is written while the node is absent.
+            if node.is_none_or(|n| mem.load(n + NORM, Ordering::Relaxed) == 0) {
                 out.push(AbsentNode { structure, key: op.key, info: Info::op(d, i), node });
             }
         }
