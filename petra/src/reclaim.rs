@@ -49,7 +49,7 @@ use crate::tx::StructId;
 /// the one node its op took: see `info`; a removal is dropped as stale from the recycling of its
 /// op's slot on). A word that moved on (marked, taken over, the block freed and reused) is not
 /// `info`, and the removal does nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct AbsentNode {
     pub(crate) structure: StructId,
     pub(crate) key: u128,

@@ -8,12 +8,15 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::checkpoint::steps::{self, Count};
 use crate::descriptor::{Desc, TxStatus};
-use crate::mem::{CrashPlan, SimMem};
+use crate::mem::{CrashPlan, PMem, SimMem};
 use crate::pool::{Pool, PoolConfig};
 use crate::protocol::hook;
+use crate::structures::info::Info;
+use crate::structures::node::INFO;
 use crate::{Engine, EngineConfig, Outcome, StructId, Transaction};
 
 type Mem = Arc<SimMem>;
@@ -574,19 +577,23 @@ fn crash_images_around_a_transaction_that_panicked_recover_a_prefix_of_the_histo
     }
 }
 
+/// The nodes linked in `s`, in order, each with its key and info word, as `h`'s engine has them.
+fn linked_nodes(h: &crate::Handle<Mem>, s: StructId) -> Vec<(u64, u128, Info)> {
+    let core = &h.shared.core;
+    let mem = core.pool.mem();
+    let mut nodes = Vec::new();
+    // Relaxed: one thread.
+    let visit = &mut |node, key| nodes.push((node, key, Info(mem.load(node + INFO, Ordering::Relaxed))));
+    core.structures.get(s).unwrap().walk_checked(&core.pool, true, visit).unwrap();
+    nodes
+}
+
 /// Nodes linked in `s` whose removal has not begun (their info word unmarked), nodes linked in
 /// all, and blocks given back to the pool so far, as `h`'s engine has them.
 fn linked_and_returned(h: &crate::Handle<Mem>, s: StructId) -> (u64, u64, u64) {
-    use crate::mem::PMem;
-    use crate::structures::info::Info;
-    use crate::structures::node::INFO;
-    use std::sync::atomic::Ordering::Relaxed;
-    let core = &h.shared.core;
-    let mem = core.pool.mem();
-    let mut removing = 0;
-    let visit = &mut |node, _| removing += u64::from(Info(mem.load(node + INFO, Relaxed)).is_marked());
-    let linked = core.structures.get(s).unwrap().walk_checked(&core.pool, true, visit).unwrap();
-    (linked - removing, linked, core.pool.ledger().expect("debug builds keep a ledger").returned)
+    let nodes = linked_nodes(h, s);
+    let unmarked = nodes.iter().filter(|&&(.., info)| !info.is_marked()).count() as u64;
+    (unmarked, nodes.len() as u64, h.shared.core.pool.ledger().expect("debug builds keep a ledger").returned)
 }
 
 /// The epoch's grace periods, driven by hand on one thread: a transaction stopped after its first
@@ -663,19 +670,10 @@ fn a_node_unlinked_under_a_pinned_thread_is_freed_only_after_it_unpins() {
     }
     assert!(marked, "the removal did not run");
     assert_eq!(linked_and_returned(&helper, s).1, linked, "the removal walked the list to unlink the node");
-    {
-        // The word of a node being removed names no descriptor: the node may stay linked past
-        // the recycling of the deleting op's slot, and its ring's return to the pool.
-        use crate::mem::PMem;
-        use crate::structures::info::Info;
-        use crate::structures::node::INFO;
-        let core = &helper.shared.core;
-        let mut node = 0;
-        let visit = &mut |n, k| node = if k == 2 { n } else { node };
-        core.structures.get(s).unwrap().walk_checked(&core.pool, true, visit).unwrap();
-        let word = Info(core.pool.mem().load(node + INFO, std::sync::atomic::Ordering::Relaxed));
-        assert_eq!(word, Info::removed(node), "key 2's node, being removed");
-    }
+    // The word of a node being removed names no descriptor: the node may stay linked past the
+    // recycling of the deleting op's slot, and its ring's return to the pool.
+    let (node, _, info) = linked_nodes(&helper, s).into_iter().find(|&(_, key, _)| key == 2).unwrap();
+    assert_eq!(info, Info::removed(node), "key 2's node, being removed");
     assert!(helper.execute(Transaction::new().find(s, 3u64)).unwrap().is_committed());
     assert_eq!(linked_and_returned(&helper, s).1, linked - 1, "the search past the marked node did not unlink it");
     for i in 0..200u64 {
