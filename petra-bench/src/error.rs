@@ -30,6 +30,10 @@ pub enum BenchError {
     /// redb, the baseline, failed an operation.
     #[error("redb: {0}")]
     Redb(#[from] redb::Error),
+    /// The prefill's transactions were still not all folded into the records after this many
+    /// checkpoints, so timing would include their folding.
+    #[error("the prefill was still not checkpointed after {0} checkpoints")]
+    NotSettled(u32),
     /// An operation on a file of the run failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -16,6 +16,12 @@ pub(crate) trait TxMap: Sync {
     /// A worker for the calling thread, ready to run: whatever it sets up happens here, before
     /// timing starts.
     fn worker(&self) -> Result<Self::Worker<'_>>;
+
+    /// Finishes the work the prefill left pending, before timing starts, so that the timed run
+    /// pays for its own transactions only. Nothing, for maps that leave none.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One thread's transactions on a [`TxMap`].
