@@ -1,14 +1,16 @@
 //! `petra-bench micro`: the dissertation's micro-benchmarks on PETRA's structures.
 //!
 //! Each configuration runs on a fresh pool file: the structure is prefilled (by default as the
-//! C++ harness does it, [`Prefill::Harness`]) and, untimed, checkpointed until the prefill's
-//! descriptors are folded into the records: the harness's timer starts on a structure with
-//! nothing pending. Then every thread runs its share of transactions drawn from the workload,
-//! with strict op semantics (a failed Insert, Delete or Find aborts its transaction, as in the
-//! paper and the C++ harness); the rounds that fold them run inside the timed run, when a ring
-//! fills (on a page-cache pool, once a safe point covers them). Nothing caps the threads at the
-//! cores: a run of more threads than cores shows what lock-free progress is worth beside the
-//! locks.
+//! C++ harness does it, [`Prefill::Harness`]), then every thread runs its share of transactions
+//! drawn from the workload, with strict op semantics (a failed Insert, Delete or Find aborts its
+//! transaction, as in the paper and the C++ harness). Nothing caps the threads at the cores: a
+//! run of more threads than cores shows what lock-free progress is worth beside the locks.
+//!
+//! What is timed: the threads' transactions, and the checkpoint rounds that their rings' fill
+//! starts on their threads (with a 64 MiB ring and the default fill of 25%, a short run may
+//! start none, and a round on a page-cache pool folds only what a safe point covers). Not
+//! timed: the prefill, and the folding of its descriptors into the records, done after it by
+//! checkpoints whenever rounds are on ([`TxMap::settle`]); the C++ harness has no such work.
 //!
 //! Reported per configuration:
 //! - **tx/s**: committed transactions per second of wall time;
@@ -320,7 +322,7 @@ pub(crate) struct MicroCase {
     /// Two-word keys: key `k` of the workload is `k << 64 | k`.
     pub(crate) wide_keys: bool,
     /// The engine's [`petra::EngineConfig::checkpoint_fill`]: 0 turns checkpoint rounds off (the
-    /// rings then hold every descriptor of the run).
+    /// rings then hold every descriptor of the run, the prefill's too: it is not settled).
     pub(crate) checkpoint_fill: u8,
 }
 
@@ -416,8 +418,8 @@ pub(crate) fn prefill<T: TxMap>(map: &T, key_range: u64, prefill: Prefill, seed:
     Ok(inserted)
 }
 
-/// Prefills `map` ([`prefill`]), then runs every thread's share of transactions on it and
-/// times them. Every map draws the same keys and the same transactions (the same seeds);
+/// Prefills `map` ([`prefill`]) and settles it ([`TxMap::settle`]), then runs every thread's
+/// share of transactions on it and times them. Every map draws the same keys and the same transactions (the same seeds);
 /// flushes and fences are counted on PETRA's counting seam (none elsewhere).
 fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
     let w = case.workload;
