@@ -81,6 +81,169 @@ fn a_list_whose_deleted_nodes_no_search_passes_stays_flat_while_open() {
     assert_eq!(engine.entries::<u64>(s).unwrap().len() as u64, LIVE);
 }
 
+/// The nodes of keys that have records (a checkpoint wrote them) leave their structure when a
+/// transaction deletes the keys, before any checkpoint round: the Delete's removal leaves the
+/// record for the round that folds the Delete to clear, and that round frees the blocks, which
+/// new keys then reuse. (Such nodes used to stay linked until that round: with rounds off, for
+/// good. Their blocks still wait for it.) After a crash nothing comes back: a record left
+/// behind would bring its key back.
+#[test]
+fn deleting_checkpointed_keys_unlinks_their_nodes_before_any_round() {
+    use petra_recovery::battery::{ALL, Kind};
+    const KEYS: u64 = 3_000;
+    let key = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 2;
+    let rounds_off = || EngineConfig::rings(32 << 20).checkpoint_fill(0).durability(DurabilityPolicy::Process);
+    for kind in ALL.into_iter().filter(|k| matches!(k, Kind::List | Kind::HashMap | Kind::SkipList | Kind::MdList)) {
+        let mem = Arc::new(SimMem::new(0, 256 << 20));
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &config()).unwrap(), rounds_off()).unwrap();
+        let s = petra_recovery::battery::create(&engine, kind);
+        let other = engine.create_list().unwrap();
+        let mut h = engine.handle().unwrap();
+        for i in 0..KEYS {
+            assert!(h.execute(Transaction::new().insert(s, key(i), i)).unwrap().is_committed());
+        }
+        engine.checkpoint().unwrap();
+        engine.checkpoint().unwrap();
+        assert!(engine.checkpoint_stats().records >= KEYS, "{kind:?}: every key has a record");
+        let chunks = engine.pool().chunk_counts().node;
+        let rounds = engine.checkpoint_stats().rounds;
+        for i in 0..KEYS {
+            assert!(h.execute(Transaction::new().delete(s, key(i))).unwrap().is_committed());
+        }
+        // Writes elsewhere run the removals the epoch made due; a read past every key unlinks
+        // the nodes a list's removals marked.
+        let mut linked = u64::MAX;
+        for step in 0..200u64 {
+            for j in 0..16 {
+                assert!(h.execute(Transaction::new().put(other, 1u64, step * 16 + j)).unwrap().is_committed());
+            }
+            assert_eq!(h.get(s, u64::MAX).unwrap(), None);
+            linked = engine.check_links(s).unwrap();
+            if linked == 0 {
+                break;
+            }
+        }
+        assert_eq!(linked, 0, "{kind:?}: nodes of deleted keys with records stay linked");
+        assert_eq!(engine.checkpoint_stats().rounds, rounds, "{kind:?}: no round ran meanwhile");
+        // The rounds that fold the deletes clear the records and free the blocks: new keys reuse
+        // them.
+        for _ in 0..4 {
+            engine.checkpoint().unwrap();
+            for j in 0..64 {
+                assert!(h.execute(Transaction::new().put(other, 1u64, j)).unwrap().is_committed());
+            }
+        }
+        for i in KEYS..2 * KEYS {
+            assert!(h.execute(Transaction::new().insert(s, key(i), i)).unwrap().is_committed());
+        }
+        // An MDList's nodes come in several sizes, by where they sit in the tree (and the new
+        // keys sit elsewhere): a chunk or two per size class.
+        let grown = engine.pool().chunk_counts().node - chunks;
+        let room = if kind == Kind::MdList { 8 } else { 1 };
+        assert!(grown <= room, "{kind:?}: {grown} node chunks more for as many keys as were deleted");
+        for i in KEYS..2 * KEYS {
+            assert!(h.execute(Transaction::new().delete(s, key(i))).unwrap().is_committed());
+        }
+        drop(h);
+        let (engine, _) = {
+            drop(engine.into_pool().unwrap());
+            Engine::open(Pool::open_in(Arc::clone(&mem)).unwrap(), rounds_off()).unwrap()
+        };
+        assert!(engine.entries::<u64>(s).unwrap().is_empty(), "{kind:?}: a deleted key came back");
+    }
+}
+
+/// A crash anywhere while deletes remove nodes that hold records, while the round that folds the
+/// deletes clears those records, and while new keys reuse the freed blocks, recovers to the state
+/// after some prefix of the transactions: no deleted key comes back, and no record is found
+/// twice. Every structure that removes nodes, each in its own pool.
+#[test]
+fn a_crash_while_nodes_with_records_are_removed_and_reused_recovers_a_prefix() {
+    use petra_recovery::battery::{ALL, Kind};
+    use std::collections::BTreeMap;
+    #[derive(Clone, Copy)]
+    enum Op {
+        Insert,
+        Delete,
+        Read,
+    }
+    const N: u64 = 24;
+    let rounds_off = EngineConfig::rings(256 << 10).checkpoint_fill(0).durability(DurabilityPolicy::Process);
+    for kind in ALL.into_iter().filter(|k| matches!(k, Kind::List | Kind::HashMap | Kind::SkipList | Kind::MdList)) {
+        // Keys 0..N present, each with a record (a checkpoint wrote them).
+        let small = PoolConfig { max_size: 16 << 20, ..config() };
+        let mem = Arc::new(SimMem::new(0, 16 << 20));
+        let engine = Engine::create(Pool::create_in(Arc::clone(&mem), &small).unwrap(), rounds_off.clone()).unwrap();
+        let s = petra_recovery::battery::create(&engine, kind);
+        let mut h = engine.handle().unwrap();
+        for k in 0..N {
+            assert!(h.execute(Transaction::new().insert(s, k, k)).unwrap().is_committed());
+        }
+        drop(h);
+        engine.checkpoint().unwrap();
+        engine.checkpoint().unwrap();
+        drop(engine.into_pool().unwrap());
+        let image = Arc::into_inner(mem).unwrap().working_bytes();
+        // The transactions: delete half the keys; read absent keys two at a time (each read
+        // makes a node for its key, in a freed block, which no round gives a record: a block
+        // freed too early would keep a deleted key's record on the media); insert as many new
+        // keys; fold; insert more (into the blocks freed). And the state after each.
+        let mut txs: Vec<(Op, u64)> = (0..N / 2).map(|k| (Op::Delete, k)).collect();
+        txs.extend((0..N).map(|i| (Op::Read, 3 * N + 2 * i)));
+        txs.extend((N..N + N / 2).map(|k| (Op::Insert, k)));
+        let fold_at = txs.len();
+        txs.extend((2 * N..2 * N + N / 2).map(|k| (Op::Insert, k)));
+        let mut states = vec![(0..N).map(|k| (k, k)).collect::<BTreeMap<u64, u64>>()];
+        for &(op, k) in &txs {
+            let mut next = states.last().unwrap().clone();
+            match op {
+                Op::Insert => _ = next.insert(k, k),
+                Op::Delete => _ = next.remove(&k),
+                Op::Read => {}
+            }
+            states.push(next);
+        }
+        let test = CrashTest { exhaustive_bound: 16, samples: 4, max_points: 300, busiest: 16, ..CrashTest::new(11) };
+        let workload = |mem: Arc<SimMem>| {
+            let (engine, _) = Engine::open(Pool::open_in(mem).unwrap(), rounds_off.clone()).unwrap();
+            let mut h = engine.handle().unwrap();
+            for (i, &(op, k)) in txs.iter().enumerate() {
+                if i == fold_at {
+                    // The round that folds the deletes (and a second for its end), with a read
+                    // past every key between them (a list unlinks the nodes it marked).
+                    h.checkpoint();
+                    assert_eq!(h.get(s, u64::MAX).unwrap(), None);
+                    h.checkpoint();
+                }
+                let mut tx = Transaction::new();
+                match op {
+                    Op::Insert => _ = tx.insert(s, k, k),
+                    Op::Delete => _ = tx.delete(s, k),
+                    Op::Read => _ = tx.get(s, k).get(s, k + 1),
+                }
+                assert!(h.execute(&tx).unwrap().is_committed());
+                assert_eq!(h.get(s, u64::MAX).unwrap(), None);
+            }
+        };
+        let report = test.run(
+            || SimMem::from_bytes(&image, 16 << 20),
+            workload,
+            |_, _, mem| {
+                let pool = Pool::open_in(mem).map_err(|e| e.to_string())?;
+                let (engine, _) = Engine::open(pool, rounds_off.clone()).map_err(|e| format!("recovery: {e}"))?;
+                let got: BTreeMap<u64, u64> =
+                    engine.entries::<u64>(s).map_err(|e| e.to_string())?.into_iter().collect();
+                match states.iter().position(|st| *st == got) {
+                    Some(_) => Ok(()),
+                    None => Err(format!("{kind:?}: no prefix holds {got:?}")),
+                }
+            },
+        );
+        eprintln!("{kind:?}: {} crash points, {} images", report.points, report.images);
+        report.assert_ok();
+    }
+}
+
 /// An MDList churning over ever-new keys (each round inserts the next key and deletes the oldest,
 /// so that about `LIVE` keys are present) stays flat while open: the nodes it links and the node
 /// chunks of the pool stay bounded, however many keys went through it; and once every key is

@@ -72,11 +72,17 @@
 //! - A record changes only when the node's state differs from it, which only a writer the
 //!   records do not reflect yet can cause: one above `C` (by `C`'s promise), still in its ring.
 //!   So a crash in the middle of a round, torn records included, is covered by KDMap.
-//! - A present record stays in a node that stays linked: a transaction's removal of a node left
-//!   absent (`remove_if`) gives up if the node has a record, and the round clears the record
-//!   (and later removes the node) once the node's state is absent. The CAS of step 2 orders the
-//!   record's stores before any later change of the node, so a remover that acts on a later
-//!   change sees the record.
+//! - A present record stays in its node until the round that folds the writer that left the key
+//!   absent clears it. A node with a record leaves its structure only by the removal of a
+//!   committed Delete or Remove `D` that left it absent (`remove_if`, which writes `D`'s op word
+//!   marked): the unlinked block is held, not freed, while its record is valid
+//!   (`Core::retire_node`); the round that folds `D` clears the record, flushes it before its
+//!   fence, and gives the node REMOVED. A block freed before that fence (unlinked after the
+//!   clear) holds a zero norm word in memory, which the round's flush writes back.
+//!   Every other removal gives up if the node has a record, and the round clears the record
+//!   (and later removes the node) once the node's state is absent. Until `D` is folded it is
+//!   above `C`, in KDMap. The CAS of step 2 orders the record's stores before any later change
+//!   of the node, so a remover that acts on a later change sees the record.
 //! - So a freed block never holds a valid present record that is not covered by KDMap, and a
 //!   key has at most one present record outside KDMap: in its linked node.
 //!
@@ -108,7 +114,7 @@ use crate::reclaim::AbsentNode;
 use crate::ring::{Ring, Rings};
 use crate::structures::info::Info;
 use crate::structures::mix64;
-use crate::structures::node::{INFO, KEY_HI, RECORD_END, load_key, write_record};
+use crate::structures::node::{INFO, KEY_HI, NORM, RECORD_END, load_key, write_record};
 use crate::tx::{OpKind, StructId};
 use crate::wake::Wake;
 
@@ -550,6 +556,14 @@ impl Checkpointer {
             fold(core, local, batch, &mut round, &mut report);
         }
         *done = std::mem::take(&mut round.done);
+        // The unlinked nodes removed with their records (see `Core::retire_node`) whose records
+        // a round cleared, this one or an earlier one, each after its fence: they are freed once
+        // no thread can still be reading them. Relaxed: only rounds, one at a time, clear them.
+        let guard = local.pin();
+        if core.reclaim.retire_recorded(&guard, |node| core.mem().load(node + NORM, Ordering::Relaxed) == 0) > 0 {
+            guard.flush();
+        }
+        drop(guard);
         // A list's removals leave their unlinks to the next search past the node: the sweep of
         // the lists that had such removals since the last one bounds how long those nodes stay
         // linked (and hold their blocks) to about a round.
@@ -780,17 +794,22 @@ fn checkpoint_key<M: PMem + 'static>(
     // Acquire (the check): as any read of an info word.
     let now = Info(mem.load(node + INFO, Ordering::Acquire));
     let same_key = || load_key(mem, node, structure.wide()) == key;
+    if now == op.marked() {
+        round.nodes += 1;
+        clear_removed(core, round, (s, key), node, now, false);
+        return;
+    }
     let node = if now == op {
         node
     } else if now.is_marked() || now.is_final() || !same_key() {
         // Marked, or its block freed and holding another key: the node left its structure,
-        // removed while absent and without a record (a record keeps a node linked until a
-        // round clears it), so this op's write, if any, was superseded by that absence,
-        // whose writer is in this batch (its own op brings the key up to date) or above the
-        // checkpoint txid (recovery reads it); nothing leads to the node any more but from
-        // threads pinned since, which the recycling waits for. FINAL: a round made the node
-        // FINAL after this op took it (words never repeat on a node), so its record holds
-        // the node's state since.
+        // removed while absent, so this op's write, if any, was superseded by that absence,
+        // whose writer is in this batch (its own op brings the key up to date, and clears the
+        // record of a node it removed while the node held one, above) or above the checkpoint
+        // txid (recovery reads it); nothing leads to the node any more but from threads pinned
+        // since, which the recycling waits for. FINAL: a round made the node FINAL after this
+        // op took it (words never repeat on a node), so its record holds the node's state
+        // since.
         return;
     } else {
         // Another op of the batch brought the node up to date already: its walk went down from
@@ -841,6 +860,12 @@ fn checkpoint_key<M: PMem + 'static>(
     loop {
         // Acquire: see the descriptor the word names.
         let cur = Info(mem.load(node + INFO, Ordering::Acquire));
+        if cur == op.marked() {
+            // The op's removal marked the node since it was read above (after an earlier pass
+            // of this loop wrote the record, if `written`).
+            clear_removed(core, round, (s, key), node, cur, written);
+            return;
+        }
         let (state, folded) = if cur.is_marked() || cur.is_final() {
             (if cur.is_marked() { None } else { core.resolve(cur, None) }, false)
         } else {
@@ -867,7 +892,7 @@ fn checkpoint_key<M: PMem + 'static>(
         // see the word's writer.
         if mem.compare_exchange(node + INFO, cur.0, next.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             if folded && state.is_none() && structure.removes_nodes::<M>() {
-                round.removals.push(AbsentNode { structure: s, key, info: next, node: Some(node) });
+                round.removals.push(AbsentNode { structure: s, key, info: next, node: Some(node), deleted: false });
             }
             if written {
                 // The key too, when flushed: the checksum covers it, and nothing else ever
@@ -880,6 +905,33 @@ fn checkpoint_key<M: PMem + 'static>(
             return;
         }
     }
+}
+
+/// The node of `key` in structure `s` whose info word is `marked`, the word of a batch op (a
+/// committed Delete or Remove) with the mark: the op removed the node while it held a record
+/// (see `structures::remove_if`). The record is cleared now (the op left the key absent, and no
+/// op took the node since) and flushed before this round's fence; until then the op is above
+/// the checkpoint txid. The block, held while its record is valid, is freed by a round after
+/// the fence, or, if unlinked after the clear, through the epoch: then what it holds next has
+/// a zero norm word, which the flush writes back (see `Core::retire_node`). Then REMOVED, so
+/// that no word names the op's slot once it is recycled. The word is the op's while the op's slot lives, and the caller is pinned: the
+/// block is the op's node until the CAS. `written`: the caller stored into the record already.
+fn clear_removed<M: PMem + 'static>(
+    core: &Core<M>,
+    round: &mut Round,
+    (s, key): (StructId, u128),
+    node: u64,
+    marked: Info,
+    written: bool,
+) {
+    let Ok(structure) = core.structures.get(s) else { return };
+    let mem = core.mem();
+    let wide = structure.wide();
+    if write_record(mem, node, key, wide, s.0, core.epoch, None) || written {
+        round.flush.push((node, wide));
+    }
+    // AcqRel: the record's store comes before the word's change, as every round's.
+    let _ = mem.compare_exchange(node + INFO, marked.0, Info::removed(node).0, Ordering::AcqRel, Ordering::Acquire);
 }
 
 /// Where the `prev` chain below the info word `top` meets the op word `op`, a FINAL word, a

@@ -292,6 +292,28 @@ impl<M: PMem + 'static> Core<M> {
         self.txid_reserved.store(reserved, Ordering::Release);
     }
 
+    /// Hands `node`, which this thread just unlinked (pinned in `guard`), to the epoch collector
+    /// to be freed; or, if it still holds a record, to the checkpoint rounds. Such a node was
+    /// removed by a committed Delete or Remove (see `structures::remove_if`), or while a round's
+    /// record for a state it was about to replace was in it; a round clears the record. A block
+    /// must not be used again while its record can still reach the media valid (a freed block
+    /// never holds a valid present record that KDMap does not cover, see `checkpoint`), so a
+    /// round frees it after the fence that follows the clear ([`Reclaim::hold_recorded`]).
+    ///
+    /// A record seen cleared here was cleared by a round while pinned, and the block is freed
+    /// only after that round unpinned, perhaps before its fence: what the block holds next (a
+    /// new node's zero norm word, or the cleared one) is what the round's flush writes back
+    /// before its checkpoint txid passes the op, which KDMap covers until then.
+    pub(crate) fn retire_node(&self, guard: &Guard, node: u64) {
+        // Relaxed: the record's stores came before the round's CAS of the info word, which the
+        // removal's mark (and the unlink after it) acquired.
+        if self.mem().load(node + NORM, Ordering::Relaxed) != 0 {
+            self.reclaim.hold_recorded(node);
+        } else {
+            self.reclaim.retire_node(guard, node);
+        }
+    }
+
     /// Persists a committed descriptor (Algorithm 5.4): assign its txid once, flush its
     /// persisted lines, one fence, then mark it persisted. A writing transaction commits straight
     /// into InProgress (the dissertation's claim, Maybe to InProgress, folded into the commit), so
@@ -353,7 +375,7 @@ impl<M: PMem + 'static> Ctx<M> for Reader<'_, M> {
     }
 
     fn retire(&self, node: u64) {
-        self.core.reclaim.retire_node(self.guard, node);
+        self.core.retire_node(self.guard, node);
     }
 
     fn resolve(&self, info: Info) -> Option<u64> {
@@ -424,12 +446,14 @@ impl<M: PMem + 'static> Reader<'_, M> {
             // an op whose before-state an earlier op of the transaction left, nor yet by a helper
             // whose CAS took the node but who has not written the cache: found by key then.
             let node = cached_node(mem, &desc, i);
-            // A node with a record stays until a checkpoint round clears it and removes the node
-            // itself (`remove_if` would give up): no removal to run then. Relaxed: a record
-            // written before this transaction took the node is seen (its CAS acquired the
+            // A committed Delete or Remove removes its node, with a record or not (see
+            // `remove_if`). Any other op leaves a node with a record until a checkpoint round
+            // clears the record and removes the node itself: no removal to run then. Relaxed: a
+            // record written before this transaction took the node is seen (its CAS acquired the
             // round's), and none is written while the node is absent.
-            if node.is_none_or(|n| mem.load(n + NORM, Ordering::Relaxed) == 0) {
-                out.push(AbsentNode { structure, key: op.key, info: Info::op(d, i), node });
+            let deleted = committed && OpKind::from_code(op.kind).writes() == Some(false);
+            if deleted || node.is_none_or(|n| mem.load(n + NORM, Ordering::Relaxed) == 0) {
+                out.push(AbsentNode { structure, key: op.key, info: Info::op(d, i), node, deleted });
             }
         }
     }

@@ -3,7 +3,9 @@
 //!
 //! Three kinds of item, each handed to `crossbeam-epoch` with `Guard::defer` by the thread that
 //! made it unreachable, and queued here once every thread pinned at that moment has unpinned:
-//! - **unlinked nodes** (a search's unlink, the skiplist's last link): freed;
+//! - **unlinked nodes** (a search's unlink, the skiplist's last link): freed; one that still
+//!   holds a record waits first, outside the epoch, for the checkpoint round that clears it
+//!   (`Core::retire_node`, [`Reclaim::hold_recorded`]);
 //! - **replaced byte values** (a committed write replaced a blob): freed, once the replacing
 //!   transaction is at or below the safe txid while safe points are kept (see `safe`): until
 //!   then a power loss may bring back the state that reads the value, and it must be there;
@@ -40,7 +42,9 @@ use crate::tx::StructId;
 
 /// A node left absent: the node of `key` in `structure` whose info word is `info` (the op, or
 /// the checkpoint round's FINAL word, that left the key absent), at offset `node` if the one that
-/// left it knew it (a search finds it by key otherwise).
+/// left it knew it (a search finds it by key otherwise). `deleted`: `info` is a committed
+/// transaction's Delete or Remove, which a checkpoint round folding it may clear the node's
+/// record for (see `structures::remove_if`).
 ///
 /// The offset alone names the node for as long as its info word is `info`, so a removal reads
 /// the word there instead of searching: a node block stays a node block of its size class while
@@ -55,6 +59,7 @@ pub(crate) struct AbsentNode {
     pub(crate) key: u128,
     pub(crate) info: Info,
     pub(crate) node: Option<u64>,
+    pub(crate) deleted: bool,
 }
 
 /// A node to remove once due, if its info word still is the one that left it absent.
@@ -209,6 +214,9 @@ pub(crate) struct Reclaim {
     removals: SegQueue<Removal>,
     /// Unlinked nodes no thread can reach any more.
     frees: SegQueue<u64>,
+    /// Unlinked nodes whose records a checkpoint round is still to clear (see
+    /// `Core::retire_node`): freed through the epoch once one has, after its fence.
+    recorded: SegQueue<u64>,
     /// Byte values replaced by a committed transaction that no thread can read any more, with
     /// the replacer's txid.
     blob_frees: SegQueue<(u64, u64)>,
@@ -227,6 +235,31 @@ impl Reclaim {
     pub(crate) fn retire_node(self: &Arc<Self>, guard: &Guard, node: u64) {
         let this = Arc::clone(self);
         guard.defer(move || this.frees.push(node));
+    }
+
+    /// Keeps the unlinked node `node`, which holds a record still to be cleared, for the
+    /// checkpoint rounds ([`Reclaim::retire_recorded`]).
+    pub(crate) fn hold_recorded(&self, node: u64) {
+        self.recorded.push(node);
+    }
+
+    /// Hands the nodes held by [`hold_recorded`](Reclaim::hold_recorded) whose records
+    /// `cleared` says were cleared (durably: a checkpoint round calls it after its fence, one
+    /// round at a time) to the epoch, and keeps the others. Returns how many it handed over.
+    pub(crate) fn retire_recorded(self: &Arc<Self>, guard: &Guard, cleared: impl Fn(u64) -> bool) -> usize {
+        let mut retired = 0;
+        // Each node held when the call began is looked at once (those held meanwhile wait for
+        // the next round).
+        for _ in 0..self.recorded.len() {
+            let Some(node) = self.recorded.pop() else { break };
+            if cleared(node) {
+                self.retire_node(guard, node);
+                retired += 1;
+            } else {
+                self.recorded.push(node);
+            }
+        }
+        retired
     }
 
     /// Hands the byte values `blobs`, replaced by a committed transaction, to the epoch.

@@ -186,7 +186,7 @@ impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
     }
 
     fn retire(&self, node: u64) {
-        self.core.reclaim.retire_node(&self.guard.borrow(), node);
+        self.core.retire_node(&self.guard.borrow(), node);
     }
 
     fn resolve(&self, info: Info) -> Option<u64> {

@@ -440,8 +440,9 @@ fn a_checkpoint_round_beside_a_transaction_on_its_key_leaves_records_recovery_ag
 #[test]
 fn a_checkpoint_round_beside_a_delete_and_its_removal_leaves_no_present_record() {
     // Key 5 has a record (present, 1). One thread deletes it, then runs another transaction,
-    // which removes the nodes the delete's removal queue made due (a node with a record must
-    // stay until a round cleared it); a round runs beside them. The key is gone in the engine
+    // which removes the nodes the delete's removal queue made due (a node with a record leaves
+    // its structure, but its block is held until the round that folds the delete cleared the
+    // record); a round runs beside them. The key is gone in the engine
     // and after a recovery. (The round folds the delete in the runs where its first half finds
     // the delete finished and its second half may start: some runs must.)
     static FOLDED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

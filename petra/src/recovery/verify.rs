@@ -128,11 +128,12 @@ impl<M: PMem> Reader<'_, M> {
 
     /// Checks the marked info word `info` of `node`, which says the node is being removed, and so
     /// absent: a mark read off a damaged word would pass a key over, and with it the damage that
-    /// took the key's record. A marked word is FINAL absent, naming `node` itself (what every
-    /// removal writes); or, in a pool written before removals wrote that, an op reference into a
-    /// descriptor slot of a ring (the removal of a finished op's node, cut short). The slot's
-    /// descriptor is not read: a checkpoint round passes marked nodes over, so the slot may have
-    /// been recycled while the removal was under way.
+    /// took the key's record. A marked word is FINAL absent, naming `node` itself (what most
+    /// removals write); or an op reference into a descriptor slot of a ring: a committed Delete
+    /// or Remove that removed the node while it held a record, until the round that folds it
+    /// writes REMOVED (or, in a pool written before removals wrote REMOVED, the removal of a
+    /// finished op's node, cut short). The slot's descriptor is not read: in an older pool the
+    /// slot may have been recycled while the removal was under way.
     fn check_marked(&self, info: Info, node: u64) -> Result<(), Damage> {
         let at = node + INFO;
         if info.is_final() {

@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! bit 0 = 0: a reference to operation `opid` of the descriptor at `desc`
-//!   bit  1      MARK: set on an op reference only in a block never linked (an executor's
-//!               node whose link failed, freed at once: see `protocol`); a removal writes
-//!               REMOVED, below. A linked node may still hold a marked op reference in a pool
-//!               of this format written before removals wrote REMOVED (a removal cut short);
-//!               it reads as absent
+//!   bit  1      MARK: set on an op reference in a block never linked (an executor's node
+//!               whose link failed, freed at once: see `protocol`), and by the removal of a
+//!               node that holds a record, by the committed Delete or Remove that left it
+//!               absent, until the checkpoint round that folds that op clears the record and
+//!               writes REMOVED (see `structures::remove_if`); any other removal writes REMOVED,
+//!               below. It reads as absent
 //!   bits 2..8   opid (0..64)
 //!   bits 8..64  desc >> 6 (descriptors are 64-byte aligned)
 //! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery and by
@@ -35,6 +36,10 @@
 //! |   left the key absent  |                            | committed Delete or Remove, or by an  |
 //! |                        |                            | op that made the node for an absent   |
 //! |                        |                            | key (a read, or an aborted write)     |
+//! | op(D, i), D a committed| op(D, i) + MARK            | removal of a node with a record       |
+//! |   Delete or Remove     |                            |                                       |
+//! | op(D, i) + MARK        | REMOVED                    | the checkpoint round that folds D,    |
+//! |                        |                            |   after clearing the record           |
 //! | FINAL absent           | REMOVED                    | removal after a checkpoint round      |
 //! | anything               | FINAL                      | recovery (single-threaded)            |
 //! | op(D, i), D finished   | FINAL                      | a checkpoint round (one at a time)    |
@@ -73,10 +78,13 @@ impl Info {
     }
 
     /// The word of the node at `node` once its removal began: FINAL absent, naming the node, of
-    /// generation 0, marked. Every removal writes it (and an MDList copy starts with it), so a
-    /// node that stays linked while marked (a list leaves its unlink to a later search) names
-    /// no descriptor, whose slot may be recycled and whose ring given back meanwhile. No CAS
-    /// moves a marked word to another, so that it is the same word every time does not matter.
+    /// generation 0, marked. A removal writes it (and an MDList copy starts with it), so a node
+    /// that stays linked while marked (a list leaves its unlink to a later search) names no
+    /// descriptor, whose slot may be recycled and whose ring given back meanwhile. The removal of
+    /// a node with a record writes its op's word marked instead, which only the round that folds
+    /// the op moves, to this word, before the op's slot is recycled (see
+    /// `structures::remove_if`); no CAS moves this word, so that it is the same word every time
+    /// does not matter.
     #[inline]
     pub(crate) fn removed(node: u64) -> Info {
         Info::final_state(node, false, 0).marked()

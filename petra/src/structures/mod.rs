@@ -323,18 +323,29 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, se
             (Some(pos), node)
         }
     };
-    // A node with a record stays linked until a checkpoint round has cleared the record (and
-    // removes the node itself): a present record must never be left in an unlinked node (see
-    // `checkpoint`). Acquire (the info word, read first): a round's record stores come before
-    // its CAS of the word, which every later CAS of it (ending in the one that wrote `info`)
-    // acquires; so a record written before the node moved on is seen.
+    // Acquire (the info word, read first): a round's record stores come before its CAS of the
+    // word, which every later CAS of it (ending in the one that wrote `info`) acquires; so a
+    // record written before the node moved on is seen.
     let mem = cx.mem();
-    if mem.load(node + INFO, Ordering::Acquire) != info.0 || mem.load(node + NORM, Ordering::Relaxed) != 0 {
+    if mem.load(node + INFO, Ordering::Acquire) != info.0 {
+        return false;
+    }
+    // A node with a record keeps it until the checkpoint round that folds the op that left the
+    // key absent clears it (a record changes only for a key a folded writer names, see
+    // `checkpoint`). The removal of such a node writes the op's own word, marked, so that that
+    // round knows the node by it: it clears the record and only then gives the node REMOVED,
+    // and the node's block is freed only after that round's fence (`Core::retire_node`). Only
+    // a committed Delete's or Remove's node at a known offset is removed so (the round finds it
+    // through the op's cache); any other node with a record stays linked until a round removes
+    // it.
+    let recorded = mem.load(node + NORM, Ordering::Relaxed) != 0;
+    if recorded && (absent.node.is_none() || !absent.deleted) {
         return false;
     }
     debug_assert_eq!(load_key(mem, node, set.wide()), absent.key, "the info word {info:?} on another key's node");
+    let mark = if recorded { info.marked() } else { Info::removed(node) };
     // AcqRel: the mark is a transition of the info word like any other.
-    if mem.compare_exchange(node + INFO, info.0, Info::removed(node).0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+    if mem.compare_exchange(node + INFO, info.0, mark.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         match pos {
             Some(pos) => set.help_remove_at(cx, &pos, node),
             None => {
