@@ -362,7 +362,8 @@ fn a_second_record_of_a_key_is_damage() {
 /// words, say) must not pass for a node being removed: the record is gone, so the key would be
 /// lost, and the walk of the structures, reading the mark, would agree. A marked info word is
 /// checked as what it can be: FINAL absent naming its own node (what a removal writes), or an op
-/// word naming a slot of a ring (left by a removal cut short in a pool written before removals
+/// word naming a slot of a ring (what a Delete's removal of a node with a record writes until the
+/// round that folds the Delete, or left by a removal cut short in a pool written before removals
 /// wrote the former). Closed (the walk is strict) and unclosed (the process died: the records of the last
 /// recovery stand beside newer descriptors), as the corruption battery damages stores.
 #[test]

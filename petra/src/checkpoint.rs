@@ -796,7 +796,7 @@ fn checkpoint_key<M: PMem + 'static>(
     let same_key = || load_key(mem, node, structure.wide()) == key;
     if now == op.marked() {
         round.nodes += 1;
-        clear_removed(core, round, (s, key), node, now, false);
+        clear_removed(core, round, (s, key, structure.wide()), node, now, false);
         return;
     }
     let node = if now == op {
@@ -863,7 +863,7 @@ fn checkpoint_key<M: PMem + 'static>(
         if cur == op.marked() {
             // The op's removal marked the node since it was read above (after an earlier pass
             // of this loop wrote the record, if `written`).
-            clear_removed(core, round, (s, key), node, cur, written);
+            clear_removed(core, round, (s, key, wide), node, cur, written);
             return;
         }
         let (state, folded) = if cur.is_marked() || cur.is_final() {
@@ -907,26 +907,29 @@ fn checkpoint_key<M: PMem + 'static>(
     }
 }
 
-/// The node of `key` in structure `s` whose info word is `marked`, the word of a batch op (a
-/// committed Delete or Remove) with the mark: the op removed the node while it held a record
-/// (see `structures::remove_if`). The record is cleared now (the op left the key absent, and no
-/// op took the node since) and flushed before this round's fence; until then the op is above
-/// the checkpoint txid. The block, held while its record is valid, is freed by a round after
-/// the fence, or, if unlinked after the clear, through the epoch: then what it holds next has
-/// a zero norm word, which the flush writes back (see `Core::retire_node`). Then REMOVED, so
-/// that no word names the op's slot once it is recycled. The word is the op's while the op's slot lives, and the caller is pinned: the
-/// block is the op's node until the CAS. `written`: the caller stored into the record already.
+/// The node of `key` (of two words if `wide`) in structure `s` whose info word is `marked`, the
+/// word of a batch op (a committed Delete or Remove) with the mark: the op removed the node while
+/// it held a record (see `structures::remove_if`). The record is cleared now (the op left the key
+/// absent, and no op took the node since) and flushed before this round's fence; until then the
+/// op is above the checkpoint txid. The block, held while its record is valid, is freed by a
+/// round after the fence, or, if unlinked after the clear, through the epoch: then what it holds
+/// next has a zero norm word, which the flush writes back (see `Core::retire_node`). Then
+/// REMOVED, so that no word names the op's slot once it is recycled.
+///
+/// An earlier round may have cleared the record already (folding an op that took the node
+/// before this one, while this one's removal marked it) and a round freed the block since: then
+/// the block holds a zero norm word, and either another node's word (the CAS fails) or still
+/// this one (the CAS changes a free block's word, which nothing reads: a new node's word is
+/// stored, not swapped). `written`: the caller stored into the record already.
 fn clear_removed<M: PMem + 'static>(
     core: &Core<M>,
     round: &mut Round,
-    (s, key): (StructId, u128),
+    (s, key, wide): (StructId, u128, bool),
     node: u64,
     marked: Info,
     written: bool,
 ) {
-    let Ok(structure) = core.structures.get(s) else { return };
     let mem = core.mem();
-    let wide = structure.wide();
     if write_record(mem, node, key, wide, s.0, core.epoch, None) || written {
         round.flush.push((node, wide));
     }
@@ -937,7 +940,8 @@ fn clear_removed<M: PMem + 'static>(
 /// Where the `prev` chain below the info word `top` meets the op word `op`, a FINAL word, a
 /// creation or a cut, whichever comes first. The chain is safe to walk: every op on it took the
 /// node after `op` did, so its descriptor is in the batch being folded or newer, and a batch
-/// folded earlier left no `prev` naming its ops uncut.
+/// folded earlier left no `prev` naming its ops uncut on a node that is not marked (a marked
+/// node's chain is never walked: no op takes it, and every reader reads it as absent).
 fn chain_below<M: PMem + 'static>(core: &Core<M>, top: Info, op: Info) -> ChainEnd {
     let mem = core.mem();
     let mut cur = top;

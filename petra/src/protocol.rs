@@ -446,8 +446,8 @@ impl<M: PMem + 'static> Reader<'_, M> {
             // an op whose before-state an earlier op of the transaction left, nor yet by a helper
             // whose CAS took the node but who has not written the cache: found by key then.
             let node = cached_node(mem, &desc, i);
-            // A committed Delete or Remove removes its node, with a record or not (see
-            // `remove_if`). Any other op leaves a node with a record until a checkpoint round
+            // A committed Delete or Remove removes its node, with a record or not, if its op
+            // cached it (see `remove_if`). Any other op leaves a node with a record until a round
             // clears the record and removes the node itself: no removal to run then. Relaxed: a
             // record written before this transaction took the node is seen (its CAS acquired the
             // round's), and none is written while the node is absent.

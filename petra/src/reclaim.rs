@@ -4,8 +4,8 @@
 //! Three kinds of item, each handed to `crossbeam-epoch` with `Guard::defer` by the thread that
 //! made it unreachable, and queued here once every thread pinned at that moment has unpinned:
 //! - **unlinked nodes** (a search's unlink, the skiplist's last link): freed; one that still
-//!   holds a record waits first, outside the epoch, for the checkpoint round that clears it
-//!   (`Core::retire_node`, [`Reclaim::hold_recorded`]);
+//!   holds a record waits first, outside the epoch, until a checkpoint round cleared the record
+//!   and fenced (`Core::retire_node`, [`Reclaim::hold_recorded`]);
 //! - **replaced byte values** (a committed write replaced a blob): freed, once the replacing
 //!   transaction is at or below the safe txid while safe points are kept (see `safe`): until
 //!   then a power loss may bring back the state that reads the value, and it must be there;

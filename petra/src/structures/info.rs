@@ -16,7 +16,7 @@
 //! bit 0 = 1: FINAL, a state no descriptor is needed to read (written by recovery and by
 //!            checkpoint rounds)
 //!   bit  1      MARK: the node is being removed from the structure; set only in REMOVED, the
-//!               FINAL absent word of generation 0 that every removal writes (see the table)
+//!               FINAL absent word of generation 0 that a removal writes (see the table)
 //!   bit  2      present
 //!   bits 3..47  node >> 4: the node's own offset, so that the word is unique to its node
 //!   bits 47..64 generation: the recovery epoch that wrote it, or the epoch plus the number of
