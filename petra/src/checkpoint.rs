@@ -794,18 +794,15 @@ fn checkpoint_key<M: PMem + 'static>(
     // Acquire (the check): as any read of an info word.
     let now = Info(mem.load(node + INFO, Ordering::Acquire));
     let same_key = || load_key(mem, node, structure.wide()) == key;
-    if now == op.marked() {
-        round.nodes += 1;
-        clear_removed(core, round, (s, key, structure.wide()), node, now, false);
-        return;
-    }
-    let node = if now == op {
+    // The op's own word, or that word marked by the op's removal of a node with a record (the
+    // loop below clears the record).
+    let node = if now == op || now == op.marked() {
         node
     } else if now.is_marked() || now.is_final() || !same_key() {
         // Marked, or its block freed and holding another key: the node left its structure,
         // removed while absent, so this op's write, if any, was superseded by that absence,
         // whose writer is in this batch (its own op brings the key up to date, and clears the
-        // record of a node it removed while the node held one, above) or above the checkpoint
+        // record of a node it removed while the node held one, below) or above the checkpoint
         // txid (recovery reads it); nothing leads to the node any more but from threads pinned
         // since, which the recycling waits for. FINAL: a round made the node FINAL after this
         // op took it (words never repeat on a node), so its record holds the node's state
@@ -861,8 +858,8 @@ fn checkpoint_key<M: PMem + 'static>(
         // Acquire: see the descriptor the word names.
         let cur = Info(mem.load(node + INFO, Ordering::Acquire));
         if cur == op.marked() {
-            // The op's removal marked the node since it was read above (after an earlier pass
-            // of this loop wrote the record, if `written`).
+            // The op's removal marked the node (perhaps after an earlier pass of this loop wrote
+            // the record, if `written`).
             clear_removed(core, round, (s, key, wide), node, cur, written);
             return;
         }

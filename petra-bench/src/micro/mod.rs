@@ -419,8 +419,9 @@ pub(crate) fn prefill<T: TxMap>(map: &T, key_range: u64, prefill: Prefill, seed:
 }
 
 /// Prefills `map` ([`prefill`]) and settles it ([`TxMap::settle`]), then runs every thread's
-/// share of transactions on it and times them. Every map draws the same keys and the same transactions (the same seeds);
-/// flushes and fences are counted on PETRA's counting seam (none elsewhere).
+/// share of transactions on it and times them. Every map draws the same keys and the same
+/// transactions (the same seeds); flushes and fences are counted on PETRA's counting seam (none
+/// elsewhere).
 fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
     let w = case.workload;
     let prefilled = prefill(map, w.key_range, case.prefill, case.seed)?;
