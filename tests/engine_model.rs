@@ -260,8 +260,9 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     }
     let (report, flushes, fences) = round(&mut h);
     assert_eq!((report.descriptors, report.keys, report.records), (4, 4, 4), "{report:?}");
-    let per_record = if op_bytes == 32 { 2..=3 } else { 1..=2 };
-    assert!((4 * per_record.start()..=4 * per_record.end()).contains(&report.lines), "{report:?}");
+    // A record is the node's first 48 bytes (56 with a key's high word), from a 16-byte aligned
+    // start: one line or two.
+    assert!((4..=8).contains(&report.lines), "{report:?}");
     assert_eq!((flushes, fences), (report.lines + 1, 2), "{report:?}");
     // Reads change no record: only the checkpoint txid's line and fence.
     let mut tx = Transaction::new();
@@ -284,9 +285,9 @@ fn skiplist_towers_index_about_half_the_keys_per_level() {
     }
     let head = engine.pool().root(s.0 as usize).unwrap().params[0];
     let mem = engine.pool().mem();
-    // Level l's links: +40 for level 0, then +56, +64, ... (see structures::skiplist).
+    // Level l's links: +8 for level 0, then +56, +64, ... (see structures::skiplist).
     let count = |l: u64| {
-        let off = if l == 0 { 40 } else { 48 + 8 * l };
+        let off = if l == 0 { 8 } else { 48 + 8 * l };
         let (mut n, mut curr, mut last_key) = (0u64, mem.load(head + off, Ordering::Acquire), None);
         while curr != 0 {
             let key = mem.load(curr, Ordering::Relaxed);
@@ -479,7 +480,7 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
     drop(h);
     let mem = engine.pool().mem();
     // The first node of each structure, given a key that belongs elsewhere: the list's and the
-    // skiplist's first node (the head's `next` at +40), the hash map's first in a bucket (its
+    // skiplist's first node (the head's `next` at +8), the hash map's first in a bucket (its
     // array of link words), the MDList head's first child (`child[0]`, the last of its 32 slots
     // from +56: +304). See each structure's layout.
     for (i, &s) in structures.iter().enumerate() {
@@ -487,7 +488,7 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
         let first = match i {
             1 => (0..8).map(|b| mem.load(root + 8 * b, Ordering::Relaxed)).find(|&n| n != 0).unwrap(),
             3 => mem.load(root + 304, Ordering::Relaxed),
-            _ => mem.load(root + 40, Ordering::Relaxed),
+            _ => mem.load(root + 8, Ordering::Relaxed),
         };
         let key = mem.load(first, Ordering::Relaxed);
         mem.store(first, u64::MAX, Ordering::Relaxed);
@@ -495,37 +496,37 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
         mem.store(first, key, Ordering::Relaxed);
         assert_eq!(engine.check_links(s).unwrap(), 64);
     }
-    // A marked `next` (+40): the list takes it for a removal begun, whose unlink waits for the
-    // next search past the node, only if the node's info word (+8) is marked too (bit 1: a
+    // A marked `next` (+8): the list takes it for a removal begun, whose unlink waits for the
+    // next search past the node, only if the node's info word (+16) is marked too (bit 1: a
     // removal marks it first); the hash map, whose removals unlink at once, not at all.
     for &s in &structures[..2] {
         let root = engine.pool().root(s.0 as usize).unwrap().params[0];
         let first = if s == structures[0] {
-            mem.load(root + 40, Ordering::Relaxed)
+            mem.load(root + 8, Ordering::Relaxed)
         } else {
             (0..8).map(|b| mem.load(root + 8 * b, Ordering::Relaxed)).find(|&n| n != 0).unwrap()
         };
-        let (info, next) = (mem.load(first + 8, Ordering::Relaxed), mem.load(first + 40, Ordering::Relaxed));
-        mem.store(first + 40, next | 1, Ordering::Relaxed);
+        let (info, next) = (mem.load(first + 16, Ordering::Relaxed), mem.load(first + 8, Ordering::Relaxed));
+        mem.store(first + 8, next | 1, Ordering::Relaxed);
         assert!(engine.check_links(s).is_err(), "structure {}: a node marked, its info word not", s.0);
-        mem.store(first + 8, info | 2, Ordering::Relaxed);
+        mem.store(first + 16, info | 2, Ordering::Relaxed);
         assert_eq!(engine.check_links(s).ok(), (s == structures[0]).then_some(64), "structure {}", s.0);
-        mem.store(first + 8, info, Ordering::Relaxed);
-        mem.store(first + 40, next, Ordering::Relaxed);
+        mem.store(first + 16, info, Ordering::Relaxed);
+        mem.store(first + 8, next, Ordering::Relaxed);
         assert_eq!(engine.check_links(s).unwrap(), 64);
     }
     // The list's last node, marked: its `next` holds only the mark, and is checked too.
-    let mut last = mem.load(engine.pool().root(structures[0].0 as usize).unwrap().params[0] + 40, Ordering::Relaxed);
-    while mem.load(last + 40, Ordering::Relaxed) != 0 {
-        last = mem.load(last + 40, Ordering::Relaxed);
+    let mut last = mem.load(engine.pool().root(structures[0].0 as usize).unwrap().params[0] + 8, Ordering::Relaxed);
+    while mem.load(last + 8, Ordering::Relaxed) != 0 {
+        last = mem.load(last + 8, Ordering::Relaxed);
     }
-    mem.store(last + 40, 1, Ordering::Relaxed);
+    mem.store(last + 8, 1, Ordering::Relaxed);
     assert!(engine.check_links(structures[0]).is_err(), "the last node marked, its info word not");
-    mem.store(last + 40, 0, Ordering::Relaxed);
+    mem.store(last + 8, 0, Ordering::Relaxed);
     assert_eq!(engine.check_links(structures[0]).unwrap(), 64);
     // A skiplist node whose link count says an inserter is still building its tower.
     let head = engine.pool().root(structures[2].0 as usize).unwrap().params[0];
-    let first = mem.load(head + 40, Ordering::Relaxed);
+    let first = mem.load(head + 8, Ordering::Relaxed);
     mem.fetch_add(first + 48, 1 << 8, Ordering::Relaxed);
     assert!(engine.check_links(structures[2]).is_err());
 }

@@ -347,7 +347,7 @@ fn a_second_record_of_a_key_is_damage() {
     let chunks = (b.len() as u64 - layout.data_off) / layout.chunk_size;
     let (chunk, node) = (0..chunks)
         .flat_map(|c| blocks_of(c).map(move |at| (c, at)))
-        .find(|&(_, at)| word(&b, at) == 7 && word(&b, at + 24) & 0xFF01 == 1 && word(&b, at + 16) == 7)
+        .find(|&(_, at)| word(&b, at) == 7 && word(&b, at + 32) & 0xFF01 == 1 && word(&b, at + 24) == 7)
         .expect("the list's record of key 7");
     let free = blocks_of(chunk).find(|&at| b[at..at + 48].iter().all(|&x| x == 0)).expect("a free block");
     b.copy_within(node..node + 48, free);
@@ -386,7 +386,7 @@ fn a_damaged_info_word_is_not_taken_for_a_removal() {
         let node = (layout.data_off as usize..pristine.len() - 48)
             .step_by(16)
             .find(|&at| {
-                word(&pristine, at) == 7 && word(&pristine, at + 16) == 7 && word(&pristine, at + 24) & 0xFF01 == 1
+                word(&pristine, at) == 7 && word(&pristine, at + 24) == 7 && word(&pristine, at + 32) & 0xFF01 == 1
             })
             .expect("the list's record of key 7");
         let n = node as u64;
@@ -400,19 +400,19 @@ fn a_damaged_info_word_is_not_taken_for_a_removal() {
         ];
         for (what, info) in damaged {
             let mut b = pristine.clone();
-            set(&mut b, node + 8, info);
-            set(&mut b, node + 24, 0);
+            set(&mut b, node + 16, info);
+            set(&mut b, node + 32, 0);
             std::fs::write(&path, b).unwrap();
             match refused(&path) {
-                EngineError::Damaged(d) => assert_eq!(d.at, n + 8, "closed {closed}, {what}: {d}"),
+                EngineError::Damaged(d) => assert_eq!(d.at, n + 16, "closed {closed}, {what}: {d}"),
                 other => panic!("closed {closed}, {what}: {other}"),
             }
         }
         // What a removal a checkpoint round queued leaves (its record cleared, then the mark): the
         // key absent, and nothing else changed.
         let mut b = pristine.clone();
-        set(&mut b, node + 8, final_of(n) | 2);
-        set(&mut b, node + 24, 0);
+        set(&mut b, node + 16, final_of(n) | 2);
+        set(&mut b, node + 32, 0);
         std::fs::write(&path, b).unwrap();
         let (engine, _) = Engine::open(Pool::open(&path, &Mapping::default()).unwrap(), rings()).unwrap();
         let keys: Vec<u64> = engine.entries::<u64>(petra::StructId(0)).unwrap().into_iter().map(|(k, _)| k).collect();

@@ -102,12 +102,13 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     // to their place; version 4 without the engine's safe point; version 5 with MDList nodes of
     // base-16 coordinates; version 6 with one copy of the state line; version 7 with free chunks'
     // table entries zero; version 8 with long values checked by XXH3; version 9 with the safe
-    // txid word naming the last safe point, no claim) are refused.
-    for old in [1u32, 2, 3, 4, 5, 6, 7, 8, 9] {
+    // txid word naming the last safe point, no claim; version 10 with a node's first link after its
+    // record) are refused.
+    for old in [1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&old.to_le_bytes());
         std::fs::write(&bad, &b).unwrap();
-        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 10 } if found == old));
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 11 } if found == old));
     }
 
     // Both copies of the state line damaged (one alone is covered by the other).

@@ -108,13 +108,13 @@ use crossbeam_epoch::{Guard, LocalHandle};
 use parking_lot::Mutex;
 
 use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
-use crate::mem::{CACHE_LINE, PMem, WORD};
+use crate::mem::{CACHE_LINE, PMem};
 use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
 use crate::reclaim::AbsentNode;
 use crate::ring::{Ring, Rings};
 use crate::structures::info::Info;
 use crate::structures::mix64;
-use crate::structures::node::{INFO, KEY_HI, NORM, RECORD_END, load_key, write_record};
+use crate::structures::node::{INFO, NORM, header_bytes, load_key, write_record};
 use crate::tx::{OpKind, StructId};
 use crate::wake::Wake;
 
@@ -230,8 +230,8 @@ pub struct CheckpointReport {
     pub keys: u64,
     /// Records written or cleared (each flushed).
     pub records: u64,
-    /// Cache lines the records' flushes covered (from each node's key to its check word: one or
-    /// two, and one more for a two-word key's high word).
+    /// Cache lines the records' flushes covered (from each node's start to the end of its common
+    /// header, a two-word key's high word included: one or two).
     pub lines: u64,
     /// Nodes of absent keys queued for removal.
     pub removals: u64,
@@ -688,12 +688,9 @@ fn fold<M: PMem + 'static>(
     // a pin) waits for the flushes before it, and a flush may evict the line a CAS needs.
     let lines = |from: u64, to: u64| (to - 1) / CACHE_LINE - from / CACHE_LINE + 1;
     for &(node, wide) in &round.flush {
-        mem.flush_range(node, RECORD_END);
-        report.lines += lines(node, node + RECORD_END);
-        if wide {
-            mem.flush_range(node + KEY_HI, WORD);
-            report.lines += 1;
-        }
+        let end = header_bytes(wide);
+        mem.flush_range(node, end);
+        report.lines += lines(node, node + end);
     }
     report.records = round.flush.len() as u64;
     report.keys = round.nodes;

@@ -98,7 +98,8 @@ use crate::hash::check_words;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads. 10: a safe point vouches for itself (the
+/// The format version this build writes and reads. 11: a node's first link is beside its key (+8),
+/// and the info word and the record follow it (see `structures::node`). 10: a safe point vouches for itself (the
 /// engine's claim, see `meta`), and the safe txid word names the safe point before it (an older
 /// build would go back to that one, behind what the rounds folded). 9: a byte value longer than 256 bytes is
 /// checked by CRC-32 (with its length), not XXH3 (`hash::value_hash`). 8: a free chunk's table entry is a checked
@@ -108,7 +109,7 @@ pub const MAGIC: [u8; 8] = *b"PETRAPOL";
 /// and to the pool. 3: the chunk table, byte values, the state line and the engine's words are
 /// checked. 2: the check words of descriptors and node records and the hashes of byte values are
 /// XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 11;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offsets of the state line's two copies, in the order they are written and read.

@@ -9,27 +9,29 @@
 //! be reading it.
 //!
 //! ```text
-//! +0..+40  the common node header (see `node`)
-//! +40      next: successor offset | deletion mark
+//! +0       key (the common node header, see `node`)
+//! +8       next: successor offset | deletion mark (the header's link word)
+//! +16..+48 the rest of the common header
 //! +48      the key's high word, in a chain of two-word keys
 //! ```
 
 use std::sync::atomic::Ordering;
 
-use super::node::{LINKS, create_head, load_key};
+use super::node::{LINK, create_head, header_bytes, load_key};
 use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
 
 /// Offset of a chain node's `next` word.
-pub(crate) const NEXT: u64 = LINKS;
-/// Bytes of a chain node (and of a list's head sentinel).
-pub(crate) const NODE_BYTES: u64 = LINKS + 8;
+pub(crate) const NEXT: u64 = LINK;
+/// Bytes of a list's head sentinel (whose key is never read, so it has no high word).
+const HEAD_BYTES: u64 = header_bytes(false);
 
-/// Bytes of a chain node of one-word keys, or of two if `wide`.
+/// Bytes of a chain node (and of a list's head sentinel) of one-word keys, or of two if `wide`:
+/// the common header alone.
 pub(crate) fn node_bytes(wide: bool) -> u64 {
-    if wide { NODE_BYTES + 8 } else { NODE_BYTES }
+    header_bytes(wide)
 }
 
 /// Where a new node would go in a chain: the address of the link word to swing, and the node it
@@ -142,7 +144,7 @@ pub(crate) struct List {
 impl List {
     /// Allocates and persists an empty list's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>, wide: bool) -> Result<List, AllocError> {
-        Ok(List { head: create_head(pool, NODE_BYTES, &[])?, wide })
+        Ok(List { head: create_head(pool, HEAD_BYTES, &[])?, wide })
     }
 
     /// The link word the chain hangs off.
@@ -202,7 +204,7 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
     }
 
     fn root(&self) -> (u64, u64) {
-        (self.head, NODE_BYTES)
+        (self.head, HEAD_BYTES)
     }
 
     fn walk_checked(

@@ -66,8 +66,10 @@
 //! written before it is published and never changed.
 //!
 //! ```text
-//! +0..+40          the common node header (see `node`)
-//! +40              adopt: the node whose children this node is adopting (0: none, or done)
+//! +0               key (the common node header, see `node`)
+//! +8               adopt: the node whose children this node is adopting (0: none, or done);
+//!                  the header's link word
+//! +16..+48         the rest of the common header
 //! +48              dims: dp | dc << 8: the node's base dp, and the adoption's last dimension dc
 //! +56 + 8 (31-d)   child[d] for d in base..32: node offset | frozen (bit 0) | emptied (bit 1)
 //! ```
@@ -75,7 +77,7 @@
 use std::sync::atomic::Ordering;
 
 use super::info::Info;
-use super::node::{CHECK, INFO, KEY, LINKS, NORM, VALUE, create_head};
+use super::node::{CHECK, INFO, KEY, LINK, NORM, VALUE, create_head, header_bytes};
 use super::{Ctx, Inspect, LinkedSet, Pause, PoolFull, Seen, checked_node, fault};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
@@ -92,9 +94,9 @@ const FROZEN: u64 = 1;
 const EMPTIED: u64 = 2;
 /// The tag bits of a child slot (node offsets are 16-byte aligned): every reader masks them.
 const TAGS: u64 = FROZEN | EMPTIED;
-const ADOPT: u64 = LINKS;
-const ADOPT_DIMS: u64 = LINKS + 8;
-const CHILDREN: u64 = LINKS + 16;
+const ADOPT: u64 = LINK;
+const ADOPT_DIMS: u64 = header_bytes(false);
+const CHILDREN: u64 = ADOPT_DIMS + 8;
 /// Bytes of the head sentinel: every slot.
 pub(crate) const HEAD_BYTES: u64 = node_bytes_from(0);
 

@@ -26,7 +26,7 @@ use crate::error::Damage;
 use crate::mem::PMem;
 use crate::reclaim::AbsentNode;
 use info::Info;
-use node::{INFO, LINKS, NORM, load_key};
+use node::{INFO, LINK, NORM, load_key};
 
 /// Bit 0 of a `next` word (a chain's, a skiplist level's): its node is being removed (Harris's
 /// deletion mark).
@@ -253,7 +253,7 @@ pub(crate) fn walk<M: PMem>(
             from = key + 1;
         }
         match cx.pause() {
-            Pause::Go => link = node + LINKS,
+            Pause::Go => link = node + LINK,
             Pause::Repinned => link = start(from),
             Pause::Stop => return false,
         }
@@ -301,7 +301,7 @@ pub(crate) fn check_chain<M: PMem>(
         visit(node, key);
         nodes.push(node);
         last = Some(key);
-        at = node + LINKS;
+        at = node + LINK;
         w = mem.load(at, Ordering::Relaxed);
     }
     Ok(nodes)

@@ -1,19 +1,28 @@
-//! The node: the five words every structure's nodes start with, and the node's record.
+//! The node: the six words every structure's nodes start with, and the node's record.
 //!
 //! ```text
 //! +0   key     the key's low word (never changes once the node is published)
-//! +8   info    the packed info word (see `info`): which op last took the node, or FINAL
-//! +16  value   the value the node was created with, or the value of its record
-//! +24  norm    its record: 0 (none), or epoch << 32 | structure << 8 | present
-//! +32  check   for a record: the check word of key, value and norm (a torn or stale record
+//! +8   link    the structure's first link (the list's and the hash map's `next`, the
+//!              skiplist's `next[0]`, the MDList's `adopt`): the word a walk reads beside the
+//!              key, in the same line
+//! +16  info    the packed info word (see `info`): which op last took the node, or FINAL
+//! +24  value   the value the node was created with, or the value of its record
+//! +32  norm    its record: 0 (none), or epoch << 32 | structure << 8 | present
+//! +40  check   for a record: the check word of key, value and norm (a torn or stale record
 //!              fails it)
-//! +40  ...     the structure's links
+//! +48  ...     the key's high word (two-word keys only), then the structure's other words
 //! ```
 //!
+//! A chain's walk (the list's, a hash map bucket's, the skiplist's level 0) reads a node's key and
+//! its first link and nothing else until it reaches its target, and the MDList's descent reads the
+//! key and `adopt` of each node it passes. So the two share the node's first 16 bytes: nodes start
+//! 16-byte aligned, so they are always in one cache line (with the link at +40, half the nodes of
+//! a 48-byte class had them in two).
+//!
 //! A node of a structure of two-word keys ([`KeyWidth::U128`](crate::key::KeyWidth)) keeps the
-//! key's high word at [`KEY_HI`] (+48): after the list's and the hash map's `next`, and after the
-//! skiplist's level-0 `next`. Nodes of one-word keys have no such word. The key's encoding orders
-//! it (see [`key`](crate::key)), so the structures compare `u128`s.
+//! key's high word at [`KEY_HI`] (+48), before the structure's other words, which move up a word.
+//! Nodes of one-word keys have no such word. The key's encoding orders it (see [`key`](crate::key)),
+//! so the structures compare `u128`s.
 //!
 //! Values are never written into a node by a transaction: a transaction's values live in its
 //! descriptor. A node's **record** (value, norm and check words) is written only by checkpoint
@@ -31,21 +40,25 @@ use crate::pool::{AllocCache, Pool};
 
 /// Offset of a node's key.
 pub(crate) const KEY: u64 = 0;
+/// Offset of a node's first link, beside its key.
+pub(crate) const LINK: u64 = 8;
 /// Offset of a node's info word.
-pub(crate) const INFO: u64 = 8;
+pub(crate) const INFO: u64 = 16;
 /// Offset of a node's value.
-pub(crate) const VALUE: u64 = 16;
+pub(crate) const VALUE: u64 = 24;
 /// Offset of a node's norm word.
-pub(crate) const NORM: u64 = 24;
+pub(crate) const NORM: u64 = 32;
 /// Offset of a node's record check word.
-pub(crate) const CHECK: u64 = 32;
-/// Offset of a node's first structure-specific word.
-pub(crate) const LINKS: u64 = 40;
+pub(crate) const CHECK: u64 = 40;
 /// Offset of the key's high word in a node of a structure of two-word keys.
-pub(crate) const KEY_HI: u64 = LINKS + 8;
-/// The end of a node's record (its check word): a record is flushed from the node's key to here
-/// (and, for a two-word key, its high word too).
-pub(crate) const RECORD_END: u64 = CHECK + WORD;
+pub(crate) const KEY_HI: u64 = CHECK + WORD;
+
+/// Bytes of the common header of a node of two-word keys if `wide`: the six words above, and the
+/// key's high word. A record is flushed from the node's start to here; the structure's other
+/// words follow.
+pub(crate) const fn header_bytes(wide: bool) -> u64 {
+    if wide { KEY_HI + WORD } else { KEY_HI }
+}
 
 /// The key of `node`, of a structure of two-word keys if `wide`.
 #[inline]

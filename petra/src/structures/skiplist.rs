@@ -1,12 +1,13 @@
 //! The skiplist: Fraser-style towers over a sorted base chain.
 //!
-//! Level 0 is a chain exactly like the list's (same `next` word at +40), and is the truth: a key
+//! Level 0 is a chain exactly like the list's (same `next` word at +8), and is the truth: a key
 //! is in the structure once its node is linked there, and every transaction protocol works on
 //! level 0 only. The upper levels are an index, linked after level 0 and unlinked before it.
 //!
 //! ```text
-//! +0..+40   the common node header (see `node`)
-//! +40       next[0]: successor at level 0 | deletion mark
+//! +0        key (the common node header, see `node`)
+//! +8        next[0]: successor at level 0 | deletion mark (the header's link word)
+//! +16..+48  the rest of the common header
 //! +48       meta: height (bits 0..8) | links (bits 8..): levels the node is linked at, plus one
 //!           while its inserter is still building the tower
 //! +56 + 8(l-1)  next[l] for 1 <= l < height
@@ -24,7 +25,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::node::{KEY_HI, LINKS, create_head, load_key};
+use super::node::{self, create_head, header_bytes, load_key};
 use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, checked_node, fault, mix_key, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
@@ -37,13 +38,13 @@ const LINK: u64 = 1 << 8;
 /// Offset of a node's meta word (height and link count), in a skiplist of two-word keys if
 /// `wide`.
 pub(crate) fn meta_off(wide: bool) -> u64 {
-    if wide { KEY_HI + 8 } else { LINKS + 8 }
+    header_bytes(wide)
 }
 
 /// Offset of `next[l]` in a node, in a skiplist of two-word keys if `wide`.
 #[inline]
 pub(crate) fn next_off(l: usize, wide: bool) -> u64 {
-    if l == 0 { LINKS } else { meta_off(wide) + 8 * l as u64 }
+    if l == 0 { node::LINK } else { meta_off(wide) + 8 * l as u64 }
 }
 
 /// Bytes of a node of height `h`, in a skiplist of two-word keys if `wide`.
