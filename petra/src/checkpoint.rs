@@ -560,7 +560,10 @@ impl Checkpointer {
         // a round cleared, this one or an earlier one, each after its fence: they are freed once
         // no thread can still be reading them. Relaxed: only rounds, one at a time, clear them.
         let guard = local.pin();
-        if core.reclaim.retire_recorded(&guard, |node| core.mem().load(node + NORM, Ordering::Relaxed) == 0) > 0 {
+        let changed = round.flush.iter().map(|&(node, _)| node);
+        if core.reclaim.retire_recorded(&guard, changed, |node| core.mem().load(node + NORM, Ordering::Relaxed) == 0)
+            > 0
+        {
             guard.flush();
         }
         drop(guard);

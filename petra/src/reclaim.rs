@@ -32,6 +32,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
+use rustc_hash::FxHashSet;
 
 use crate::mem::PMem;
 use crate::pool::alloc::MAX_CLASS_SIZE;
@@ -215,8 +216,12 @@ pub(crate) struct Reclaim {
     /// Unlinked nodes no thread can reach any more.
     frees: SegQueue<u64>,
     /// Unlinked nodes whose records a checkpoint round is still to clear (see
-    /// `Core::retire_node`): freed through the epoch once one has, after its fence.
+    /// `Core::retire_node`), as their unlinkers held them: the next round looks at each.
     recorded: SegQueue<u64>,
+    /// Those a round looked at and found holding a record. Only a later round can clear it, and
+    /// that round knows it did: it looks these up among the records it changed, not all of them
+    /// at every round. Only rounds, one at a time, touch it.
+    waiting: Mutex<FxHashSet<u64>>,
     /// Byte values replaced by a committed transaction that no thread can read any more, with
     /// the replacer's txid.
     blob_frees: SegQueue<(u64, u64)>,
@@ -245,18 +250,38 @@ impl Reclaim {
 
     /// Hands the nodes held by [`hold_recorded`](Reclaim::hold_recorded) whose records
     /// `cleared` says were cleared (durably: a checkpoint round calls it after its fence, one
-    /// round at a time) to the epoch, and keeps the others. Returns how many it handed over.
-    pub(crate) fn retire_recorded(self: &Arc<Self>, guard: &Guard, cleared: impl Fn(u64) -> bool) -> usize {
+    /// round at a time) to the epoch, and keeps the others. `changed`: the nodes whose records
+    /// this round changed. Returns how many it handed over.
+    ///
+    /// A node held since the last call may have had its record cleared by any round since its
+    /// unlinker read it, so it is looked at. One that a call found holding a record can only have
+    /// it cleared by a later round, which has the node among the records it changed: only those
+    /// are looked up. So each held node costs one look at the round after its hold and one
+    /// lookup per record a round changes, not one look per round.
+    pub(crate) fn retire_recorded(
+        self: &Arc<Self>,
+        guard: &Guard,
+        changed: impl IntoIterator<Item = u64>,
+        cleared: impl Fn(u64) -> bool,
+    ) -> usize {
+        let mut waiting = self.waiting.lock();
         let mut retired = 0;
-        // Each node held when the call began is looked at once (those held meanwhile wait for
-        // the next round).
+        for node in changed {
+            if waiting.contains(&node) && cleared(node) {
+                waiting.remove(&node);
+                self.retire_node(guard, node);
+                retired += 1;
+            }
+        }
+        // Each node held when this began is looked at once (those held meanwhile wait for the
+        // next round, which looks at them whatever it clears).
         for _ in 0..self.recorded.len() {
             let Some(node) = self.recorded.pop() else { break };
             if cleared(node) {
                 self.retire_node(guard, node);
                 retired += 1;
             } else {
-                self.recorded.push(node);
+                waiting.insert(node);
             }
         }
         retired

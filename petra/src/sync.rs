@@ -16,6 +16,13 @@ pub(crate) use parking_lot::Mutex;
 pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
 #[cfg(loom)]
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Mutex<T> {
+        Mutex::new(T::default())
+    }
+}
+
+#[cfg(loom)]
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Mutex<T> {
         Mutex(loom::sync::Mutex::new(value))
