@@ -266,11 +266,13 @@ impl Reclaim {
     ) -> usize {
         let mut waiting = self.waiting.lock();
         let mut retired = 0;
-        for node in changed {
-            if waiting.contains(&node) && cleared(node) {
-                waiting.remove(&node);
-                self.retire_node(guard, node);
-                retired += 1;
+        if !waiting.is_empty() {
+            for node in changed {
+                if waiting.contains(&node) && cleared(node) {
+                    waiting.remove(&node);
+                    self.retire_node(guard, node);
+                    retired += 1;
+                }
             }
         }
         // Each node held when this began is looked at once (those held meanwhile wait for the

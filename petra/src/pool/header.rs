@@ -14,7 +14,7 @@
 //! ```text
 //! offset size  field                      written
 //!      0    8  magic "PETRAPOL"           once, last step of create
-//!      8    4  format version (8)         once
+//!      8    4  format version             once: FORMAT_VERSION
 //!     12    4  header size (4096)         once
 //!     16    8  chunk size (power of two)  once
 //!     24    8  chunk table offset (4096)  once

@@ -28,8 +28,7 @@ pub(crate) const NEXT: u64 = LINK;
 /// Bytes of a list's head sentinel (whose key is never read, so it has no high word).
 const HEAD_BYTES: u64 = header_bytes(false);
 
-/// Bytes of a chain node (and of a list's head sentinel) of one-word keys, or of two if `wide`:
-/// the common header alone.
+/// Bytes of a chain node of one-word keys, or of two if `wide`: the common header alone.
 pub(crate) fn node_bytes(wide: bool) -> u64 {
     header_bytes(wide)
 }

@@ -14,10 +14,10 @@
 //! ```
 //!
 //! A chain's walk (the list's, a hash map bucket's, the skiplist's level 0) reads a node's key and
-//! its first link and nothing else until it reaches its target, and the MDList's descent reads the
-//! key and `adopt` of each node it passes. So the two share the node's first 16 bytes: nodes start
-//! 16-byte aligned, so they are always in one cache line (with the link at +40, half the nodes of
-//! a 48-byte class had them in two).
+//! its first link and nothing else until it reaches its target (and the key's high word, for
+//! two-word keys), and the MDList's descent reads the key and `adopt` of each node it passes. So
+//! the two share the node's first 16 bytes: nodes start 16-byte aligned, so they are always in one
+//! cache line (with the link at +40, half the nodes of a 48-byte class had them in two).
 //!
 //! A node of a structure of two-word keys ([`KeyWidth::U128`](crate::key::KeyWidth)) keeps the
 //! key's high word at [`KEY_HI`] (+48), before the structure's other words, which move up a word.

@@ -25,7 +25,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::node::{self, create_head, header_bytes, load_key};
+use super::node::{LINK, create_head, header_bytes, load_key};
 use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, checked_node, fault, mix_key, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
@@ -33,7 +33,8 @@ use crate::pool::Pool;
 
 /// The tallest tower.
 pub(crate) const MAX_HEIGHT: usize = 16;
-const LINK: u64 = 1 << 8;
+/// One link in a meta word's count of links (bits 8..).
+const ONE_LINK: u64 = 1 << 8;
 
 /// Offset of a node's meta word (height and link count), in a skiplist of two-word keys if
 /// `wide`.
@@ -44,7 +45,7 @@ pub(crate) fn meta_off(wide: bool) -> u64 {
 /// Offset of `next[l]` in a node, in a skiplist of two-word keys if `wide`.
 #[inline]
 pub(crate) fn next_off(l: usize, wide: bool) -> u64 {
-    if l == 0 { node::LINK } else { meta_off(wide) + 8 * l as u64 }
+    if l == 0 { LINK } else { meta_off(wide) + 8 * l as u64 }
 }
 
 /// Bytes of a node of height `h`, in a skiplist of two-word keys if `wide`.
@@ -78,7 +79,8 @@ pub(crate) struct SkipList {
 impl SkipList {
     /// Allocates and persists an empty skiplist's head.
     pub(crate) fn create<M: PMem>(pool: &Pool<M>, wide: bool) -> Result<SkipList, AllocError> {
-        let head = create_head(pool, node_bytes_of(MAX_HEIGHT, wide), &[(meta_off(wide), MAX_HEIGHT as u64 | LINK)])?;
+        let head =
+            create_head(pool, node_bytes_of(MAX_HEIGHT, wide), &[(meta_off(wide), MAX_HEIGHT as u64 | ONE_LINK)])?;
         Ok(SkipList { head, wide })
     }
 
@@ -147,7 +149,7 @@ impl SkipList {
 /// Drops one of `node`'s links; the last one hands it to the collector.
 fn release_link<M: PMem>(cx: &impl Ctx<M>, list: &SkipList, node: u64) {
     // AcqRel: the thread that drops the last link sees every other thread's unlinking.
-    let before = cx.mem().fetch_add(node + list.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
+    let before = cx.mem().fetch_add(node + list.meta(), ONE_LINK.wrapping_neg(), Ordering::AcqRel);
     if (before >> 8) == 1 {
         cx.retire(node);
     }
@@ -158,7 +160,7 @@ fn release_link<M: PMem>(cx: &impl Ctx<M>, list: &SkipList, node: u64) {
 fn init_tower<M: PMem>(list: &SkipList, mem: &M, node: u64, key: u128) {
     let height = height_of(key);
     // Relaxed (here and for the links): the node is unpublished; its link CAS (Release) publishes it.
-    mem.store(node + list.meta(), height as u64 | (2 * LINK), Ordering::Relaxed);
+    mem.store(node + list.meta(), height as u64 | (2 * ONE_LINK), Ordering::Relaxed);
     for l in 0..height {
         mem.store(node + list.next(l), 0, Ordering::Relaxed);
     }
@@ -218,7 +220,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
                     break 'levels;
                 }
                 // AcqRel: count the link before it exists, so that it is never freed while linked.
-                mem.fetch_add(node + self.meta(), LINK, Ordering::AcqRel);
+                mem.fetch_add(node + self.meta(), ONE_LINK, Ordering::AcqRel);
                 if mem
                     .compare_exchange(t.preds[l] + self.next(l), t.succs[l], node, Ordering::Release, Ordering::Relaxed)
                     .is_ok()
@@ -226,7 +228,7 @@ impl<M: PMem + 'static> LinkedSet<M> for SkipList {
                     break;
                 }
                 // AcqRel: as for the increment above.
-                mem.fetch_add(node + self.meta(), LINK.wrapping_neg(), Ordering::AcqRel);
+                mem.fetch_add(node + self.meta(), ONE_LINK.wrapping_neg(), Ordering::AcqRel);
                 let (fresh, found) = self.find(cx, key);
                 if found != Some(node) {
                     break 'levels;
