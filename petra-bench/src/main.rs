@@ -3,6 +3,13 @@
 use clap::{Parser, Subcommand};
 use petra_bench::{fsync, kv, lftt, metrics, micro, overview, reopen, steady, tatp};
 
+/// A thread-caching allocator, as the C++ harness links tcmalloc. The engine's epoch collector
+/// allocates bags and queue blocks on one thread and frees them on another; glibc's malloc then
+/// takes the other thread's arena lock, and two threads on two cores wait on each other's
+/// (thousands of futex calls in a 2-thread `lftt` run, a handful with this allocator).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Benchmarks of PETRA, the persistent transactional lock-free structures.
 #[derive(Debug, Parser)]
 #[command(version, about)]
