@@ -267,9 +267,9 @@ impl Reclaim {
         let mut waiting = self.waiting.lock();
         let mut retired = 0;
         if !waiting.is_empty() {
+            // A changed record's line is hot: read it first, and touch the set only for a clear.
             for node in changed {
-                if waiting.contains(&node) && cleared(node) {
-                    waiting.remove(&node);
+                if cleared(node) && waiting.remove(&node) {
                     self.retire_node(guard, node);
                     retired += 1;
                 }
