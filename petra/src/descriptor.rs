@@ -369,29 +369,6 @@ impl<'m, M: PMem> Desc<'m, M> {
     }
 }
 
-/// Sets [`OP_LAST`] in each of the `n` ops (of `stride` bytes, from `ops`) whose key no later op
-/// writes.
-fn mark_last_writes<M: PMem>(mem: &M, ops: u64, stride: u64, n: usize) {
-    let wide = stride == WIDE_OP_BYTES;
-    let mut written = [(0u8, 0u128); MAX_OPS];
-    let mut seen = 0;
-    for i in (0..n).rev() {
-        let base = ops + stride * i as u64;
-        // Relaxed (these loads and the store below): the writer's own words, not yet
-        // published; the head's Release store and the info CAS publish them.
-        let w0 = mem.load(base, Ordering::Relaxed);
-        let hi = if wide { (mem.load(base + 24, Ordering::Relaxed) as u128) << 64 } else { 0 };
-        let key = ((w0 >> 8) as u8, hi | mem.load(base + 8, Ordering::Relaxed) as u128);
-        if !written[..seen].contains(&key) {
-            mem.store(base, w0 | OP_LAST, Ordering::Relaxed);
-        }
-        if !OpKind::from_code(w0 as u8).is_read() {
-            written[seen] = key;
-            seen += 1;
-        }
-    }
-}
-
 /// Whether the blob at `off` holds a byte value of op hash `hash` ([`op_hash`]): false for one
 /// that is torn (its lines had not all reached the media, so it fails its own check) or that
 /// does not fit in the pool.
@@ -400,43 +377,50 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
     pool.read_blob_into(POff::new(off), &mut buf).is_ok() && op_hash(value_hash(&buf)) == hash
 }
 
-/// Writes a new descriptor at `off` (owned by the caller, not yet published), of 32-byte ops if
-/// `wide`. The state word is left Active/Maybe, txid and checksum 0, each `prev` UNSET and each
-/// cache empty.
+/// Writes a new descriptor at `off` (owned by the caller, not yet published) of the `n` ops
+/// `op_at(0..n)`, of 32-byte ops if `wide`. The state word is left Active/Maybe, txid and checksum
+/// 0, each `prev` UNSET and each cache empty.
+///
+/// Each op whose key no later op writes gets [`OP_LAST`], found by looking at the later ops
+/// (`op_at` is called again for them; transactions are short and their keys mostly distinct).
+/// A one-op transaction needs none: its op has no later op to look at.
 pub(crate) fn write_new<M: PMem>(
     mem: &M,
     off: u64,
     epoch: u32,
     read_only: bool,
     wide: bool,
-    ops: impl ExactSizeIterator<Item = StoredOp>,
+    n: usize,
+    op_at: impl Fn(usize) -> StoredOp,
 ) {
-    let n = ops.len();
     debug_assert!(n <= MAX_OPS);
     let mut flags = if read_only { FLAG_READ_ONLY } else { 0 };
     if wide {
         flags |= FLAG_WIDE;
     }
     let stride = op_bytes(wide);
-    for (i, op) in ops.enumerate() {
+    for i in 0..n {
+        let op = op_at(i);
         let base = off + OPS + stride * i as u64;
         let blob = if op.blob { OP_BLOB | op.hash << OP_HASH_SHIFT } else { 0 };
         if op.blob {
             flags |= FLAG_BLOBS;
         }
+        let written_later = || {
+            (i + 1..n)
+                .map(&op_at)
+                .any(|o| o.structure == op.structure && o.key == op.key && !OpKind::from_code(o.kind).is_read())
+        };
+        let last = if n > 1 && !written_later() { OP_LAST } else { 0 };
         debug_assert!(wide || op.key >> 64 == 0, "a two-word key in a descriptor of one-word ops");
-        mem.store(base, op.kind as u64 | (op.structure as u64) << 8 | blob, Ordering::Relaxed);
+        // Relaxed (every store here): the descriptor is unpublished; the ring head's Release
+        // store and the info CAS publish it.
+        mem.store(base, op.kind as u64 | (op.structure as u64) << 8 | blob | last, Ordering::Relaxed);
         mem.store(base + 8, op.key as u64, Ordering::Relaxed);
         mem.store(base + 16, op.value, Ordering::Relaxed);
         if wide {
             mem.store(base + 24, (op.key >> 64) as u64, Ordering::Relaxed);
         }
-    }
-    // Each op whose key no later op writes gets OP_LAST: from the last op back, against the keys
-    // written so far (transactions of distinct keys are the rule, so a linear look-up). A
-    // one-op transaction needs none: its op has no later op to scan.
-    if n > 1 {
-        mark_last_writes(mem, off + OPS, stride, n);
     }
     mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
@@ -535,7 +519,7 @@ mod tests {
                 op(OpKind::Get, 1, k(3)),
                 op(OpKind::Get, 1, k(2)),
             ];
-            write_new(&mem, 4096, 1, false, wide, ops.iter().copied());
+            write_new(&mem, 4096, 1, false, wide, ops.len(), |i| ops[i]);
             let desc = Desc::new(&mem, 4096);
             let marked: Vec<bool> = (0..ops.len())
                 .map(|i| mem.load(desc.op_base(desc.header(), i), Ordering::Relaxed) & OP_LAST != 0)
@@ -560,7 +544,7 @@ mod tests {
         let reasons = [Abort::Cycle, Abort::FailedOp(0), Abort::FailedOp(MAX_OPS - 1), Abort::NoMemory(1 << 40)];
         for why in reasons {
             let op = StoredOp { kind: OpKind::Put as u8, structure: 0, key: 1, value: 2, blob: false, hash: 0 };
-            write_new(&mem, 4096, 1, false, false, std::iter::once(op));
+            write_new(&mem, 4096, 1, false, false, 1, |_| op);
             let desc = Desc::new(&mem, 4096);
             assert_eq!(desc.abort_reason(), None, "an active transaction has no reason");
             desc.abort(why);

@@ -560,14 +560,14 @@ impl<M: PMem + 'static> Handle<M> {
                 return Err(e);
             }
         };
-        let stored = (0..n).map(|pos| {
+        let stored = |pos| {
             let i = added(pos);
             let op = &ops[i];
             let blob = tx.bytes_of(i).is_some();
             let (value, hash) = if blob { (blobs[i].0, op_hash(blobs[i].1)) } else { (op.value, 0) };
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
-        });
-        descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, stored);
+        };
+        descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, n, stored);
         self.publish_head(d);
         self.unfinished = true;
         // Before `d` can finish: when its removals go stale.
