@@ -22,7 +22,7 @@ use crate::key::{Key, KeyWidth};
 use crate::mem::{CACHE_LINE, PMem, WORD};
 use crate::pool::{AllocCache, POff, Pool};
 use crate::protocol::{Core, Executor, Reader};
-use crate::reclaim::{AbsentNode, Hold};
+use crate::reclaim::{AbsentNode, Hold, Removal};
 use crate::ring::{Ring, Rings};
 use crate::scan;
 use crate::structures::registry::Structure;
@@ -62,6 +62,13 @@ impl<M: PMem + 'static> Shared<M> {
     }
 }
 
+/// A handle gathers the removals its transactions leave and hands them to the epoch (see
+/// `Handle::defer_removals`) once it holds this many, or once this many of its transactions
+/// ended since it held the first: handing each transaction's over cost an allocation and a
+/// flush of the epoch bag (a copy of its 64 slots) per transaction. Until then the nodes stay
+/// linked and absent, which every reader handles.
+const REMOVAL_BATCH: usize = 16;
+
 /// A thread's access to the engine. See [`Engine::handle`](crate::Engine::handle).
 pub struct Handle<M: PMem + 'static> {
     shared: Arc<Shared<M>>,
@@ -81,6 +88,12 @@ pub struct Handle<M: PMem + 'static> {
     results: Vec<Option<u64>>,
     /// The nodes the transaction just finished left absent, to remove (kept for reuse).
     removals: Vec<AbsentNode>,
+    /// Removals of this handle's transactions not yet handed to the epoch: handed over
+    /// [`REMOVAL_BATCH`] at a time, or [`REMOVAL_BATCH`] transactions after the first (and at a
+    /// checkpoint, and when the handle drops).
+    deferred: Vec<Removal>,
+    /// This handle's transactions that ended since `deferred` got its first removal.
+    deferred_age: usize,
     /// A descriptor of this handle's was written and its execution never returned (a panic
     /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
     /// in its ring (recovery checks the values of ring tails only), and the ring is given up.
@@ -95,6 +108,7 @@ impl<M: PMem + 'static> std::fmt::Debug for Handle<M> {
 
 impl<M: PMem + 'static> Drop for Handle<M> {
     fn drop(&mut self) {
+        self.defer_removals(&self.epoch.pin());
         self.shared.core.pool.release_cache(&mut self.cache);
         self.release_ring();
     }
@@ -177,6 +191,8 @@ impl<M: PMem + 'static> Handle<M> {
             blobs: Vec::new(),
             results: Vec::new(),
             removals: Vec::new(),
+            deferred: Vec::new(),
+            deferred_age: 0,
             unfinished: false,
         }
     }
@@ -188,7 +204,8 @@ impl<M: PMem + 'static> Handle<M> {
     /// Lets the epoch collector advance and run what came due, as a checkpoint round does
     /// before and after it, without a round (a unit test's step).
     #[cfg(test)]
-    pub(crate) fn collect(&self) {
+    pub(crate) fn collect(&mut self) {
+        self.defer_removals(&self.epoch.pin());
         for _ in 0..4 {
             self.epoch.pin().flush();
         }
@@ -428,6 +445,7 @@ impl<M: PMem + 'static> Handle<M> {
     /// the slots can be recycled), and the report's txid is the one in force after them. A safe
     /// point that fails is kept for [`Engine::sync`](crate::Engine::sync) to report.
     pub fn checkpoint(&mut self) -> Option<CheckpointReport> {
+        self.defer_removals(&self.epoch.pin());
         let safe_points = self.shared.core.safe.on();
         if safe_points {
             self.shared.core.safe.keep_error(self.shared.safe_point());
@@ -606,7 +624,7 @@ impl<M: PMem + 'static> Handle<M> {
                 crate::protocol::hook::before_persist(d);
                 let txid = core.persist(d);
                 // After the txid: the removals' stamp bounds it.
-                cx.schedule_removals(&removals, expiry, Some(txid));
+                cx.stamp_removals(&removals, expiry, Some(txid), &mut self.deferred);
                 self.removals = removals;
                 if bytes {
                     let held = retire_replaced(core, tx, (txid, &results), guard);
@@ -623,7 +641,7 @@ impl<M: PMem + 'static> Handle<M> {
             Some(why) => {
                 let mut removals = std::mem::take(&mut self.removals);
                 cx.absent_left(d, false, &mut removals);
-                cx.schedule_removals(&removals, expiry, None);
+                cx.stamp_removals(&removals, expiry, None, &mut self.deferred);
                 self.removals = removals;
                 free_blobs(&core.pool, &mut self.cache, &blobs);
                 match why {
@@ -637,6 +655,12 @@ impl<M: PMem + 'static> Handle<M> {
         };
         self.blobs = blobs;
         self.unfinished = false;
+        if !self.deferred.is_empty() {
+            self.deferred_age += 1;
+            if self.deferred.len() >= REMOVAL_BATCH || self.deferred_age >= REMOVAL_BATCH {
+                self.defer_removals(guard);
+            }
+        }
         outcome
     }
 
@@ -649,6 +673,18 @@ impl<M: PMem + 'static> Handle<M> {
             (OpKind::Find, None) => Outcome::Aborted { failed_op: Some(0) },
             _ => Outcome::Committed { results: vec![state], txid: None },
         })
+    }
+
+    /// Hands the removals this handle's transactions left (stamped, see
+    /// [`Reader::stamp_removals`]) to the epoch, all in one deferred function, and flushes the
+    /// epoch bag so that they come due once the threads pinned now have unpinned. Handing them
+    /// over later than their transactions ended only makes the grace longer.
+    fn defer_removals(&mut self, guard: &Guard) {
+        self.deferred_age = 0;
+        if !self.deferred.is_empty() {
+            let batch = std::mem::replace(&mut self.deferred, Vec::with_capacity(REMOVAL_BATCH));
+            self.shared.core.reclaim.defer_removals(guard, batch);
+        }
     }
 
     /// Frees the nodes, and removes the keys, that the epoch made due: a few, and two per op of

@@ -422,10 +422,10 @@ impl<M: PMem + 'static> Reader<'_, M> {
 
     /// After the transaction `d` finished: the nodes it left absent (deleted or removed keys,
     /// nodes made for reads or removals of absent keys, nodes made by an aborted transaction),
-    /// into `out`, each with the op word that left it so, for [`schedule_removals`]. Read before
+    /// into `out`, each with the op word that left it so, for [`stamp_removals`]. Read before
     /// a committed `d` is persisted: a flush may evict its lines.
     ///
-    /// [`schedule_removals`]: Reader::schedule_removals
+    /// [`stamp_removals`]: Reader::stamp_removals
     pub(crate) fn absent_left(&self, d: u64, committed: bool, out: &mut Vec<AbsentNode>) {
         let mem = self.mem();
         let desc = Desc::new(mem, d);
@@ -458,24 +458,22 @@ impl<M: PMem + 'static> Reader<'_, M> {
         }
     }
 
-    /// Queues the removals of `items` ([`absent_left`](Reader::absent_left) of a finished
-    /// transaction, committed ones persisted: their txid assigned) once every thread that could
-    /// still be executing on them has unpinned, stale from `expiry` recycled rounds on. A
-    /// removal happens only if the node's info word still names the op by then, and only once no
-    /// snapshot below its stamp is held: a txid above the transaction's and above that of every
-    /// writer it took a node from (see `reclaim`; and `scan`, for why a snapshot's pin then keeps
-    /// the removal waiting until the snapshot is held). For a committed transaction, `txid`, its
-    /// own: the writers it took nodes from are below it, so the stamp is `txid + 1`. For an
-    /// aborted one (`None`), the txid counter read now, after those writers had theirs.
-    pub(crate) fn schedule_removals(&self, items: &[AbsentNode], expiry: u64, txid: Option<u64>) {
+    /// Stamps the removals of `items` ([`absent_left`](Reader::absent_left) of a finished
+    /// transaction, committed ones persisted: their txid assigned) into `out`, for the epoch to
+    /// queue once every thread that could still be executing on them has unpinned, stale from
+    /// `expiry` recycled rounds on. A removal happens only if the node's info word still names
+    /// the op by then, and only once no snapshot below its stamp is held: a txid above the
+    /// transaction's and above that of every writer it took a node from (see `reclaim`; and
+    /// `scan`, for why a snapshot's pin then keeps the removal waiting until the snapshot is
+    /// held). For a committed transaction, `txid`, its own: the writers it took nodes from are
+    /// below it, so the stamp is `txid + 1`. For an aborted one (`None`), the txid counter read
+    /// now, after those writers had theirs.
+    pub(crate) fn stamp_removals(&self, items: &[AbsentNode], expiry: u64, txid: Option<u64>, out: &mut Vec<Removal>) {
         if items.is_empty() {
             return;
         }
         let stamp = txid.map_or_else(|| self.core.next_txid(), |t| t + 1);
-        for &absent in items {
-            self.core.reclaim.defer_removal(self.guard, Removal { absent, expiry, stamp });
-        }
-        self.guard.flush();
+        out.extend(items.iter().map(|&absent| Removal { absent, expiry, stamp }));
     }
 }
 

@@ -321,11 +321,17 @@ impl Reclaim {
         bytes
     }
 
-    /// Hands a removal to the epoch: it is queued once every thread that could still be executing
-    /// on the node has unpinned.
-    pub(crate) fn defer_removal(self: &Arc<Self>, guard: &Guard, item: Removal) {
+    /// Hands removals to the epoch: they are queued once every thread that could still be
+    /// executing on their nodes has unpinned. One deferred function for the lot, and the bag
+    /// flushed (it would otherwise wait for 63 more deferred functions of this thread).
+    pub(crate) fn defer_removals(self: &Arc<Self>, guard: &Guard, items: Vec<Removal>) {
         let this = Arc::clone(self);
-        guard.defer(move || this.removals.push(item));
+        guard.defer(move || {
+            for item in items {
+                this.removals.push(item);
+            }
+        });
+        guard.flush();
     }
 
     /// Expires the snapshots below `below` (see [`Snapshots`]): their scans stop at their next
