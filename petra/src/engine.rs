@@ -172,6 +172,12 @@ impl<M: PMem + 'static> Engine<M> {
         // Relaxed: counts read once the threads that moved them are done.
         self.shared.core.reclaim.snapshots.waited.each_ref().map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
     }
+
+    /// How many removals ran.
+    pub(crate) fn removals_run(&self) -> u64 {
+        // Relaxed: a count read once the threads that moved it are done.
+        self.shared.core.reclaim.removals_run.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl<M: PMem + 'static> Clone for Engine<M> {

@@ -64,9 +64,9 @@ impl<M: PMem + 'static> Shared<M> {
 
 /// A handle gathers the removals its transactions leave and hands them to the epoch (see
 /// `Handle::defer_removals`) once it holds this many, or once this many of its transactions
-/// ended since it held the first: handing each transaction's over cost an allocation and a
-/// flush of the epoch bag (a copy of its 64 slots) per transaction. Until then the nodes stay
-/// linked and absent, which every reader handles.
+/// have ended since it held none (the one that left the first included): handing each
+/// transaction's over cost an allocation and a flush of the epoch bag (a copy of its 64 slots)
+/// per transaction. Until then the nodes stay linked and absent, which every reader handles.
 const REMOVAL_BATCH: usize = 16;
 
 /// A thread's access to the engine. See [`Engine::handle`](crate::Engine::handle).
@@ -89,10 +89,12 @@ pub struct Handle<M: PMem + 'static> {
     /// The nodes the transaction just finished left absent, to remove (kept for reuse).
     removals: Vec<AbsentNode>,
     /// Removals of this handle's transactions not yet handed to the epoch: handed over
-    /// [`REMOVAL_BATCH`] at a time, or [`REMOVAL_BATCH`] transactions after the first (and at a
-    /// checkpoint, and when the handle drops).
+    /// [`REMOVAL_BATCH`] at a time, or at the latest by the [`REMOVAL_BATCH`]-th transaction
+    /// counting the one that left the first (and at [`checkpoint`](Handle::checkpoint), and
+    /// when the handle drops).
     deferred: Vec<Removal>,
-    /// This handle's transactions that ended since `deferred` got its first removal.
+    /// This handle's transactions that ended since `deferred` got its first removal, that one
+    /// included.
     deferred_age: usize,
     /// A descriptor of this handle's was written and its execution never returned (a panic
     /// unwound through it): it may be committed and not yet persisted, so nothing may follow it
@@ -201,8 +203,9 @@ impl<M: PMem + 'static> Handle<M> {
         &self.shared.core
     }
 
-    /// Lets the epoch collector advance and run what came due, as a checkpoint round does
-    /// before and after it, without a round (a unit test's step).
+    /// Hands this handle's removals to the epoch and lets the epoch collector advance and run
+    /// what came due, as a checkpoint round does before and after it, without a round (a unit
+    /// test's step).
     #[cfg(test)]
     pub(crate) fn collect(&mut self) {
         self.defer_removals(&self.epoch.pin());

@@ -232,6 +232,9 @@ pub(crate) struct Reclaim {
     held_bytes: AtomicU64,
     /// The snapshots scans hold.
     pub(crate) snapshots: Snapshots,
+    /// Removals run (a unit test's evidence that they ran when it says).
+    #[cfg(test)]
+    pub(crate) removals_run: AtomicU64,
 }
 
 impl Reclaim {
@@ -436,6 +439,9 @@ impl Reclaim {
                 return;
             }
             remove(&item.absent);
+            // Relaxed: a test's count, as in `free_due`.
+            #[cfg(test)]
+            self.removals_run.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

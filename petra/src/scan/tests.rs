@@ -192,6 +192,9 @@ fn an_mdlist_scan_that_re_pins_descends_again_and_reads_no_node_freed_meanwhile(
     for k in [8u64, 16] {
         assert!(h.execute(Transaction::new().delete(s, k)).unwrap().is_committed());
     }
+    // The handle hands the removals to the epoch (it would wait for more otherwise).
+    h.collect();
+    let removed = engine.removals_run();
     let mut h2 = engine.handle().unwrap();
     let (txid, got) = scan_pausing(
         &engine,
@@ -216,6 +219,7 @@ fn an_mdlist_scan_that_re_pins_descends_again_and_reads_no_node_freed_meanwhile(
     );
     let want: Vec<(u64, u64)> = (0..KEYS).filter(|k| ![8, 16].contains(k)).map(|k| (k, k)).collect();
     assert_eq!(got, want, "the scan at txid {txid}");
+    assert_eq!(engine.removals_run(), removed + 2, "the removals of keys 8 and 16 ran during the scan");
     assert!(engine.waited_for_snapshots()[0] == 0, "the removals below the snapshot waited for it");
     // The removals ran while the scan held the nodes: the copies route the keys below them.
     assert_eq!(
@@ -291,6 +295,9 @@ fn snapshot_before_a_deletes_txid(records: bool) {
             });
             assert!(h.execute(Transaction::new().delete(s, 60u64)).unwrap().is_committed());
             hook::clear();
+            // The handle hands its removal to the epoch when it drops (or later, with more):
+            // before the scan goes on, so that the removal comes due in the middle of the scan.
+            drop(h);
             done_tx.send(()).unwrap();
         });
         committed_rx.recv().unwrap();
