@@ -98,6 +98,18 @@ fn child(arg: &str) {
     }
 }
 
+/// Copies the pool a check refused into the system's temporary directory (the scratch directory
+/// is removed when the test ends), so that a rare failure leaves the file to read: a recovery
+/// that refuses a pool writes nothing to it, so the copy is what the child left. Returns
+/// `message` with where the copy is.
+fn keep_failed_pool(path: &Path, round: usize, message: String) -> String {
+    let copy = std::env::temp_dir().join(format!("petra-engine-kill-{}-round-{round}.pool", std::process::id()));
+    match std::fs::copy(path, &copy) {
+        Ok(_) => format!("{message} (the pool is kept at {})", copy.display()),
+        Err(e) => format!("{message} (the pool could not be kept: {e})"),
+    }
+}
+
 /// Checks the pool, recovered under `policy` (the child's), against `base` plus the child's
 /// acknowledged transactions; on success, `base` becomes the recovered state.
 fn check(path: &Path, policy: DurabilityPolicy, acks: &[String], base: &mut Model) -> Result<(), String> {
@@ -177,7 +189,7 @@ fn transactions_survive_sigkill() {
         |round| format!("{}#{round}", path.display()),
         |arg, out| {
             let (_, round, policy) = round_of(arg);
-            check(&path, policy, &out.acks, &mut base)?;
+            check(&path, policy, &out.acks, &mut base).map_err(|e| keep_failed_pool(&path, round, e))?;
             let counts = &mut by_policy[round % POLICIES.len()];
             counts.0 += 1;
             counts.1 += out.acks.iter().filter(|a| *a == "C").count();
