@@ -381,6 +381,14 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
 /// `op_at(0..n)`, of 32-byte ops if `wide`. The state word is left Active/Maybe, txid and checksum
 /// 0, each `prev` UNSET and each cache empty.
 ///
+/// The slot held other bytes before (a recycled descriptor's, or the middle of one), and recovery
+/// reads every line of a ring, wherever a process stopped: the header, whose tag and epoch make
+/// recovery read the words after it, is stored last, after the state word says Active. Stored
+/// first, it would stand, for as long as the next store takes, over a stale word where the state
+/// goes that may read as committed and persisted, and recovery would take the unchecked slot for
+/// a damaged descriptor. Before the header, the slot's old header is at or below the checkpoint
+/// txid (the slot was recycled) or no header at all.
+///
 /// Each op whose key no later op writes gets [`OP_LAST`], found by looking at the later ops
 /// (`op_at` is called again for them; transactions are short and their keys mostly distinct).
 /// A one-op transaction needs none: its op has no later op to look at.
@@ -399,6 +407,11 @@ pub(crate) fn write_new<M: PMem>(
         flags |= FLAG_WIDE;
     }
     let stride = op_bytes(wide);
+    // Relaxed (and below): the descriptor is unpublished; the ring head's Release store and the
+    // info CAS publish it. The state first: see above.
+    mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
+    mem.store(off + TXID, 0, Ordering::Relaxed);
+    mem.store(off + CHECK, 0, Ordering::Relaxed);
     for i in 0..n {
         let op = op_at(i);
         let base = off + OPS + stride * i as u64;
@@ -413,8 +426,6 @@ pub(crate) fn write_new<M: PMem>(
         };
         let last = if n > 1 && !written_later() { OP_LAST } else { 0 };
         debug_assert!(wide || op.key >> 64 == 0, "a two-word key in a descriptor of one-word ops");
-        // Relaxed (every store here): the descriptor is unpublished; the ring head's Release
-        // store and the info CAS publish it.
         mem.store(base, op.kind as u64 | (op.structure as u64) << 8 | blob | last, Ordering::Relaxed);
         mem.store(base + 8, op.key as u64, Ordering::Relaxed);
         mem.store(base + 16, op.value, Ordering::Relaxed);
@@ -422,16 +433,16 @@ pub(crate) fn write_new<M: PMem>(
             mem.store(base + 24, (op.key >> 64) as u64, Ordering::Relaxed);
         }
     }
-    mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Relaxed);
-    mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
-    mem.store(off + TXID, 0, Ordering::Relaxed);
-    mem.store(off + CHECK, 0, Ordering::Relaxed);
     let vol = off + OPS + stride * n as u64;
     for i in 0..n as u64 {
         mem.store(vol + VOLATILE_BYTES * i, UNSET, Ordering::Relaxed);
         mem.store(vol + VOLATILE_BYTES * i + 8, 0, Ordering::Relaxed);
         mem.store(vol + VOLATILE_BYTES * i + 16, 0, Ordering::Relaxed);
     }
+    // Release: not for another thread (none reads the descriptor before it is published), but so
+    // that no store above is moved after it: the order in which they reach memory is what a
+    // killed process leaves, and the line's order is what reaches persistent memory.
+    mem.store(off + HEADER, DESC_TAG << 48 | (epoch as u64) << 16 | flags << 8 | n as u64, Ordering::Release);
 }
 
 /// What recovery finds at a 64-byte-aligned position of a ring.
@@ -532,6 +543,42 @@ mod tests {
                     .rev()
                     .find(|x| x.structure == o.structure && x.key == o.key && !OpKind::from_code(x.kind).is_read());
                 assert_eq!(desc.last_write_of_key(i, *o), scan.copied(), "op {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_descriptor_written_over_stale_words_is_never_found_damaged_halfway() {
+        use crate::mem::{CrashPlan, SimMem};
+        // The slot held the middle of an older, longer descriptor: at the new state word's place
+        // an op's value whose low bits read as committed and persisted, zeros after it.
+        let committed = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted }.encode();
+        for wide in [false, true] {
+            for n in [1, 3] {
+                let mem = SimMem::new(1 << 16, 1 << 16);
+                mem.store(4096, 0x0203, Ordering::Relaxed);
+                mem.store(4096 + STATE, 0x74000 | committed, Ordering::Relaxed);
+                assert_eq!(State::decode(mem.load(4096 + STATE, Ordering::Relaxed)), State::decode(committed));
+                // A process killed before any store of the new descriptor, or after any one of
+                // them, leaves one of these images.
+                mem.set_plan(CrashPlan { store_probability: 1.0, ..CrashPlan::none() });
+                let op = |i: usize| StoredOp {
+                    kind: OpKind::Put as u8,
+                    structure: 1,
+                    key: if wide { 1 << 64 | i as u128 } else { i as u128 },
+                    value: 7,
+                    blob: false,
+                    hash: 0,
+                };
+                write_new(&mem, 4096, 1, false, wide, n, op);
+                let mut images = 0;
+                for st in mem.take_crash_states().into_iter().chain([mem.crash_now()]) {
+                    let all = st.images(0, 0, 0).pop().unwrap();
+                    let image = st.image(&all).to_mem(1 << 16);
+                    assert_eq!(persisted_at(&image, 4096, 1 << 16, 1, 0), Found::Nothing, "{} ops, {}", n, st.point);
+                    images += 1;
+                }
+                assert!(images > 4 * n, "an image after each store");
             }
         }
     }
