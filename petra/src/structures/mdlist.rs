@@ -551,12 +551,30 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
         let mut stack = vec![(self.head, None::<u64>, 0usize)];
         while let Some((node, key, from)) = stack.pop() {
             // Relaxed (every load): the structure is at rest.
-            if strict && mem.load(node + ADOPT, Ordering::Relaxed) != 0 {
+            let adopt = mem.load(node + ADOPT, Ordering::Relaxed);
+            if strict && adopt != 0 {
                 return Err(fault(node + ADOPT, "an adoption left pending".into()));
             }
+            // A pending adoption (its inserter died after publishing the node, before it or a
+            // helper finished it) is read as finished, as every reader finishes it before it
+            // reads an adopted slot: a slot of its range still empty holds what the old node's
+            // slot holds, which the adoption would freeze and copy. The old node is reached
+            // through the last dimension of the range, and its slots below that are not walked
+            // there.
+            let adopted = (adopt != 0).then(|| {
+                let dims = mem.load(node + ADOPT_DIMS, Ordering::Relaxed);
+                (adopt, (dims & 0xFF) as usize..(dims >> 8) as usize)
+            });
             for d in from..DIMS {
-                let slot = node + child(d);
-                let raw = mem.load(slot, Ordering::Relaxed);
+                let mut slot = node + child(d);
+                let mut raw = mem.load(slot, Ordering::Relaxed);
+                if let Some((old, range)) = &adopted
+                    && raw == 0
+                    && range.contains(&d)
+                {
+                    slot = checked_node(cx, node + ADOPT, *old, node_bytes_from(d))? + child(d);
+                    raw = mem.load(slot, Ordering::Relaxed) & !FROZEN;
+                }
                 if strict && raw & FROZEN != 0 {
                     return Err(fault(slot, format!("a frozen slot (word {raw:#x}): a removal left half done")));
                 }
@@ -731,6 +749,38 @@ mod tests {
         insert(&cx, &md, 0, None).unwrap();
         assert_eq!(insert(&cx, &md, 1 << 62, Some(stale)), Ok(0), "the slot changed");
         assert_eq!(strict_walk(&cx, &md).unwrap(), [0]);
+    }
+
+    #[test]
+    fn the_walk_reads_an_adoption_its_inserter_left_pending_as_finished() {
+        let (cx, md) = setup();
+        let mem = cx.mem();
+        // 0x610 hangs in the head's list (dimension 0), and 0x710 in 0x610's list at 27.
+        insert(&cx, &md, 0x610, None).unwrap();
+        insert(&cx, &md, 0x710, None).unwrap();
+        // An insert of 0x600 goes before 0x610 (they differ first at 29), adopting its slots
+        // 0..29: its inserter publishes the node and dies before it adopts anything.
+        let pos = md.locate(mem, 0x600);
+        assert_eq!((pos.dp, pos.dc), (0, 29));
+        let node = cx.alloc_node(node_bytes_from(pos.dp)).unwrap();
+        // Relaxed: one thread.
+        mem.store(node + KEY, 0x600, Ordering::Relaxed);
+        mem.store(node + INFO, Info::final_state(node, true, 0).0, Ordering::Relaxed);
+        fill(mem, node, &pos);
+        mem.store(pos.pred + child(pos.dp), node, Ordering::Relaxed);
+        let walk = |strict| {
+            let mut keys = Vec::new();
+            LinkedSet::<SimMem>::walk_checked(&md, &cx.pool, strict, &mut |_, k| keys.push(k as u64))
+                .map(|_| keys.sort_unstable())
+                .map(|()| keys)
+        };
+        assert_eq!(walk(false).unwrap(), [0x600, 0x610, 0x710], "0x710 is reached through the adopting node");
+        assert!(walk(true).is_err(), "a strict walk refuses an adoption left pending");
+        // Half done (the slot at 27 frozen, not yet copied), then done: the same keys.
+        freeze(mem, pos.curr + child(27));
+        assert_eq!(walk(false).unwrap(), [0x600, 0x610, 0x710]);
+        finish_adoption(mem, node);
+        assert_eq!(walk(true).unwrap(), [0x600, 0x610, 0x710]);
     }
 
     #[test]
