@@ -448,6 +448,13 @@ impl SimMem {
         SimMem::from_words(words, max_len.max(len))
     }
 
+    /// The same memory as in the boot of `other`: what a process that was killed, not a machine
+    /// that lost power, leaves to the next process (see [`boot`](PMem::boot)).
+    pub fn in_boot_of(mut self, other: &SimMem) -> SimMem {
+        self.boot = other.boot;
+        self
+    }
+
     /// The same memory under `model` from now on. When the model changes, everything stored so
     /// far counts as durable (as after a sync of both), so a pool prepared under one model runs
     /// under the other from a clean start; under the same model nothing changes.
