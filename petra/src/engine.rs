@@ -7,6 +7,7 @@
 //! through [`Handle`]s, one per thread.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crossbeam_epoch::Collector;
@@ -173,6 +174,11 @@ impl<M: PMem + 'static> Engine<M> {
         self.shared.core.reclaim.snapshots.waited.each_ref().map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// The shared state, without holding it.
+    pub(crate) fn shared_weak(&self) -> std::sync::Weak<Shared<M>> {
+        Arc::downgrade(&self.shared)
+    }
+
     /// How many removals ran.
     pub(crate) fn removals_run(&self) -> u64 {
         // Relaxed: a count read once the threads that moved it are done.
@@ -182,7 +188,16 @@ impl<M: PMem + 'static> Engine<M> {
 
 impl<M: PMem + 'static> Clone for Engine<M> {
     fn clone(&self) -> Self {
+        self.shared.enter();
         Engine { shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// The last engine or handle dropped stops the engine's threads and waits for them, so that the
+/// pool is closed when the drop returns (see `Shared::leave`).
+impl<M: PMem + 'static> Drop for Engine<M> {
+    fn drop(&mut self) {
+        self.shared.leave();
     }
 }
 
@@ -258,6 +273,7 @@ impl<M: PMem + 'static> Engine<M> {
             rings,
             checkpointer: Checkpointer::new(config.checkpoint_fill, config.background_rounds, snapshot_limit),
             threads: Mutex::new(Vec::new()),
+            users: AtomicUsize::new(1),
         });
         let engine = Engine { shared };
         engine.start_threads();
@@ -277,13 +293,18 @@ impl<M: PMem + 'static> Engine<M> {
     }
 
     /// The shared state, taken out of the engine if this is its last holder (its threads
-    /// stopped first, so that they hold nothing), or the engine back, its threads running again.
+    /// stopped first, so that they hold nothing), or the engine back, its threads running.
     fn into_shared(self) -> Result<Shared<M>, Engine<M>> {
-        let threads = std::mem::take(&mut *self.shared.threads.lock());
-        threads.into_iter().for_each(Worker::stop);
-        Arc::try_unwrap(self.shared).map_err(|shared| {
+        let shared = Arc::clone(&self.shared);
+        // The last user's drop stops the threads and waits for them (see `Shared::leave`).
+        drop(self);
+        Arc::try_unwrap(shared).map_err(|shared| {
+            // Another engine or handle holds it (with no user left, nothing else does).
+            let before = shared.enter();
             let engine = Engine { shared };
-            engine.start_threads();
+            if before == 0 {
+                engine.start_threads();
+            }
             engine
         })
     }

@@ -39,9 +39,31 @@ pub(crate) struct Shared<M: PMem> {
     /// The engine's background threads: the safe points' syncer under a periodic policy, and
     /// the automatic rounds' thread if the engine runs them on one.
     pub(crate) threads: parking_lot::Mutex<Vec<crate::wake::Worker>>,
+    /// The engines and handles that hold it (see [`Shared::leave`]).
+    pub(crate) users: std::sync::atomic::AtomicUsize,
 }
 
 impl<M: PMem + 'static> Shared<M> {
+    /// One more engine or handle holds it. Returns how many did before.
+    pub(crate) fn enter(&self) -> usize {
+        // Relaxed: a new user is made from one that holds it (an engine), which keeps the count
+        // above zero meanwhile.
+        self.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// An engine or handle let go of it. The last one stops the background threads and waits
+    /// for them to end: a thread holds the shared state while it makes a safe point or runs a
+    /// round, and the last holder's drop closes the pool (its mapping, file and lock). Without
+    /// the wait, a thread caught working would close it after the user's last drop returned,
+    /// and an open of the same file just after would find it still locked.
+    pub(crate) fn leave(&self) {
+        // AcqRel: the last user sees every other user's work done before it stops the threads.
+        if self.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            let threads = std::mem::take(&mut *self.threads.lock());
+            threads.into_iter().for_each(crate::wake::Worker::stop);
+        }
+    }
+
     /// Makes power-safe points until everything committed before the call survives a power
     /// loss (see `safe`), and returns the safe txid.
     pub(crate) fn safe_point(&self) -> std::io::Result<u64> {
@@ -113,6 +135,7 @@ impl<M: PMem + 'static> Drop for Handle<M> {
         self.defer_removals(&self.epoch.pin());
         self.shared.core.pool.release_cache(&mut self.cache);
         self.release_ring();
+        self.shared.leave();
     }
 }
 
@@ -183,6 +206,7 @@ impl<M: PMem> Blobs<'_, M> {
 impl<M: PMem + 'static> Handle<M> {
     /// A handle of the engine `shared`, for the calling thread.
     pub(crate) fn new(shared: &Arc<Shared<M>>) -> Handle<M> {
+        shared.enter();
         Handle {
             shared: Arc::clone(shared),
             epoch: shared.collector.register(),

@@ -689,3 +689,39 @@ fn a_node_unlinked_under_a_pinned_thread_is_freed_only_after_it_unpins() {
     });
     assert!(freed, "the node was not freed once the reader unpinned");
 }
+
+/// The last engine or handle dropped stops the engine's threads and waits for them: once its drop
+/// returns, nothing holds the shared state (nor the pool: a file's lock is let go with it), even
+/// when a thread was making a safe point or running a round just then.
+#[test]
+fn the_last_drop_waits_for_the_engines_threads() {
+    use crate::DurabilityPolicy;
+    use crate::mem::MediaModel;
+    // A syncer that makes a safe point every 20 µs, and rounds on their own thread.
+    let settings = engine_config()
+        .durability(DurabilityPolicy::Periodic(std::time::Duration::from_micros(20)))
+        .background_rounds(true)
+        .checkpoint_fill(1);
+    for handle_last in [false, true] {
+        for round in 0..300u64 {
+            let mem = Arc::new(SimMem::new(0, MAX_LEN).with_model(MediaModel::PageCache));
+            let engine =
+                Engine::create(Pool::create_in(Arc::clone(&mem), &config()).unwrap(), settings.clone()).unwrap();
+            let s = engine.create_list().unwrap();
+            let mut h = engine.handle().unwrap();
+            for k in 0..40u64 {
+                assert!(h.execute(&put_both(s, round * 100 + k)).unwrap().is_committed());
+            }
+            let weak = engine.shared_weak();
+            if handle_last {
+                drop(engine);
+                assert!(weak.upgrade().is_some(), "the handle holds it");
+                drop(h);
+            } else {
+                drop(h);
+                drop(engine);
+            }
+            assert_eq!(weak.strong_count(), 0, "round {round}: a thread still holds the engine after its last drop");
+        }
+    }
+}
