@@ -27,6 +27,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -179,10 +180,16 @@ impl KillLoop {
         // Wait for the first ack, then for the delay, then kill.
         match rx.recv_timeout(self.start_timeout) {
             Ok(first) => acks.push(first),
-            Err(_) => {
+            Err(RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!("the child acknowledged nothing within {:?}", self.start_timeout));
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = child.wait().map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "the child ended before its first acknowledgement ({status}); its stderr is above"
+                ));
             }
         }
         std::thread::sleep(delay);
