@@ -387,7 +387,7 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
 /// first, it would stand, for as long as the next store takes, over a stale word where the state
 /// goes that may read as committed and persisted, and recovery would take the unchecked slot for
 /// a damaged descriptor. Before the header, the slot's old header is at or below the checkpoint
-/// txid (the slot was recycled) or no header at all.
+/// txid (the slot was recycled), or the line holds no descriptor's start.
 ///
 /// Each op whose key no later op writes gets [`OP_LAST`], found by looking at the later ops
 /// (`op_at` is called again for them; transactions are short and their keys mostly distinct).
@@ -482,7 +482,13 @@ pub(crate) fn persisted_at<M: PMem>(mem: &M, off: u64, end: u64, epoch: u32, che
     let whole = txid != 0
         && mem.load(off + CHECK, Ordering::Relaxed) == d.checksum(txid)
         && (0..n).all(|i| OpKind::try_from_code(d.op(i).kind).is_some());
-    let persisted = d.state() == State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted };
+    // The whole word, not its status bits: the persisting CAS stores exactly this value (a
+    // reason goes only with an abort), and a line that is no descriptor's start (a key or value
+    // in an older descriptor's ops that happens to look like a header) rarely holds it after
+    // its header word, so such a line is far less often taken for damage.
+    // Relaxed: recovery runs alone.
+    let persisted = mem.load(off + STATE, Ordering::Relaxed)
+        == State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted }.encode();
     match (whole, d.read_only()) {
         (true, false) => Found::Persisted { txid, bytes },
         (true, true) => Found::Nothing,
@@ -548,37 +554,71 @@ mod tests {
     }
 
     #[test]
+    fn only_the_exact_persisted_state_word_makes_a_failing_check_damage() {
+        use crate::mem::SimMem;
+        let mem = SimMem::new(1 << 16, 1 << 16);
+        let persisted = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted }.encode();
+        // A line that looks like a one-op descriptor's header (a key in an older descriptor's
+        // ops, say), a value after it whose status bits read as persisted, txid 0.
+        mem.store(4096, DESC_TAG << 48 | 1 << 16 | 1, Ordering::Relaxed);
+        mem.store(4096 + STATE, 0x74000 | persisted, Ordering::Relaxed);
+        assert_eq!(State::decode(mem.load(4096 + STATE, Ordering::Relaxed)), State::decode(persisted));
+        assert_eq!(persisted_at(&mem, 4096, 1 << 16, 1, 0), Found::Nothing);
+        // The state word a persisting thread stores, with a check that fails: damage.
+        mem.store(4096 + STATE, persisted, Ordering::Relaxed);
+        mem.store(4096 + TXID, 9, Ordering::Relaxed);
+        assert_eq!(persisted_at(&mem, 4096, 1 << 16, 1, 0), Found::Damaged { bytes: 128 });
+    }
+
+    #[test]
     fn a_descriptor_written_over_stale_words_is_never_found_damaged_halfway() {
         use crate::mem::{CrashPlan, SimMem};
         // The slot held the middle of an older, longer descriptor: at the new state word's place
         // an op's value whose low bits read as committed and persisted, zeros after it.
+        // Or it held a whole older descriptor, persisted, its txid (5) at the checkpoint txid.
         let committed = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted }.encode();
-        for wide in [false, true] {
-            for n in [1, 3] {
-                let mem = SimMem::new(1 << 16, 1 << 16);
-                mem.store(4096, 0x0203, Ordering::Relaxed);
-                mem.store(4096 + STATE, 0x74000 | committed, Ordering::Relaxed);
-                assert_eq!(State::decode(mem.load(4096 + STATE, Ordering::Relaxed)), State::decode(committed));
-                // A process killed before any store of the new descriptor, or after any one of
-                // them, leaves one of these images.
-                mem.set_plan(CrashPlan { store_probability: 1.0, ..CrashPlan::none() });
-                let op = |i: usize| StoredOp {
-                    kind: OpKind::Put as u8,
-                    structure: 1,
-                    key: if wide { 1 << 64 | i as u128 } else { i as u128 },
-                    value: 7,
-                    blob: false,
-                    hash: 0,
-                };
-                write_new(&mem, 4096, 1, false, wide, n, op);
-                let mut images = 0;
-                for st in mem.take_crash_states().into_iter().chain([mem.crash_now()]) {
-                    let all = st.images(0, 0, 0).pop().unwrap();
-                    let image = st.image(&all).to_mem(1 << 16);
-                    assert_eq!(persisted_at(&image, 4096, 1 << 16, 1, 0), Found::Nothing, "{} ops, {}", n, st.point);
-                    images += 1;
+        let op = |wide: bool| {
+            move |i: usize| StoredOp {
+                kind: OpKind::Put as u8,
+                structure: 1,
+                key: if wide { 1 << 64 | i as u128 } else { i as u128 },
+                value: 7 + i as u64,
+                blob: false,
+                hash: 0,
+            }
+        };
+        for (stale, checkpoint) in [("words", 0), ("descriptor", 5)] {
+            for wide in [false, true] {
+                for n in [1, 3] {
+                    let mem = SimMem::new(1 << 16, 1 << 16);
+                    if stale == "words" {
+                        mem.store(4096, 0x0203, Ordering::Relaxed);
+                        mem.store(4096 + STATE, committed, Ordering::Relaxed);
+                    } else {
+                        write_new(&mem, 4096, 1, false, !wide, 5 - n, op(!wide));
+                        let old = Desc::new(&mem, 4096);
+                        mem.store(4096 + TXID, 5, Ordering::Relaxed);
+                        mem.store(4096 + CHECK, old.checksum(5), Ordering::Relaxed);
+                        mem.store(4096 + STATE, committed, Ordering::Relaxed);
+                        assert_eq!(
+                            persisted_at(&mem, 4096, 1 << 16, 1, 4),
+                            Found::Persisted { txid: 5, bytes: desc_bytes(5 - n, !wide) }
+                        );
+                    }
+                    // A process killed before any store of the new descriptor, or after any one
+                    // of them, leaves one of these images.
+                    mem.set_plan(CrashPlan { store_probability: 1.0, ..CrashPlan::none() });
+                    write_new(&mem, 4096, 1, false, wide, n, op(wide));
+                    let mut images = 0;
+                    for st in mem.take_crash_states().into_iter().chain([mem.crash_now()]) {
+                        let all = st.images(0, 0, 0).pop().unwrap();
+                        let image = st.image(&all).to_mem(1 << 16);
+                        let found = persisted_at(&image, 4096, 1 << 16, 1, checkpoint);
+                        assert_eq!(found, Found::Nothing, "over stale {stale}, {n} ops, {}", st.point);
+                        images += 1;
+                    }
+                    assert!(images > 4 * n, "an image after each store");
                 }
-                assert!(images > 4 * n, "an image after each store");
             }
         }
     }
