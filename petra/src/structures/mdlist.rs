@@ -537,8 +537,8 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
 
     /// Every node where its coordinates put it: in the list at dimension `d` of a node whose
     /// coordinates it shares below `d` and exceeds at `d` (any, below the head). If `strict`, no
-    /// adoption is left pending and no node is reached twice; otherwise a node reached twice (a
-    /// child both in an adoption's old slot and in its new one) is walked once.
+    /// adoption is left pending and no node is reached twice; otherwise a pending adoption is
+    /// read as finished (see below), and a node reached twice is walked once.
     fn walk_checked(
         &self,
         cx: &impl Inspect<M>,
@@ -559,8 +559,7 @@ impl<M: PMem + 'static> LinkedSet<M> for MdList {
             // helper finished it) is read as finished, as every reader finishes it before it
             // reads an adopted slot: a slot of its range still empty holds what the old node's
             // slot holds, which the adoption would freeze and copy. The old node is reached
-            // through the last dimension of the range, and its slots below that are not walked
-            // there.
+            // through `dc`, where the range ends, and its slots below that are not walked there.
             let adopted = (adopt != 0).then(|| {
                 let dims = mem.load(node + ADOPT_DIMS, Ordering::Relaxed);
                 (adopt, (dims & 0xFF) as usize..(dims >> 8) as usize)
