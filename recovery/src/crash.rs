@@ -8,6 +8,9 @@
 //! what it acknowledged and when (compare acknowledgement event counts with
 //! [`CrashPoint::event`]). Checks run on all cores.
 //!
+//! With [`kills`](CrashTest::kills), each crash point is a process kill instead: one image, every
+//! store made, in the workload's boot.
+//!
 //! The memory models persistent memory unless the test says otherwise
 //! ([`model`](CrashTest::model)): under [`MediaModel::PageCache`] the workload's memory is a file
 //! in the page cache, images are power losses between syncs, and each names the last sync before
@@ -54,6 +57,11 @@ pub struct CrashTest {
     pub busiest: usize,
     /// The largest the memory of an image may grow to during recovery.
     pub max_len: u64,
+    /// Each crash point is a process kill, not a power loss: its one image keeps every store
+    /// made, in the workload's boot, so that recovery checks the structures against the records
+    /// as it does after a real kill. `model`, `exhaustive_bound` and `samples` change nothing
+    /// then.
+    pub kills: bool,
 }
 
 impl CrashTest {
@@ -69,6 +77,7 @@ impl CrashTest {
             max_points: 0,
             busiest: 0,
             max_len: 1 << 30,
+            kills: false,
         }
     }
 }
@@ -157,13 +166,13 @@ impl CrashTest {
         T: Sync,
         C: Fn(&T, &CrashImage, SimMem) -> Result<(), String> + Sync,
     {
-        let (record, states) = self.capture(setup, workload);
+        let (record, states, mem) = self.capture(setup, workload);
         let states = self.select(states);
-        self.check_states(&record, &states, &check)
+        self.check_states(&record, &states, &mem, &check)
     }
 
-    /// Runs the workload with capture on; returns its record and the crash states.
-    fn capture<T, W>(&self, setup: impl FnOnce() -> SimMem, workload: W) -> (T, Vec<CrashState>)
+    /// Runs the workload with capture on; returns its record, the crash states and its memory.
+    fn capture<T, W>(&self, setup: impl FnOnce() -> SimMem, workload: W) -> (T, Vec<CrashState>, Arc<SimMem>)
     where
         W: FnOnce(Arc<SimMem>) -> T,
     {
@@ -173,7 +182,7 @@ impl CrashTest {
         let mut states = mem.take_crash_states();
         // The state after the last event is a crash point too.
         states.push(mem.crash_now());
-        (record, states)
+        (record, states, mem)
     }
 
     fn select(&self, states: Vec<CrashState>) -> Vec<CrashState> {
@@ -190,7 +199,7 @@ impl CrashTest {
         picked.into_iter().map(|i| states[i].clone()).collect()
     }
 
-    fn check_states<T: Sync, C>(&self, record: &T, states: &[CrashState], check: &C) -> Report
+    fn check_states<T: Sync, C>(&self, record: &T, states: &[CrashState], ran: &SimMem, check: &C) -> Report
     where
         C: Fn(&T, &CrashImage, SimMem) -> Result<(), String> + Sync,
     {
@@ -198,7 +207,14 @@ impl CrashTest {
             .iter()
             .enumerate()
             .flat_map(|(i, s)| {
-                s.images(self.exhaustive_bound, self.samples, self.seed).into_iter().map(move |c| (i, c))
+                let images = if self.kills {
+                    // Not exhaustive (the bound is 0): the two extremes and no sample; the second
+                    // keeps every store.
+                    s.images(0, 0, self.seed).split_off(1)
+                } else {
+                    s.images(self.exhaustive_bound, self.samples, self.seed)
+                };
+                images.into_iter().map(move |c| (i, c))
             })
             .collect();
         let next = AtomicUsize::new(0);
@@ -214,7 +230,8 @@ impl CrashTest {
                         let Some((i, choice)) = jobs.get(j) else { break };
                         let image = states[*i].image(choice);
                         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            check(record, &image, image.to_mem(self.max_len))
+                            let mem = image.to_mem(self.max_len);
+                            check(record, &image, if self.kills { mem.in_boot_of(ran) } else { mem })
                         }))
                         .unwrap_or_else(|p| Err(format!("recovery panicked: {}", panic_message(&p))));
                         checked.fetch_add(1, Ordering::Relaxed);
@@ -251,7 +268,7 @@ impl CrashTest {
     where
         W: FnOnce(Arc<SimMem>) -> T,
     {
-        let (record, states) = self.capture(setup, workload);
+        let (record, states, _) = self.capture(setup, workload);
         let state = states.into_iter().find(|s| s.point == point)?;
         (state.pending() == choice.len()).then(|| (record, state.image(choice)))
     }
