@@ -294,6 +294,30 @@ fn recovery_keeps_every_acknowledged_transaction_and_nothing_torn() {
     assert!(total.images >= 10_000, "only {} crash images", total.images);
 }
 
+#[test]
+fn process_kills_among_two_threads_leave_nothing_recovery_takes_for_damage() {
+    // A kill keeps every store: recovery checks the structures against the records (the same
+    // boot), so a structure caught in the middle of a change (an insert's adoption, a removal's
+    // copy, a helper's step, a recovery's rewrite at the open) must read as the state the
+    // records and descriptors give. Two threads with rounds every third transaction, on every
+    // structure and on the MDList alone.
+    let mut total = Report::default();
+    for seed in 60..63 {
+        for ops in [random_tx, mdlist_tx] {
+            let run = Run { checkpoint_every: 3, ops, ..Run::new(2, 16, seed) };
+            let test = CrashTest { plan: CrashPlan::all(0.2, seed), kills: true, ..CrashTest::new(seed) };
+            total.merge(test.run(
+                setup,
+                |mem| workload(mem, run),
+                |acked, image, mem| check(acked, image.point.event, mem),
+            ));
+        }
+    }
+    eprintln!("{} kills", total.images);
+    total.assert_ok();
+    assert!(total.images >= 5_000, "only {} kills", total.images);
+}
+
 /// What a mixed workload acknowledged: its committed transactions (writers and read-only ones,
 /// with their txids) and its single reads.
 #[derive(Debug, Default)]

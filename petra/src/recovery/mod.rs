@@ -18,8 +18,9 @@
 //!    a round's torn record may also sit beside a key line that never reached the media, so its
 //!    key cannot be read, and such a record is passed over (KDMap holds its key's state).
 //! 4. **Agreement** ([`verify`]): where the structures are whole (a clean close, or the death of
-//!    the process alone: the pool was last in use in this boot), they must hold exactly the state
-//!    found; and every byte value of a present key must pass its check.
+//!    the process alone: the pool was last in use in this boot; but not the death of a recovery
+//!    before its commit, which was rebuilding them), they must hold exactly the state found; and
+//!    every byte value of a present key must pass its check.
 //!
 //! Then it writes: the pool is marked in use, and
 //!
@@ -188,13 +189,17 @@ pub(crate) fn recover<M: PMem + 'static, T, E>(
     let clean = pool.was_clean() && state.clean == state.epoch;
     let mut report = RecoveryReport { clean, epoch: state.epoch, ..RecoveryReport::default() };
     let whole = clean || pool.same_boot();
+    // A recovery that died before its commit (its attempt is past the epoch) was rebuilding the
+    // structures in place: their heads link some of its new nodes and not the rest. The memory
+    // holds every store, but the structures say nothing until this recovery rebuilds them.
+    let walkable = whole && state.attempt == state.epoch;
     let mut damage = Vec::new();
     let mut found = read(&pool, &structures, &state, (clean, whole), &mut report, &mut damage);
     check_values(&pool, &structures, &mut found.present, &mut damage);
     if let Some(d) = damage.into_iter().next() {
         return Err(d.into());
     }
-    if whole {
+    if walkable {
         verify::structures_agree(&pool, &structures, state.epoch, &found.present, clean)?;
     }
     let read = |word, buf: &mut Vec<u8>| pool.read_blob_into(POff::new(word), buf);
