@@ -11,12 +11,12 @@
 use std::path::Path;
 
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{DurabilityPolicy, Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{DurabilityPolicy, Engine, EngineConfig, Op, OpKind, Outcome, StructId};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
 use petra_recovery::model::Model;
 use petra_recovery::scratch_dir;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 const LISTS: [StructId; petra_recovery::battery::ALL.len()] = petra_recovery::battery::IDS;
 
@@ -74,21 +74,8 @@ fn child(arg: &str) {
         if i % ROUND_EVERY == 0 {
             h.checkpoint();
         }
-        let n = rng.random_range(1..=4);
-        let ops: Vec<Op> = (0..n)
-            .map(|_| {
-                Op::new(
-                    OpKind::from_code(rng.random_range(1..=7)),
-                    LISTS[rng.random_range(0..LISTS.len())],
-                    rng.random_range(0..64u64),
-                    rng.random_range(1..1_000_000),
-                )
-            })
-            .collect();
-        let mut tx = Transaction::new();
-        for op in &ops {
-            tx.op(*op);
-        }
+        let ops = petra_recovery::battery::kill_loop_ops(&mut rng);
+        let tx = petra_recovery::battery::transaction(&ops);
         ack(format!("B {}", encode(&ops)));
         match petra_recovery::battery::execute(&mut h, &tx) {
             Ok(out) if out.is_committed() => ack("C"),

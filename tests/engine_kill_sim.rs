@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use petra::mem::{CrashPlan, CrashState, MediaModel, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{DurabilityPolicy, Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra::{DurabilityPolicy, Engine, EngineConfig, Op, Outcome, StructId};
 use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -138,20 +138,8 @@ fn transactions_survive_simulated_kills() {
                 h.checkpoint();
                 check_all(&base, None, i);
             }
-            let ops: Vec<Op> = (0..rng.random_range(1..=4))
-                .map(|_| {
-                    Op::new(
-                        OpKind::from_code(rng.random_range(1..=7)),
-                        LISTS[rng.random_range(0..LISTS.len())],
-                        rng.random_range(0..64u64),
-                        rng.random_range(1..1_000_000),
-                    )
-                })
-                .collect();
-            let mut tx = Transaction::new();
-            for op in &ops {
-                tx.op(*op);
-            }
+            let ops = petra_recovery::battery::kill_loop_ops(&mut rng);
+            let tx = petra_recovery::battery::transaction(&ops);
             let out = petra_recovery::battery::execute(&mut h, &tx).unwrap();
             check_all(&base, Some(&ops), i);
             if out.is_committed() {

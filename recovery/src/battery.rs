@@ -13,8 +13,10 @@ use std::ops::{Bound, RangeBounds};
 
 use petra::mem::PMem;
 use petra::{
-    Blobs, Engine, EngineError, Handle, KeyWidth, Op, Outcome, ReadError, StructId, StructureKind, Transaction, Values,
+    Blobs, Engine, EngineError, Handle, KeyWidth, Op, OpKind, Outcome, ReadError, StructId, StructureKind, Transaction,
+    Values,
 };
+use rand::Rng;
 
 /// A kind of structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,31 @@ pub enum Kind {
 /// Every kind.
 pub const ALL: [Kind; 6] =
     [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList, Kind::SkipListWide, Kind::HashMapWide];
+
+/// A transaction of the kill loops (the real one and its simulation): 1 to 4 ops of any kind,
+/// each on any structure, keys below 64 (so that transactions meet on keys), values below a
+/// million.
+pub fn kill_loop_ops(rng: &mut impl Rng) -> Vec<Op> {
+    (0..rng.random_range(1..=4))
+        .map(|_| {
+            Op::new(
+                OpKind::from_code(rng.random_range(1..=7)),
+                IDS[rng.random_range(0..IDS.len())],
+                rng.random_range(0..64u64),
+                rng.random_range(1..1_000_000),
+            )
+        })
+        .collect()
+}
+
+/// The transaction of `ops`, in their order.
+pub fn transaction(ops: &[Op]) -> Transaction {
+    let mut tx = Transaction::new();
+    for op in ops {
+        tx.op(*op);
+    }
+    tx
+}
 
 /// Blocks the allocator holds besides the nodes and blobs of present keys: the head sentinels
 /// of the list, the skiplists and the MDList (the hash map's buckets are a region).
