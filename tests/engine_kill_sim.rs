@@ -17,29 +17,18 @@
 //! `PETRA_KILL_SIM_ROUNDS` and `PETRA_KILL_SIM_SEED` run it longer or elsewhere.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use petra::mem::{CrashPlan, CrashState, MediaModel, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{DurabilityPolicy, Engine, EngineConfig, Op, Outcome, StructId};
+use petra::{DurabilityPolicy, Engine, Op, Outcome, StructId};
+use petra_recovery::battery::kill_loop_engine as engine_config;
+use petra_recovery::battery::{KILL_LOOP_POLICIES as POLICIES, KILL_LOOP_ROUND_EVERY as ROUND_EVERY};
 use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const LISTS: [StructId; petra_recovery::battery::ALL.len()] = petra_recovery::battery::IDS;
 const MAX_LEN: u64 = 64 << 20;
-
-/// The policies the rounds take in turn, as in the kill loop.
-const POLICIES: [DurabilityPolicy; 3] =
-    [DurabilityPolicy::Process, DurabilityPolicy::Periodic(Duration::from_millis(5)), DurabilityPolicy::Immediate];
-
-/// A checkpoint round after this many transactions, as in the kill loop.
-const ROUND_EVERY: u64 = 5;
-
-/// Rings of one chunk, as in the kill loop: a round goes round them in laps.
-fn engine_config(policy: DurabilityPolicy) -> EngineConfig {
-    EngineConfig::rings(64 << 10).durability(policy)
-}
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
@@ -55,8 +44,7 @@ fn model_entries(m: &Model) -> Entries {
 /// The kill's image of `st` (every store made, the boot of `running`), recovered under `policy`:
 /// the engine and what it holds, or recovery's error.
 fn recover(running: &SimMem, st: &CrashState, policy: DurabilityPolicy) -> Result<(Arc<SimMem>, Entries), String> {
-    let all = st.images(0, 0, 0).pop().expect("an image that keeps every store");
-    let mem = Arc::new(st.image(&all).to_mem(MAX_LEN).in_boot_of(running));
+    let mem = Arc::new(st.every_store().to_mem(MAX_LEN).in_boot_of(running));
     let pool = Pool::open_in(Arc::clone(&mem)).map_err(|e| format!("reopen: {e}"))?;
     let (engine, _) = Engine::open(pool, engine_config(policy)).map_err(|e| format!("recovery: {e}"))?;
     let got = LISTS.iter().map(|&s| petra_recovery::battery::entries(&engine, s).unwrap()).collect();

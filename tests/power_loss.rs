@@ -254,8 +254,7 @@ fn a_page_cache_image_recovers_as_another_boot() {
     let state = mem.crash_now();
     assert!(state.pending() > 0, "pages written since the last sync");
     // Everything written back: the image is the working memory, at another boot.
-    let everything = state.images(0, 0, 0).pop().expect("the extremes");
-    let image = state.image(&everything);
+    let image = state.every_store();
     assert_eq!(image.to_bytes(), mem.working_bytes());
     let pool = Pool::open_in(image.to_mem(MAX_LEN)).unwrap();
     assert!(!pool.same_boot(), "a power loss is another boot");
@@ -317,8 +316,7 @@ fn an_immediate_write_returns_after_the_sync_that_covers_it() {
         assert_eq!((MemCounts::current() - before).syncs, 0);
         // Power lost now, nothing written back since the last sync: the write is there.
         let state = mem.crash_now();
-        let nothing = state.images(0, 0, 0).remove(0);
-        let image = state.image(&nothing);
+        let image = state.no_store();
         let (recovered, _) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config()).unwrap();
         assert_eq!(
             petra_recovery::battery::entries(&recovered, s).unwrap().into_iter().find(|e| e.0 == k),
@@ -564,8 +562,7 @@ fn concurrent_immediate_writers_share_one_safe_point() {
     assert_eq!((safe_points, syncs), (2, 2), "{WRITERS} writes made {safe_points} safe points ({syncs} syncs)");
     assert!(syncs < WRITERS, "{WRITERS} writes made {syncs} syncs");
     for (k, state) in states {
-        let nothing = state.images(0, 0, 0).remove(0);
-        let image = state.image(&nothing);
+        let image = state.no_store();
         let (recovered, _) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config()).unwrap();
         let got = petra_recovery::battery::entries(&recovered, s).unwrap().into_iter().find(|e| e.0 == k);
         assert_eq!(got, Some((k, value(k))), "write {k} returned before a safe point covered it");
@@ -628,8 +625,7 @@ fn after_a_failed_sync_the_next_safe_point_covers_every_write_since_the_last_one
     gate.fail(false);
     assert!(put(&mut h, 3).unwrap().is_committed());
     let state = mem.crash_now();
-    let nothing = state.images(0, 0, 0).remove(0);
-    let image = state.image(&nothing);
+    let image = state.no_store();
     let (recovered, report) = Engine::open(Pool::open_in(image.to_mem(MAX_LEN)).unwrap(), engine_config()).unwrap();
     assert!(report.safe_point.is_some(), "{report:?}");
     let got: Vec<(u64, u64)> = petra_recovery::battery::entries(&recovered, s)

@@ -611,8 +611,7 @@ mod tests {
                     write_new(&mem, 4096, 1, false, wide, n, op(wide));
                     let mut images = 0;
                     for st in mem.take_crash_states().into_iter().chain([mem.crash_now()]) {
-                        let all = st.images(0, 0, 0).pop().unwrap();
-                        let image = st.image(&all).to_mem(1 << 16);
+                        let image = st.every_store().to_mem(1 << 16);
                         let found = persisted_at(&image, 4096, 1 << 16, 1, checkpoint);
                         assert_eq!(found, Found::Nothing, "over stale {stale}, {n} ops, {}", st.point);
                         images += 1;

@@ -208,9 +208,7 @@ impl CrashTest {
             .enumerate()
             .flat_map(|(i, s)| {
                 let images = if self.kills {
-                    // Not exhaustive (the bound is 0): the two extremes and no sample; the second
-                    // keeps every store.
-                    s.images(0, 0, self.seed).split_off(1)
+                    vec![s.every_store().choice]
                 } else {
                     s.images(self.exhaustive_bound, self.samples, self.seed)
                 };

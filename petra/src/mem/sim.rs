@@ -733,6 +733,19 @@ impl CrashState {
         }
     }
 
+    /// The image that keeps every store made: what a process killed at this point leaves (in
+    /// the same boot, see [`SimMem::in_boot_of`]), or a power loss after which every pending
+    /// line or page had reached the media.
+    pub fn every_store(&self) -> CrashImage {
+        self.image(&self.counts())
+    }
+
+    /// The image that keeps none of the pending stores: a power loss before any of them reached
+    /// the media.
+    pub fn no_store(&self) -> CrashImage {
+        self.image(&vec![0; self.pending()])
+    }
+
     /// The images of this state: all of them if there are at most `exhaustive_bound`; otherwise
     /// the two extremes (nothing more durable, everything durable) and `samples` random ones
     /// drawn with `seed`. Under persistent memory a random image keeps a prefix of each line's
