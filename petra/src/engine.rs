@@ -299,13 +299,11 @@ impl<M: PMem + 'static> Engine<M> {
         // The last user's drop stops the threads and waits for them (see `Shared::leave`).
         drop(self);
         Arc::try_unwrap(shared).map_err(|shared| {
-            // Another engine or handle holds it (with no user left, nothing else does).
+            // Another engine or handle holds it (with no user left, the threads were joined and
+            // nothing else does), so its threads still run.
             let before = shared.enter();
-            let engine = Engine { shared };
-            if before == 0 {
-                engine.start_threads();
-            }
-            engine
+            debug_assert!(before > 0, "the shared state held with no user");
+            Engine { shared }
         })
     }
 
