@@ -11,7 +11,9 @@
 use std::path::Path;
 
 use petra::pool::{Mapping, Pool, PoolConfig};
-use petra::{DurabilityPolicy, Engine, EngineConfig, Op, OpKind, Outcome, StructId};
+use petra::{DurabilityPolicy, Engine, Op, OpKind, Outcome, StructId};
+use petra_recovery::battery::kill_loop_engine as engine_config;
+use petra_recovery::battery::{KILL_LOOP_POLICIES as POLICIES, KILL_LOOP_ROUND_EVERY as ROUND_EVERY};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
 use petra_recovery::model::Model;
 use petra_recovery::scratch_dir;
@@ -20,28 +22,12 @@ use rand::rngs::StdRng;
 
 const LISTS: [StructId; petra_recovery::battery::ALL.len()] = petra_recovery::battery::IDS;
 
-/// Rings of one chunk: a child goes round them after about 500 transactions.
-fn engine_config(policy: DurabilityPolicy) -> EngineConfig {
-    EngineConfig::rings(64 << 10).durability(policy)
-}
-
-/// The policies the rounds take in turn. `Periodic`'s interval is short, so that its background
-/// syncer makes safe points (and the rounds wait for them) while the child is killed.
-const POLICIES: [DurabilityPolicy; 3] = [
-    DurabilityPolicy::Process,
-    DurabilityPolicy::Periodic(std::time::Duration::from_millis(5)),
-    DurabilityPolicy::Immediate,
-];
-
 /// The round a child's or check's argument (`path#round`) names, and its policy.
 fn round_of(arg: &str) -> (&str, usize, DurabilityPolicy) {
     let (path, round) = arg.split_once('#').unwrap();
     let round: usize = round.parse().unwrap();
     (path, round, POLICIES[round % POLICIES.len()])
 }
-
-/// The child runs a checkpoint round after this many transactions.
-const ROUND_EVERY: u64 = 5;
 
 fn encode(ops: &[Op]) -> String {
     ops.iter()

@@ -13,8 +13,8 @@ use std::ops::{Bound, RangeBounds};
 
 use petra::mem::PMem;
 use petra::{
-    Blobs, Engine, EngineError, Handle, KeyWidth, Op, OpKind, Outcome, ReadError, StructId, StructureKind, Transaction,
-    Values,
+    Blobs, DurabilityPolicy, Engine, EngineConfig, EngineError, Handle, KeyWidth, Op, OpKind, Outcome, ReadError,
+    StructId, StructureKind, Transaction, Values,
 };
 use rand::Rng;
 
@@ -39,9 +39,27 @@ pub enum Kind {
 pub const ALL: [Kind; 6] =
     [Kind::List, Kind::HashMap, Kind::SkipList, Kind::MdList, Kind::SkipListWide, Kind::HashMapWide];
 
-/// A transaction of the kill loops (the real one and its simulation): 1 to 4 ops of any kind,
-/// each on any structure, keys below 64 (so that transactions meet on keys), values below a
-/// million.
+/// The durability policies the kill loops' rounds take in turn (the real loop's,
+/// `tests/engine_kill.rs`, and its simulation's, `tests/engine_kill_sim.rs`). `Periodic`'s
+/// interval is short, so that its syncer makes safe points (and the rounds wait for them) while
+/// the process is killed.
+pub const KILL_LOOP_POLICIES: [DurabilityPolicy; 3] = [
+    DurabilityPolicy::Process,
+    DurabilityPolicy::Periodic(std::time::Duration::from_millis(5)),
+    DurabilityPolicy::Immediate,
+];
+
+/// The kill loops run a checkpoint round after this many transactions.
+pub const KILL_LOOP_ROUND_EVERY: u64 = 5;
+
+/// The kill loops' engine under `policy`: rings of one chunk, which a loop goes round after
+/// about 500 transactions.
+pub fn kill_loop_engine(policy: DurabilityPolicy) -> EngineConfig {
+    EngineConfig::rings(64 << 10).durability(policy)
+}
+
+/// A transaction of the kill loops: 1 to 4 ops of any kind, each on any structure, keys below
+/// 64 (so that transactions meet on keys), values below a million.
 pub fn kill_loop_ops(rng: &mut impl Rng) -> Vec<Op> {
     (0..rng.random_range(1..=4))
         .map(|_| {
