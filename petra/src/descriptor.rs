@@ -377,8 +377,8 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
     pool.read_blob_into(POff::new(off), &mut buf).is_ok() && op_hash(value_hash(&buf)) == hash
 }
 
-/// Writes a new descriptor at `off` (owned by the caller, not yet published) of the `n` ops
-/// `op_at(0..n)`, of 32-byte ops if `wide`. The state word is left Active/Maybe, txid and checksum
+/// Writes a new descriptor at `off` (owned by the caller, not yet published) of `ops`, of 32-byte
+/// ops if `wide`. The state word is left Active/Maybe, txid and checksum
 /// 0, each `prev` UNSET and each cache empty.
 ///
 /// The slot held other bytes before (a recycled descriptor's, or the middle of one), and recovery
@@ -390,17 +390,10 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
 /// txid (the slot was recycled), or the line holds no descriptor's start.
 ///
 /// Each op whose key no later op writes gets [`OP_LAST`], found by looking at the later ops
-/// (`op_at` is called again for them; transactions are short and their keys mostly distinct).
+/// (transactions are short and their keys mostly distinct).
 /// A one-op transaction needs none: its op has no later op to look at.
-pub(crate) fn write_new<M: PMem>(
-    mem: &M,
-    off: u64,
-    epoch: u32,
-    read_only: bool,
-    wide: bool,
-    n: usize,
-    op_at: impl Fn(usize) -> StoredOp,
-) {
+pub(crate) fn write_new<M: PMem>(mem: &M, off: u64, epoch: u32, read_only: bool, wide: bool, ops: &[StoredOp]) {
+    let n = ops.len();
     debug_assert!(n <= MAX_OPS);
     let mut flags = if read_only { FLAG_READ_ONLY } else { 0 };
     if wide {
@@ -412,16 +405,15 @@ pub(crate) fn write_new<M: PMem>(
     mem.store(off + STATE, State::ACTIVE.encode(), Ordering::Relaxed);
     mem.store(off + TXID, 0, Ordering::Relaxed);
     mem.store(off + CHECK, 0, Ordering::Relaxed);
-    for i in 0..n {
-        let op = op_at(i);
+    for (i, op) in ops.iter().enumerate() {
         let base = off + OPS + stride * i as u64;
         let blob = if op.blob { OP_BLOB | op.hash << OP_HASH_SHIFT } else { 0 };
         if op.blob {
             flags |= FLAG_BLOBS;
         }
         let written_later = || {
-            (i + 1..n)
-                .map(&op_at)
+            ops[i + 1..]
+                .iter()
                 .any(|o| o.structure == op.structure && o.key == op.key && !OpKind::from_code(o.kind).is_read())
         };
         let last = if n > 1 && !written_later() { OP_LAST } else { 0 };
@@ -536,7 +528,7 @@ mod tests {
                 op(OpKind::Get, 1, k(3)),
                 op(OpKind::Get, 1, k(2)),
             ];
-            write_new(&mem, 4096, 1, false, wide, ops.len(), |i| ops[i]);
+            write_new(&mem, 4096, 1, false, wide, &ops);
             let desc = Desc::new(&mem, 4096);
             let marked: Vec<bool> = (0..ops.len())
                 .map(|i| mem.load(desc.op_base(desc.header(), i), Ordering::Relaxed) & OP_LAST != 0)
@@ -577,15 +569,17 @@ mod tests {
         // an op's value whose low bits read as committed and persisted, zeros after it.
         // Or it held a whole older descriptor, persisted, its txid (5) at the checkpoint txid.
         let committed = State { status: TxStatus::Committed, pstatus: PersistStatus::Persisted }.encode();
-        let op = |wide: bool| {
-            move |i: usize| StoredOp {
-                kind: OpKind::Put as u8,
-                structure: 1,
-                key: if wide { 1 << 64 | i as u128 } else { i as u128 },
-                value: 7 + i as u64,
-                blob: false,
-                hash: 0,
-            }
+        let ops = |wide: bool, n: usize| -> Vec<StoredOp> {
+            (0..n)
+                .map(|i| StoredOp {
+                    kind: OpKind::Put as u8,
+                    structure: 1,
+                    key: if wide { 1 << 64 | i as u128 } else { i as u128 },
+                    value: 7 + i as u64,
+                    blob: false,
+                    hash: 0,
+                })
+                .collect()
         };
         for (stale, checkpoint) in [("words", 0), ("descriptor", 5)] {
             for wide in [false, true] {
@@ -595,7 +589,7 @@ mod tests {
                         mem.store(4096, 0x0203, Ordering::Relaxed);
                         mem.store(4096 + STATE, committed, Ordering::Relaxed);
                     } else {
-                        write_new(&mem, 4096, 1, false, !wide, 5 - n, op(!wide));
+                        write_new(&mem, 4096, 1, false, !wide, &ops(!wide, 5 - n));
                         let old = Desc::new(&mem, 4096);
                         mem.store(4096 + TXID, 5, Ordering::Relaxed);
                         mem.store(4096 + CHECK, old.checksum(5), Ordering::Relaxed);
@@ -608,7 +602,7 @@ mod tests {
                     // A process killed before any store of the new descriptor, or after any one
                     // of them, leaves one of these images.
                     mem.set_plan(CrashPlan { store_probability: 1.0, ..CrashPlan::none() });
-                    write_new(&mem, 4096, 1, false, wide, n, op(wide));
+                    write_new(&mem, 4096, 1, false, wide, &ops(wide, n));
                     let mut images = 0;
                     for st in mem.take_crash_states().into_iter().chain([mem.crash_now()]) {
                         let image = st.every_store().to_mem(1 << 16);
@@ -630,7 +624,7 @@ mod tests {
         let reasons = [Abort::Cycle, Abort::FailedOp(0), Abort::FailedOp(MAX_OPS - 1), Abort::NoMemory(1 << 40)];
         for why in reasons {
             let op = StoredOp { kind: OpKind::Put as u8, structure: 0, key: 1, value: 2, blob: false, hash: 0 };
-            write_new(&mem, 4096, 1, false, false, 1, |_| op);
+            write_new(&mem, 4096, 1, false, false, &[op]);
             let desc = Desc::new(&mem, 4096);
             assert_eq!(desc.abort_reason(), None, "an active transaction has no reason");
             desc.abort(why);

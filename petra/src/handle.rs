@@ -106,6 +106,8 @@ pub struct Handle<M: PMem + 'static> {
     /// The blobs of the transaction being executed, per op: offset and value hash (0: a word
     /// value); kept for reuse.
     blobs: Vec<(u64, u64)>,
+    /// The ops of the transaction being executed as its descriptor stores them; kept for reuse.
+    stored: Vec<StoredOp>,
     /// A results vector that came back from [`execute_with`](Handle::execute_with), for reuse.
     results: Vec<Option<u64>>,
     /// The nodes the transaction just finished left absent, to remove (kept for reuse).
@@ -215,6 +217,7 @@ impl<M: PMem + 'static> Handle<M> {
             cache: AllocCache::new(),
             help_stack: Vec::new(),
             blobs: Vec::new(),
+            stored: Vec::new(),
             results: Vec::new(),
             removals: Vec::new(),
             deferred: Vec::new(),
@@ -605,14 +608,19 @@ impl<M: PMem + 'static> Handle<M> {
                 return Err(e);
             }
         };
-        let stored = |pos| {
+        // The ops as stored, in execution order, into the vector the last transaction used.
+        let mut stored = std::mem::take(&mut self.stored);
+        stored.clear();
+        stored.extend((0..n).map(|pos| {
             let i = added(pos);
             let op = &ops[i];
-            let blob = tx.bytes_of(i).is_some();
+            // The ops with bytes got a blob above.
+            let blob = bytes && blobs[i].0 != 0;
             let (value, hash) = if blob { (blobs[i].0, op_hash(blobs[i].1)) } else { (op.value, 0) };
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
-        };
-        descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, n, stored);
+        }));
+        descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, &stored);
+        self.stored = stored;
         self.publish_head(d);
         self.unfinished = true;
         // Before `d` can finish: when its removals go stale.
