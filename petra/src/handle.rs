@@ -627,7 +627,7 @@ impl<M: PMem + 'static> Handle<M> {
         let expiry = self.shared.checkpointer.removal_expiry();
         let core = &self.shared.core;
         let cx = Reader { core, guard };
-        Executor { cx, cache: &mut self.cache, help_stack: &mut self.help_stack }.execute(d);
+        Executor { cx, cache: &mut self.cache, help_stack: &mut self.help_stack, finger: None }.execute(d);
         let desc = Desc::new(core.mem(), d);
         // Run finished it: committed, or aborted with the reason whoever decided it recorded
         // (this thread or a helper).

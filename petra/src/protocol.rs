@@ -483,6 +483,17 @@ pub(crate) struct Executor<'a, M: PMem> {
     pub(crate) cache: &'a mut AllocCache,
     /// Descriptors this thread is executing, innermost last: the owner's, then those it helps.
     pub(crate) help_stack: &'a mut Vec<u64>,
+    /// The node of the last op this executor executed: where the next op's search may start
+    /// (see [`LinkedSet::search_after`]).
+    pub(crate) finger: Option<Finger>,
+}
+
+/// A node an executor found linked (or linked itself) while pinned, with its structure and key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finger {
+    structure: u8,
+    key: u128,
+    node: u64,
 }
 
 impl<M: PMem + 'static> Executor<'_, M> {
@@ -594,9 +605,13 @@ impl<M: PMem + 'static> Executor<'_, M> {
             }
             // Acquire, and read before the node: see the exactly-once argument.
             let prev = self.mem().load(prev_off, Ordering::Acquire);
-            let (pos, found) = set.search(&self.cx, op.key);
+            let (pos, found) = match self.finger {
+                Some(f) if f.structure == op.structure && f.key < op.key => set.search_after(&self.cx, op.key, f.node),
+                _ => set.search(&self.cx, op.key),
+            };
             match found {
                 Some(node) => {
+                    self.finger = Some(Finger { structure: op.structure, key: op.key, node });
                     // Acquire: see the descriptor the info word names.
                     let cur = Info(self.mem().load(node + INFO, Ordering::Acquire));
                     if cur.is_marked() {
@@ -681,6 +696,7 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     let linked = set.link(&self.cx, &pos, node);
                     if linked == Ok(true) {
                         write_cache(mem, d, i, None, node);
+                        self.finger = Some(Finger { structure: op.structure, key: op.key, node });
                         return Step::Done;
                     }
                     // The block was never reachable, but an earlier node in it may be named by a

@@ -16,7 +16,7 @@ use crate::mem::{CrashPlan, PMem, SimMem};
 use crate::pool::{Pool, PoolConfig};
 use crate::protocol::hook;
 use crate::structures::info::Info;
-use crate::structures::node::INFO;
+use crate::structures::node::{INFO, KEY};
 use crate::{Engine, EngineConfig, Outcome, StructId, Transaction};
 
 type Mem = Arc<SimMem>;
@@ -86,6 +86,30 @@ fn stopped<R>(
     let r = run();
     hook::clear();
     (r, met.get())
+}
+
+/// A transaction's op on a larger key of the same list searches from the node of its earlier op,
+/// not from the list's start: seen by the first node, whose key is set above both keys while the
+/// transaction is stopped after its first op, so that a walk from the start stops there and
+/// finds neither. An op on a smaller key searches from the start, and finds its key.
+#[test]
+fn a_later_op_on_a_larger_key_of_a_list_searches_from_the_earlier_ops_node() {
+    let (mem, engine, s) = engine(&[(10, 1), (20, 2), (30, 3), (40, 4)]);
+    let mut h = engine.handle().unwrap();
+    let n10 = linked_nodes(&h, s)[0].0;
+    for (first, second, first_key, expected) in
+        [(30u64, 40u64, 45, [Some(3), Some(4)]), (40, 30, 10, [Some(4), Some(3)])]
+    {
+        let mut tx = Transaction::new();
+        tx.get(s, first).get(s, second);
+        let m = Arc::clone(&mem);
+        // Relaxed (both): one thread.
+        let meanwhile = move |_| m.store(n10 + KEY, first_key, Ordering::Relaxed);
+        let (out, met) = stopped(|_| true, meanwhile, || h.execute(&tx));
+        mem.store(n10 + KEY, 10, Ordering::Relaxed);
+        assert!(met);
+        assert_eq!(results(&out.unwrap()), expected, "get {first}, then get {second}");
+    }
 }
 
 #[test]

@@ -41,12 +41,34 @@ pub(crate) type ChainPos = (u64, u64);
 /// the position for a new node, and the node holding the key. Unlinks every marked node on its
 /// way.
 pub(crate) fn chain_search<M: PMem>(cx: &impl Ctx<M>, link: u64, key: u128, wide: bool) -> (ChainPos, Option<u64>) {
+    chain_search_after(cx, link, None, key, wide)
+}
+
+/// [`chain_search`], starting at the node `after` (of a key below `key`) instead of the chain's
+/// start, unless its `next` is marked: the caller is pinned and saw `after` linked since it
+/// pinned (a node leaves a chain only once its `next` is marked, and its block is reused only
+/// once every thread pinned then has unpinned), so an unmarked `after` is still in the chain and
+/// every key up to its own lies before it. A search that must start again starts at `link`.
+pub(crate) fn chain_search_after<M: PMem>(
+    cx: &impl Ctx<M>,
+    link: u64,
+    after: Option<u64>,
+    key: u128,
+    wide: bool,
+) -> (ChainPos, Option<u64>) {
     let mem = cx.mem();
+    let mut start = after.map(|node| node + NEXT);
     'retry: loop {
-        let mut pred_link = link;
-        // Acquire: a node reached through a link is seen initialised (links are published with
-        // Release).
-        let mut curr = mem.load(pred_link, Ordering::Acquire) & !MARK;
+        // Acquire (both): a node reached through a link is seen initialised (links are
+        // published with Release).
+        let (mut pred_link, mut curr) = match start.take() {
+            Some(next) => match mem.load(next, Ordering::Acquire) {
+                // `after` is leaving the chain: from its start.
+                succ if succ & MARK != 0 => continue 'retry,
+                succ => (next, succ),
+            },
+            None => (link, mem.load(link, Ordering::Acquire) & !MARK),
+        };
         loop {
             if curr == 0 {
                 return ((pred_link, 0), None);
@@ -171,6 +193,12 @@ impl<M: PMem + 'static> LinkedSet<M> for List {
         chain_search(cx, self.link(), key, self.wide)
     }
 
+    /// From `after`: a list's searches are its cost, and a transaction's later op on a larger
+    /// key need not walk again the part of the list its earlier op walked.
+    fn search_after(&self, cx: &impl Ctx<M>, key: u128, after: u64) -> (ChainPos, Option<u64>) {
+        chain_search_after(cx, self.link(), Some(after), key, self.wide)
+    }
+
     fn link(&self, cx: &impl Ctx<M>, pos: &ChainPos, node: u64) -> Result<bool, PoolFull> {
         Ok(chain_link(cx.mem(), pos, node))
     }
@@ -269,6 +297,29 @@ mod tests {
             curr = next & !MARK;
         }
         out
+    }
+
+    /// A search after a node starts there while the node's `next` is unmarked: it finds what a
+    /// search from the start finds, and passes no node before it (a marked one there stays
+    /// linked). Once the node's `next` is marked, it starts at the chain's start.
+    #[test]
+    fn a_search_after_a_node_starts_there_unless_the_node_is_leaving() {
+        let (n10, n20, n30, n40) = (128, 192, 256, 320);
+        for key in [25, 30, 35, 50] {
+            let cx = chain(&[10, 20, 30, 40]);
+            let from_start = chain_search(&cx, LINK, key, false);
+            assert_eq!(chain_search_after(&cx, LINK, Some(n20), key, false), from_start, "key {key}");
+        }
+        let cx = chain(&[10, 20, 30, 40]);
+        chain_mark(&cx.mem, n10);
+        assert_eq!(chain_search_after(&cx, LINK, Some(n20), 35, false), ((n30 + NEXT, n40), None));
+        assert_eq!(keys(&cx), [(10, true), (20, false), (30, false), (40, false)], "10 was not passed");
+        assert!(cx.retired.borrow().is_empty());
+
+        chain_mark(&cx.mem, n20);
+        assert_eq!(chain_search_after(&cx, LINK, Some(n20), 35, false), ((n30 + NEXT, n40), None));
+        assert_eq!(keys(&cx), [(30, false), (40, false)], "from the start: 10 and 20 unlinked");
+        assert_eq!(*cx.retired.borrow(), [n10, n20]);
     }
 
     /// A removal unlinks through the link its search found when that still holds the node

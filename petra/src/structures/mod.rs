@@ -108,6 +108,11 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     fn prefetch(&self, _mem: &M, _key: u128) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (Self::Pos, Option<u64>);
+    /// As [`search`](LinkedSet::search), given `after`, a node of a key below `key` that the
+    /// caller found linked (or linked itself) since it pinned, where a structure may start.
+    fn search_after(&self, cx: &impl Ctx<M>, key: u128, _after: u64) -> (Self::Pos, Option<u64>) {
+        self.search(cx, key)
+    }
     /// Links the initialised, unpublished `node` at `pos`; false if `pos` changed meanwhile, and
     /// [`PoolFull`] if it cannot change back until a block is free (an MDList node whose removal
     /// needs a copy holds the slot; see `mdlist`): the insert then fails for want of memory.
