@@ -15,7 +15,8 @@ use crate::workload::{Mix, Prefill, Workload};
 /// structure is prefilled with KEY_RANGE transactions of one Insert of a uniform key on one
 /// thread (about 63% of the keys present), then THREADS threads each run TEST_SIZE transactions
 /// of TX_SIZE ops, each op's kind drawn from the mix and its key uniform in the range, with
-/// strict semantics; the time runs from the threads' start (past their set-up) to the last one's
+/// strict semantics, thread `t` pinned to CPU `t + 1` if there is one (as the harness pins); the
+/// time runs from the threads' start (past their set-up) to the last one's
 /// end. Prints the `micro` row and a last line with what the harness's time gives: every
 /// transaction run, committed or aborted, per second.
 #[derive(Debug, clap::Args)]
@@ -79,6 +80,7 @@ pub fn run(args: LfttArgs) -> Result<()> {
         value_size: 0,
         wide_keys: false,
         checkpoint_fill: 25,
+        pin: true,
     };
     let tmp = scratch()?;
     let r = micro::run_case(case, tmp.path())?;

@@ -88,6 +88,7 @@ pub fn run(args: OverviewArgs) -> Result<()> {
                         value_size: 0,
                         wide_keys: false,
                         checkpoint_fill: 25,
+                        pin: false,
                     };
                     let r = micro::run_case(case, tmp.path());
                     progress.inc(1);

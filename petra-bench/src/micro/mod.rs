@@ -191,6 +191,7 @@ pub fn run(args: MicroArgs) -> Result<()> {
                         value_size: args.value_size,
                         wide_keys,
                         checkpoint_fill: args.checkpoint_fill,
+                        pin: false,
                     };
                     let r = run_case(case, &dir)?;
                     progress.inc(1);
@@ -324,6 +325,9 @@ pub(crate) struct MicroCase {
     /// The engine's [`petra::EngineConfig::checkpoint_fill`]: 0 turns checkpoint rounds off (the
     /// rings then hold every descriptor of the run, the prefill's too: it is not settled).
     pub(crate) checkpoint_fill: u8,
+    /// Pin worker thread `t` to CPU `t + 1` where there is one, as the C++ harness does (its
+    /// `sched_setaffinity` for a CPU that does not exist fails, and that thread runs unpinned).
+    pub(crate) pin: bool,
 }
 
 /// What a configuration measured.
@@ -432,6 +436,10 @@ fn measure<T: TxMap>(case: MicroCase, map: &T) -> Result<MicroResult> {
             .map(|t| {
                 let barrier = &barrier;
                 s.spawn(move || -> Result<(u64, u64, MemCounts)> {
+                    if case.pin {
+                        // False (nothing done) when the CPU does not exist, as in the harness.
+                        core_affinity::set_for_current(core_affinity::CoreId { id: t + 1 });
+                    }
                     let worker = map.worker();
                     // Every thread reaches the barrier, even one whose worker failed: the timer
                     // waits for them all.
