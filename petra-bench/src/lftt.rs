@@ -16,9 +16,9 @@ use crate::workload::{Mix, Prefill, Workload};
 /// thread (about 63% of the keys present), then THREADS threads each run TEST_SIZE transactions
 /// of TX_SIZE ops, each op's kind drawn from the mix and its key uniform in the range, with
 /// strict semantics, thread `t` pinned to CPU `t + 1` if there is one (as the harness pins); the
-/// time runs from the threads' start (past their set-up) to the last one's
-/// end. Prints the `micro` row and a last line with what the harness's time gives: every
-/// transaction run, committed or aborted, per second.
+/// time runs from the threads' start (past their set-up) to the last one's end. Prints the
+/// `micro` row and a last line with what the harness's time gives: every transaction run,
+/// committed or aborted, per second.
 #[derive(Debug, clap::Args)]
 pub struct LfttArgs {
     /// 0: list, 1: skiplist, 2: MDList, 3: hash map.

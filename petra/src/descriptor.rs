@@ -378,8 +378,8 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
 }
 
 /// Writes a new descriptor at `off` (owned by the caller, not yet published) of `ops`, of 32-byte
-/// ops if `wide`. The state word is left Active/Maybe, txid and checksum
-/// 0, each `prev` UNSET and each cache empty.
+/// ops if `wide`. The state word is left Active/Maybe, txid and checksum 0, each `prev` UNSET
+/// and each cache empty.
 ///
 /// The slot held other bytes before (a recycled descriptor's, or the middle of one), and recovery
 /// reads every line of a ring, wherever a process stopped: the header, whose tag and epoch make
@@ -390,8 +390,8 @@ pub(crate) fn blob_matches<M: PMem>(pool: &Pool<M>, off: u64, hash: u64) -> bool
 /// txid (the slot was recycled), or the line holds no descriptor's start.
 ///
 /// Each op whose key no later op writes gets [`OP_LAST`], found by looking at the later ops
-/// (transactions are short and their keys mostly distinct).
-/// A one-op transaction needs none: its op has no later op to look at.
+/// (transactions are short and their keys mostly distinct). A one-op transaction needs none: its
+/// op has no later op to look at.
 pub(crate) fn write_new<M: PMem>(mem: &M, off: u64, epoch: u32, read_only: bool, wide: bool, ops: &[StoredOp]) {
     let n = ops.len();
     debug_assert!(n <= MAX_OPS);
