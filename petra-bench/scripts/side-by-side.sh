@@ -21,10 +21,15 @@
 # Environment: REPS (repetitions, default 3), TXS (TEST_SIZE, transactions per thread, default
 # 20000), CELLS (the set types to run, default "0 1 2 3"), SKIP (NAME:SET_TYPE pairs not to run,
 # e.g. "onefile:3"), SHM_FILES (what the C++ binaries leave in /dev/shm, default the harness's:
-# Trans* romuluslr_shared ponefilelf_shared), MODE (petra-bench's --mode, default durable),
-# OUT (the raw results, default side-by-side-RAW.tsv in the current directory).
+# Trans*, the four Romulus engines' *_shared files, ponefilelf_shared), MODE (petra-bench's
+# --mode, default durable), OUT (the raw results, default side-by-side-RAW.tsv in the current
+# directory).
+#
+# transRomulus maps its heap at a fixed address without MAP_FIXED and crashes at start when
+# address randomisation put a library there (a few starts in a hundred): give it as a wrapper
+# that runs `setarch -R transRomulus "$@"`.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 2; }
 
 # table RAW SYSTEMS: the medians per cell and system of the raw results RAW, and petra-bench over
 # each C++ system (with the geometric mean of each ratio over the cells both ran).
@@ -80,7 +85,7 @@ reps=${REPS:-3}
 txs=${TXS:-20000}
 cells=${CELLS:-0 1 2 3}
 skip=" ${SKIP:-} "
-shm_files=${SHM_FILES:-Trans* romuluslr_shared ponefilelf_shared}
+shm_files=${SHM_FILES:-Trans* romuluslr_shared romulus_shared romuluslog_shared romulusni_shared ponefilelf_shared}
 mode=${MODE:-durable}
 names=(petra-bench)
 declare -A bin
