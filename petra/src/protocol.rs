@@ -598,6 +598,8 @@ impl<M: PMem + 'static> Executor<'_, M> {
         let kind = OpKind::from_code(op.kind);
         let me = Info::op(d, i);
         let prev_off = Desc::new(self.mem(), d).prev_off(i);
+        // The node this op found or linked: where this executor's next search may start.
+        let finger = |node| Some(Finger { structure: op.structure, key: op.key, node });
         loop {
             let active = |x: &Self| Desc::new(x.mem(), d).state().status == TxStatus::Active;
             if !active(self) {
@@ -611,7 +613,7 @@ impl<M: PMem + 'static> Executor<'_, M> {
             };
             match found {
                 Some(node) => {
-                    self.finger = Some(Finger { structure: op.structure, key: op.key, node });
+                    self.finger = finger(node);
                     // Acquire: see the descriptor the info word names.
                     let cur = Info(self.mem().load(node + INFO, Ordering::Acquire));
                     if cur.is_marked() {
@@ -696,7 +698,7 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     let linked = set.link(&self.cx, &pos, node);
                     if linked == Ok(true) {
                         write_cache(mem, d, i, None, node);
-                        self.finger = Some(Finger { structure: op.structure, key: op.key, node });
+                        self.finger = finger(node);
                         return Step::Done;
                     }
                     // The block was never reachable, but an earlier node in it may be named by a
