@@ -208,7 +208,8 @@ impl CrashTest {
             .enumerate()
             .flat_map(|(i, s)| {
                 let images = if self.kills {
-                    vec![s.every_store().choice]
+                    // The choice of `every_store`, built into its image by the worker below.
+                    vec![s.counts()]
                 } else {
                     s.images(self.exhaustive_bound, self.samples, self.seed)
                 };

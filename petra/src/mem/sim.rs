@@ -659,8 +659,9 @@ impl CrashState {
         }
     }
 
-    /// Per pending line or page, in order, its count of stores that may or may not be durable.
-    fn counts(&self) -> Vec<u32> {
+    /// Per pending line or page, in order, its count of stores that may or may not be durable:
+    /// the choice of [`every_store`](CrashState::every_store).
+    pub fn counts(&self) -> Vec<u32> {
         match &self.pending {
             Pending::Lines(lines) => lines.iter().map(|(_, s)| s.len() as u32).collect(),
             Pending::Pages { pages, .. } => pages.iter().map(|&(_, n)| n).collect(),
