@@ -112,10 +112,7 @@ fn run<M: PMem + 'static>(pool: Pool<M>, threads: usize, txs_per_thread: usize, 
                         let n = rng.random_range(1..=4);
                         let ops: Vec<Op> = (0..n).map(|_| random_op(&mut rng, lists, keys)).collect();
                         let sort = rng.random_bool(0.5);
-                        let mut tx = Transaction::new();
-                        for op in &ops {
-                            tx.op(*op);
-                        }
+                        let mut tx = petra_recovery::battery::transaction(&ops);
                         tx.sorted(sort);
                         let lo = engine.txid_watermark();
                         let out = petra_recovery::battery::execute(&mut h, &tx).unwrap();

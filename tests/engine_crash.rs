@@ -141,10 +141,7 @@ fn workload(mem: Arc<SimMem>, run: Run) -> Vec<Acked> {
                             h.checkpoint();
                         }
                         let ops = (run.ops)(&mut rng);
-                        let mut tx = Transaction::new();
-                        for op in &ops {
-                            tx.op(*op);
-                        }
+                        let tx = petra_recovery::battery::transaction(&ops);
                         let start = mem.events();
                         let out = petra_recovery::battery::execute(&mut h, &tx).unwrap();
                         let end = mem.events();
@@ -396,10 +393,7 @@ fn mixed_workload(mem: Arc<SimMem>, threads: usize, per_thread: usize, seed: u64
                                 log.reads.push(Read { end: mem.events(), s, key, result });
                             }
                             Step::Tx(ops) => {
-                                let mut tx = Transaction::new();
-                                for op in &ops {
-                                    tx.op(*op);
-                                }
+                                let tx = petra_recovery::battery::transaction(&ops);
                                 let start = mem.events();
                                 let out = petra_recovery::battery::execute(&mut h, &tx).unwrap();
                                 let end = mem.events();

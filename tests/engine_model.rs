@@ -69,10 +69,7 @@ fn run_history(steps: &[Step]) -> Result<(), TestCaseError> {
     for step in steps {
         match step {
             Step::Tx(ops, sort) => {
-                let mut tx = Transaction::new();
-                for op in ops {
-                    tx.op(*op);
-                }
+                let mut tx = petra_recovery::battery::transaction(ops);
                 tx.sorted(*sort);
                 let got = petra_recovery::battery::execute(&mut h, &tx).unwrap();
                 // Sorting changes which strict op fails first, not whether the transaction fails.
