@@ -262,9 +262,10 @@ fn costs_of(engine: &Engine<Counting<SimMem>>, s: StructId) {
     }
     let (report, flushes, fences) = round(&mut h);
     assert_eq!((report.descriptors, report.keys, report.records), (4, 4, 4), "{report:?}");
-    // A record is the node's first 48 bytes (56 with a key's high word), from a 16-byte aligned
-    // start: one line or two.
-    assert!((4..=8).contains(&report.lines), "{report:?}");
+    // A record is the node's first 32 bytes (40 with a key's high word), from a 16-byte aligned
+    // start (one line or two), and its 16-byte record area (one line); a line two records share
+    // (two nodes, four record areas) is flushed once.
+    assert!((2..=8).contains(&report.lines), "{report:?}");
     assert_eq!((flushes, fences), (report.lines + 1, 2), "{report:?}");
     // Reads change no record: only the checkpoint txid's line and fence.
     let mut tx = Transaction::new();
@@ -287,9 +288,9 @@ fn skiplist_towers_index_about_half_the_keys_per_level() {
     }
     let head = engine.pool().root(s.0 as usize).unwrap().params[0];
     let mem = engine.pool().mem();
-    // Level l's links: +8 for level 0, then +56, +64, ... (see structures::skiplist).
+    // Level l's links: +8 for level 0, then +40, +48, ... (see structures::skiplist).
     let count = |l: u64| {
-        let off = if l == 0 { 8 } else { 48 + 8 * l };
+        let off = if l == 0 { 8 } else { 32 + 8 * l };
         let (mut n, mut curr, mut last_key) = (0u64, mem.load(head + off, Ordering::Acquire), None);
         while curr != 0 {
             let key = mem.load(curr, Ordering::Relaxed);
@@ -484,12 +485,12 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
     // The first node of each structure, given a key that belongs elsewhere: the list's and the
     // skiplist's first node (the head's `next` at +8), the hash map's first in a bucket (its
     // array of link words), the MDList head's first child (`child[0]`, the last of its 32 slots
-    // from +56: +304). See each structure's layout.
+    // from +40: +288). See each structure's layout.
     for (i, &s) in structures.iter().enumerate() {
         let root = engine.pool().root(s.0 as usize).unwrap().params[0];
         let first = match i {
             1 => (0..8).map(|b| mem.load(root + 8 * b, Ordering::Relaxed)).find(|&n| n != 0).unwrap(),
-            3 => mem.load(root + 304, Ordering::Relaxed),
+            3 => mem.load(root + 288, Ordering::Relaxed),
             _ => mem.load(root + 8, Ordering::Relaxed),
         };
         let key = mem.load(first, Ordering::Relaxed);
@@ -529,6 +530,7 @@ fn check_links_finds_a_key_out_of_place_and_a_tower_not_whole() {
     // A skiplist node whose link count says an inserter is still building its tower.
     let head = engine.pool().root(structures[2].0 as usize).unwrap().params[0];
     let first = mem.load(head + 8, Ordering::Relaxed);
-    mem.fetch_add(first + 48, 1 << 8, Ordering::Relaxed);
+    // Its meta word (height and link count) follows the node's four common words.
+    mem.fetch_add(first + 32, 1 << 8, Ordering::Relaxed);
     assert!(engine.check_links(structures[2]).is_err());
 }

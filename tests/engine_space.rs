@@ -339,7 +339,8 @@ fn churn<M: PMem + 'static>(engine: &Engine<M>, s: petra::StructId) {
         assert!(execute(&mut h, Transaction::new().delete(s, k)).unwrap().is_committed());
     }
     // 50 000 nodes were created and deleted; without reclamation they would fill at least 37
-    // chunks of 64 KiB (48-byte nodes; skiplist towers are larger).
+    // chunks of 64 KiB (32-byte nodes and their 16-byte record areas; skiplist towers are
+    // larger).
     let after = engine.pool().chunk_counts();
     let chunks = after.node - before.node;
     // A chunk or two per size class in use (skiplist towers of heights 1 to 5 use three).
@@ -466,7 +467,7 @@ fn a_full_pool_refuses_the_transaction_whole_and_still_recovers() {
         }
     };
     // The size refused is a list node's, as the failing op asked for it.
-    assert!(matches!(err, EngineError::Alloc(petra::error::AllocError::PoolFull { requested: 48, .. })), "{err}");
+    assert!(matches!(err, EngineError::Alloc(petra::error::AllocError::PoolFull { requested: 32, .. })), "{err}");
     assert!(err.to_string().contains("pool full"), "{err}");
     // Nothing of the refused transaction is there; everything before it is.
     let entries = engine.entries::<u64>(s).unwrap();

@@ -216,11 +216,12 @@ fn values_moved_swapped_or_copied_fail_their_check_and_a_chunk_tail_is_no_block(
         }
         pool.mem().store(y.get(), header, std::sync::atomic::Ordering::Relaxed);
     }
-    // The 16 bytes after a chunk's last 48-byte block: neither a node nor a value block.
+    // What follows a chunk's last 48-byte block: the blocks' record areas (a node slab's), or
+    // 16 bytes (a blob slab's). Neither is a node nor a value block.
     let layout = pool.header().layout;
-    for off in [node, x] {
+    for (off, per_block) in [(node, 48 + 16), (x, 48)] {
         let chunk = (off.get() - layout.data_off) / layout.chunk_size;
-        let tail = layout.data_off + chunk * layout.chunk_size + layout.chunk_size / 48 * 48;
+        let tail = layout.data_off + chunk * layout.chunk_size + layout.chunk_size / per_block * 48;
         assert_eq!(pool.node_block(POff::new(tail)), None, "a chunk's tail after {off}");
         assert!(pool.check_blob(POff::new(tail), &mut buf).is_err(), "a chunk's tail after {off}");
     }
@@ -330,27 +331,38 @@ fn a_persisted_descriptor_that_fails_its_check_is_damage() {
     }
 }
 
+/// The list's node of key 7 in the pool at `path` (key 7, value 7, and in its record area a
+/// present record of structure 0), its record area, and a free block of its size with its record
+/// area (all zero), found through the pool's own layout, read through a private mapping.
+fn list_node_of_7(path: &Path) -> ((usize, usize), (usize, usize)) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let pool = Pool::open(path, &Mapping { private: true, ..Mapping::default() }).unwrap();
+    let mem = pool.mem();
+    let (mut node, mut free) = (None, None);
+    let zero = |from: u64, len: u64| (from..from + len).step_by(8).all(|at| mem.load(at, Relaxed) == 0);
+    pool.for_each_node_block(|n| {
+        let (n, rec) = (n.get(), pool.record_of(n.get()));
+        if mem.load(n, Relaxed) == 7 && mem.load(n + 24, Relaxed) == 7 && mem.load(rec, Relaxed) & 0xFF01 == 1 {
+            node = Some((n, rec));
+        } else if free.is_none() && pool.node_block(POff::new(n)) == Some(32) && zero(n, 32) && zero(rec, 16) {
+            free = Some((n, rec));
+        }
+    });
+    let at = |(n, rec): (u64, u64)| (n as usize, rec as usize);
+    (at(node.expect("the list's record of key 7")), at(free.expect("a free block")))
+}
+
 /// A record copied whole into a free block of its slab passes its own check; two records of one
 /// key are damage all the same, found before anything is written.
 #[test]
 fn a_second_record_of_a_key_is_damage() {
     let dir = scratch_dir();
     let path = made(dir.path(), "p.pool");
-    let layout = Pool::open(&path, &Mapping::default()).unwrap().header().layout;
     let mut b = std::fs::read(&path).unwrap();
-    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    // The list's node of key 7 (structure 0, a present record), and a free block of its chunk.
-    let blocks_of = |chunk: u64| {
-        let start = layout.data_off + chunk * layout.chunk_size;
-        (0..layout.chunk_size / 48).map(move |j| (start + j * 48) as usize)
-    };
-    let chunks = (b.len() as u64 - layout.data_off) / layout.chunk_size;
-    let (chunk, node) = (0..chunks)
-        .flat_map(|c| blocks_of(c).map(move |at| (c, at)))
-        .find(|&(_, at)| word(&b, at) == 7 && word(&b, at + 32) & 0xFF01 == 1 && word(&b, at + 24) == 7)
-        .expect("the list's record of key 7");
-    let free = blocks_of(chunk).find(|&at| b[at..at + 48].iter().all(|&x| x == 0)).expect("a free block");
-    b.copy_within(node..node + 48, free);
+    // The list's node of key 7 (a 32-byte node) and its record area, and a free block.
+    let ((node, rec), (free, free_rec)) = list_node_of_7(&path);
+    b.copy_within(node..node + 32, free);
+    b.copy_within(rec..rec + 16, free_rec);
     std::fs::write(&path, b).unwrap();
     match refused(&path) {
         EngineError::Damaged(d) => assert!(d.what.contains("a second record of key 0x7"), "{d}"),
@@ -369,7 +381,6 @@ fn a_second_record_of_a_key_is_damage() {
 #[test]
 fn a_damaged_info_word_is_not_taken_for_a_removal() {
     let dir = scratch_dir();
-    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let set = |b: &mut [u8], at: usize, w: u64| b[at..at + 8].copy_from_slice(&w.to_le_bytes());
     for closed in [true, false] {
         let path = made(dir.path(), "p.pool");
@@ -380,28 +391,22 @@ fn a_damaged_info_word_is_not_taken_for_a_removal() {
             engine.handle().unwrap().execute(Transaction::new().put(petra::StructId(0), 100u64, 100)).unwrap();
             drop(engine.into_pool().unwrap());
         }
-        let layout = Pool::open(&path, &Mapping { private: true, ..Mapping::default() }).unwrap().header().layout;
         let pristine = std::fs::read(&path).unwrap();
         // The list's node of key 7: key 7, value 7, a present record of structure 0.
-        let node = (layout.data_off as usize..pristine.len() - 48)
-            .step_by(16)
-            .find(|&at| {
-                word(&pristine, at) == 7 && word(&pristine, at + 24) == 7 && word(&pristine, at + 32) & 0xFF01 == 1
-            })
-            .expect("the list's record of key 7");
+        let ((node, rec), _) = list_node_of_7(&path);
         let n = node as u64;
         // Info words (see `petra/src/structures/info.rs`): bit 0 FINAL, bit 1 MARK, bit 2 present,
         // FINAL: bits 3.. the node >> 4; an op word: bits 8.. the descriptor >> 6.
         let final_of = |node: u64| 1 | (node >> 4) << 3;
         let damaged = [
             ("a marked op word naming a line of the node arena", (n >> 6) << 8 | 2),
-            ("a marked FINAL absent word of another node", final_of(n + 48) | 2),
+            ("a marked FINAL absent word of another node", final_of(n + 32) | 2),
             ("a marked FINAL present word", final_of(n) | 4 | 2),
         ];
         for (what, info) in damaged {
             let mut b = pristine.clone();
             set(&mut b, node + 16, info);
-            set(&mut b, node + 32, 0);
+            set(&mut b, rec, 0);
             std::fs::write(&path, b).unwrap();
             match refused(&path) {
                 EngineError::Damaged(d) => assert_eq!(d.at, n + 16, "closed {closed}, {what}: {d}"),
@@ -412,7 +417,7 @@ fn a_damaged_info_word_is_not_taken_for_a_removal() {
         // key absent, and nothing else changed.
         let mut b = pristine.clone();
         set(&mut b, node + 16, final_of(n) | 2);
-        set(&mut b, node + 32, 0);
+        set(&mut b, rec, 0);
         std::fs::write(&path, b).unwrap();
         let (engine, _) = Engine::open(Pool::open(&path, &Mapping::default()).unwrap(), rings()).unwrap();
         let keys: Vec<u64> = engine.entries::<u64>(petra::StructId(0)).unwrap().into_iter().map(|(k, _)| k).collect();

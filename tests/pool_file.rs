@@ -103,12 +103,12 @@ fn every_kind_of_bad_file_is_refused_untouched() {
     // base-16 coordinates; version 6 with one copy of the state line; version 7 with free chunks'
     // table entries zero; version 8 with long values checked by XXH3; version 9 with the safe
     // txid word naming the last safe point, no claim; version 10 with a node's first link after its
-    // record) are refused.
-    for old in [1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
+    // record; version 11 with a node's norm and check words in the node) are refused.
+    for old in [1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&old.to_le_bytes());
         std::fs::write(&bad, &b).unwrap();
-        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 11 } if found == old));
+        assert!(matches!(refused(&bad), OpenError::UnsupportedVersion { found, supported: 12 } if found == old));
     }
 
     // Both copies of the state line damaged (one alone is covered by the other).
@@ -527,9 +527,10 @@ fn freeing_the_fragment_at_a_chunks_end_is_refused() {
     let pool = Pool::create_in(SimMem::new(0, 64 << 20), &small()).unwrap();
     let mut cache = petra::pool::AllocCache::new();
     let first = pool.alloc(&mut cache, 48).unwrap();
-    // 48-byte blocks: the chunk's last 16 bytes hold no whole block.
+    // 48-byte blocks, each with a 16-byte record area: the record areas after the last block
+    // are no block.
     let chunk_start = first.get() - (first.get() - pool.header().layout.data_off) % CHUNK;
-    pool.free(&mut cache, POff::new(chunk_start + (CHUNK / 48) * 48));
+    pool.free(&mut cache, POff::new(chunk_start + (CHUNK / 64) * 48));
 }
 
 #[test]

@@ -108,13 +108,13 @@ use crossbeam_epoch::{Guard, LocalHandle};
 use parking_lot::Mutex;
 
 use crate::descriptor::{CUT, Desc, NO_NODE, PersistStatus, TxStatus, UNSET, desc_bytes};
-use crate::mem::{CACHE_LINE, PMem};
+use crate::mem::PMem;
 use crate::protocol::{Core, Reader, cached_node, debug_assert_took_from, read_cache, write_cache};
 use crate::reclaim::AbsentNode;
 use crate::ring::{Ring, Rings};
 use crate::structures::info::Info;
 use crate::structures::mix64;
-use crate::structures::node::{INFO, NORM, header_bytes, load_key, write_record};
+use crate::structures::node::{INFO, flush_records, has_record, load_key, write_record};
 use crate::tx::{OpKind, StructId};
 use crate::wake::Wake;
 
@@ -561,9 +561,7 @@ impl Checkpointer {
         // no thread can still be reading them. Relaxed: only rounds, one at a time, clear them.
         let guard = local.pin();
         let changed = round.flush.iter().map(|&(node, _)| node);
-        if core.reclaim.retire_recorded(&guard, changed, |node| core.mem().load(node + NORM, Ordering::Relaxed) == 0)
-            > 0
-        {
+        if core.reclaim.retire_recorded(&guard, changed, |node| !has_record(&core.pool, node)) > 0 {
             guard.flush();
         }
         drop(guard);
@@ -669,6 +667,7 @@ fn fold<M: PMem + 'static>(
                 for i in 0..desc.nops() {
                     if let Some(node) = cached_node(mem, &desc, i) {
                         mem.prefetch(node);
+                        core.pool.prefetch_record(node);
                     }
                 }
             }
@@ -689,12 +688,7 @@ fn fold<M: PMem + 'static>(
     // 3. Commit: the records are durable before the checkpoint txid says so. Their lines are
     // flushed here, back to back, not as each is written: a locked instruction (the next CAS,
     // a pin) waits for the flushes before it, and a flush may evict the line a CAS needs.
-    let lines = |from: u64, to: u64| (to - 1) / CACHE_LINE - from / CACHE_LINE + 1;
-    for &(node, wide) in &round.flush {
-        let end = header_bytes(wide);
-        mem.flush_range(node, end);
-        report.lines += lines(node, node + end);
-    }
+    report.lines = flush_records(&core.pool, &mut round.flush);
     report.records = round.flush.len() as u64;
     report.keys = round.nodes;
     if report.records > 0 {
@@ -880,7 +874,7 @@ fn checkpoint_key<M: PMem + 'static>(
             round.done.insert(node, key, Done::Chain);
             return;
         }
-        written |= write_record(mem, node, key, wide, s.0, core.epoch, state);
+        written |= write_record(&core.pool, node, key, wide, s.0, core.epoch, state);
         // Only a word naming a batch descriptor becomes FINAL (another is left for the round
         // that folds its descriptor): such a word never comes back once the node moved on, so
         // the round gives a node its FINAL word at most once and that word never repeats.
@@ -927,7 +921,7 @@ fn clear_removed<M: PMem + 'static>(
     written: bool,
 ) {
     let mem = core.mem();
-    if write_record(mem, node, key, wide, s.0, core.epoch, None) || written {
+    if write_record(&core.pool, node, key, wide, s.0, core.epoch, None) || written {
         round.flush.push((node, wide));
     }
     // AcqRel: the record's store comes before the word's change, as every round's.

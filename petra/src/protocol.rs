@@ -55,7 +55,7 @@ use crate::pool::{AllocCache, POff, Pool};
 use crate::reclaim::{AbsentNode, Reclaim, Removal};
 use crate::safe::{DurabilityPolicy, SafePoints};
 use crate::structures::info::Info;
-use crate::structures::node::{self, INFO, NORM, VALUE, store_key};
+use crate::structures::node::{INFO, VALUE, has_record, store_key};
 use crate::structures::registry::{Registry, Structure, on_set};
 use crate::structures::{Ctx, LinkedSet};
 use crate::sync::AtomicU64;
@@ -307,7 +307,7 @@ impl<M: PMem + 'static> Core<M> {
     pub(crate) fn retire_node(&self, guard: &Guard, node: u64) {
         // Relaxed: the record's stores came before the round's CAS of the info word, which the
         // removal's mark (and the unlink after it) acquired.
-        if self.mem().load(node + NORM, Ordering::Relaxed) != 0 {
+        if has_record(&self.pool, node) {
             self.reclaim.hold_recorded(node);
         } else {
             self.reclaim.retire_node(guard, node);
@@ -372,6 +372,10 @@ impl<M: PMem + 'static> Ctx<M> for Reader<'_, M> {
     #[inline]
     fn mem(&self) -> &M {
         self.core.mem()
+    }
+
+    fn has_record(&self, node: u64) -> bool {
+        has_record(&self.core.pool, node)
     }
 
     fn retire(&self, node: u64) {
@@ -452,7 +456,7 @@ impl<M: PMem + 'static> Reader<'_, M> {
             // record written before this transaction took the node is seen (its CAS acquired the
             // round's), and none is written while the node is absent.
             let deleted = committed && OpKind::from_code(op.kind).writes() == Some(false);
-            if deleted || node.is_none_or(|n| mem.load(n + NORM, Ordering::Relaxed) == 0) {
+            if deleted || node.is_none_or(|n| !has_record(&self.core.pool, n)) {
                 out.push(AbsentNode { structure, key: op.key, info: Info::op(d, i), node, deleted });
             }
         }
@@ -660,6 +664,11 @@ impl<M: PMem + 'static> Executor<'_, M> {
                         if cur.is_final() || cur.desc() != d {
                             write_cache(self.mem(), d, i, before, node);
                         }
+                        if kind.writes() == Some(false) {
+                            // Whether the node holds a record decides how it is removed, after
+                            // the commit (see `structures::remove_if`): its line is on the way.
+                            self.cx.core.pool.prefetch_record(node);
+                        }
                         return Step::Done;
                     }
                 }
@@ -692,8 +701,6 @@ impl<M: PMem + 'static> Executor<'_, M> {
                     // op cache and reads this word sees the key and the op's `prev` set before it.
                     mem.store(node + INFO, me.0, Ordering::Release);
                     mem.store(node + VALUE, if kind.writes() == Some(true) { op.value } else { 0 }, Ordering::Relaxed);
-                    mem.store(node + NORM, 0, Ordering::Relaxed);
-                    mem.store(node + node::CHECK, 0, Ordering::Relaxed);
                     set.init_links(mem, node, op.key);
                     let linked = set.link(&self.cx, &pos, node);
                     if linked == Ok(true) {

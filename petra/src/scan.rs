@@ -185,6 +185,10 @@ impl<M: PMem + 'static> Ctx<M> for AsOf<'_, '_, M> {
         self.core.mem()
     }
 
+    fn has_record(&self, node: u64) -> bool {
+        crate::structures::node::has_record(&self.core.pool, node)
+    }
+
     fn retire(&self, node: u64) {
         self.core.retire_node(&self.guard.borrow(), node);
     }

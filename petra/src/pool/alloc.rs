@@ -5,7 +5,10 @@
 //! allocator state on the media. Everything else is volatile and rebuilt at open:
 //!
 //! - **Slabs.** A slab chunk holds blocks of one size class of one family: nodes (the blocks that
-//!   recovery scans) or blobs (values longer than a word; each starts with its length). Free
+//!   recovery scans) or blobs (values longer than a word; each starts with its length). A node
+//!   slab keeps, after its last block, a [`RECORD_BYTES`] record area for each block (see
+//!   [`Pool::record_of`]): the words only checkpoint rounds and recovery read, kept out of the
+//!   node so that a walk's nodes are denser. Free
 //!   blocks live in magazines of [`MAGAZINE`] offsets: each thread's [`Local`] keeps one per class
 //!   and trades whole magazines with a lock-free global depot, so the common allocation and free
 //!   are a `Vec` push or pop with no shared-memory write and **no flush**. A blob starts with a
@@ -60,6 +63,44 @@ pub(super) fn blob_salt(uuid: &[u8; 16]) -> u64 {
     crate::hash::check_words([id as u64, (id >> 64) as u64])
 }
 
+/// Bytes of a node block's record area, apart from the block (see [`Pool::record_of`]).
+pub const RECORD_BYTES: u64 = 16;
+
+/// Blocks of `class` in a slab chunk of `family` of `chunk_size` bytes: a node slab holds its
+/// blocks' record areas after them, from a line boundary ([`records_start`]).
+fn blocks_in(family: Family, class: u8, chunk_size: u64) -> u64 {
+    let size = CLASS_SIZES[class as usize] as u64;
+    match family {
+        Family::Node => {
+            let mut n = chunk_size / (size + RECORD_BYTES);
+            while records_start(n, size) + n * RECORD_BYTES > chunk_size {
+                n -= 1;
+            }
+            n
+        }
+        Family::Blob => chunk_size / size,
+    }
+}
+
+/// Where the record areas of a node slab chunk of `n` blocks of `size` bytes start: after the
+/// last block, at a line boundary, so that the areas of four blocks in a row share one line.
+const fn records_start(n: u64, size: u64) -> u64 {
+    (n * size).next_multiple_of(CACHE_LINE)
+}
+
+/// For each class, `ceil(2^64 / size)`: `(rel * RECIPROCALS[class]) >> 64` is `rel / size` for
+/// every `rel` below 2^36 (the error, below `rel / 2^64 * size`, stays under `1 / size`), which
+/// covers every offset within a chunk ([`MAX_CHUNK`](super::header::MAX_CHUNK) is 2^30).
+const RECIPROCALS: [u64; CLASSES] = {
+    let mut r = [0; CLASSES];
+    let mut c = 0;
+    while c < CLASSES {
+        r[c] = u64::MAX / CLASS_SIZES[c] as u64 + 1;
+        c += 1;
+    }
+    r
+};
+
 /// Offsets per magazine: the unit of exchange between a thread and the global depot.
 pub const MAGAZINE: usize = 32;
 
@@ -99,6 +140,8 @@ pub(crate) struct Allocator {
     /// (family, class).
     returns: Vec<SegQueue<u64>>,
     chunks: Mutex<Chunks>,
+    /// For each class, where a node slab chunk's record areas start: after its last block.
+    records_at: [u64; CLASSES],
     /// Blocks handed out and given back through the allocation calls since this allocator was
     /// attached: a ledger kept apart from the chunk table and the structures, which tests check
     /// against what the structures hold (debug builds only: two shared counters on every call
@@ -201,6 +244,9 @@ impl Allocator {
             depots: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             returns: (0..FAMILIES * CLASSES).map(|_| SegQueue::new()).collect(),
             chunks: Mutex::new(Chunks { free, in_file, node, reserve: true }),
+            records_at: std::array::from_fn(|c| {
+                records_start(blocks_in(Family::Node, c as u8, header.layout.chunk_size), CLASS_SIZES[c] as u64)
+            }),
             #[cfg(debug_assertions)]
             ledger: Default::default(),
         }
@@ -413,15 +459,55 @@ impl<M: PMem> Pool<M> {
         self.slab_block(off.get(), Family::Node).map(|(_, size)| size)
     }
 
+    /// The offset of the record area of the node block that starts at `node` ([`RECORD_BYTES`],
+    /// 16-byte aligned, so in one cache line): a node slab chunk of `n` blocks of `size` bytes
+    /// keeps block `b`'s at `n * size` (rounded up to a line) `+ b * RECORD_BYTES` from its start. The area is zero
+    /// whenever the block is handed out (see [`alloc`](Pool::alloc)).
+    ///
+    /// # Panics
+    /// If `node` is not a node block's start.
+    #[inline]
+    pub fn record_of(&self, node: u64) -> u64 {
+        match self.use_of(node) {
+            Some((i, ChunkUse::Slab { family: Family::Node, class })) => self.record_in(i, class, node),
+            other => panic!("record_of({node}): not in a node slab chunk, in {other:?}"),
+        }
+    }
+
+    /// Asks for the line of [`record_of`](Pool::record_of) `node` to be brought into the cache: a
+    /// hint, ignored if `node` is not in a node slab chunk.
+    #[inline]
+    pub fn prefetch_record(&self, node: u64) {
+        if let Some((i, ChunkUse::Slab { family: Family::Node, class })) = self.use_of(node) {
+            self.mem.prefetch(self.record_in(i, class, node));
+        }
+    }
+
+    /// [`record_of`](Pool::record_of) the block at `node` of chunk `i`, a node slab of `class`.
+    #[inline]
+    fn record_in(&self, i: u64, class: u8, node: u64) -> u64 {
+        let base = self.header.layout.chunk_off(i);
+        let rel = node - base;
+        let b = ((rel as u128 * RECIPROCALS[class as usize] as u128) >> 64) as u64;
+        debug_assert_eq!(b, rel / CLASS_SIZES[class as usize] as u64);
+        debug_assert!(
+            rel.is_multiple_of(CLASS_SIZES[class as usize] as u64)
+                && b < blocks_in(Family::Node, class, self.header.layout.chunk_size),
+            "record_of({node}): not a block's start"
+        );
+        base + self.alloc.records_at[class as usize] + b * RECORD_BYTES
+    }
+
     /// The class and size of the block of `family` that starts at `off`, if one does: `off` is the
     /// start of a whole block of a slab chunk of that family, as the chunk table says (the bytes
-    /// a chunk has beyond its last whole block are no block).
+    /// a chunk has beyond its last whole block, record areas among them, are no block).
     fn slab_block(&self, off: u64, family: Family) -> Option<(u8, u64)> {
         match self.use_of(off)? {
             (i, ChunkUse::Slab { family: f, class }) if f == family => {
                 let size = CLASS_SIZES[class as usize] as u64;
                 let rel = off - self.header.layout.chunk_off(i);
-                (rel.is_multiple_of(size) && rel / size < self.header.layout.chunk_size / size).then_some((class, size))
+                (rel.is_multiple_of(size) && rel / size < blocks_in(family, class, self.header.layout.chunk_size))
+                    .then_some((class, size))
             }
             _ => None,
         }
@@ -529,7 +615,6 @@ impl<M: PMem> Pool<M> {
     pub fn rebuild(&mut self, live: impl IntoIterator<Item = POff>) -> Result<RebuildReport, RebuildError> {
         let layout = self.header.layout;
         let uses = read_uses(&self.mem, &self.header, layout.chunks_in(self.mem.len()));
-        let blocks_in = |class: u8| layout.chunk_size / CLASS_SIZES[class as usize] as u64;
         // Live bitmap per slab chunk; live flag per blob run.
         let mut slab_live: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
         let mut run_live: FxHashMap<u64, bool> = FxHashMap::default();
@@ -542,12 +627,13 @@ impl<M: PMem> Pool<M> {
                 .ok_or_else(|| not_block("outside the pool's chunks".into()))?;
             let rel = off - layout.chunk_off(i);
             match uses[i as usize] {
-                ChunkUse::Slab { class, .. } => {
+                ChunkUse::Slab { family, class } => {
                     let size = CLASS_SIZES[class as usize] as u64;
-                    if !rel.is_multiple_of(size) || rel / size >= blocks_in(class) {
-                        return Err(not_block(format!("inside a block of {size} bytes")));
+                    let n = blocks_in(family, class, layout.chunk_size);
+                    if !rel.is_multiple_of(size) || rel / size >= n {
+                        return Err(not_block(format!("inside a block of {size} bytes, or a record area")));
                     }
-                    let bits = slab_live.entry(i).or_insert_with(|| vec![0; blocks_in(class).div_ceil(64) as usize]);
+                    let bits = slab_live.entry(i).or_insert_with(|| vec![0; n.div_ceil(64) as usize]);
                     let (word, bit) = ((rel / size / 64) as usize, rel / size % 64);
                     if bits[word] & (1 << bit) != 0 {
                         return Err(RebuildError::DoubleUse { off });
@@ -577,9 +663,10 @@ impl<M: PMem> Pool<M> {
             match *u {
                 ChunkUse::Slab { family, class } => {
                     let size = CLASS_SIZES[class as usize] as u64;
+                    let n = blocks_in(family, class, layout.chunk_size);
                     let Some(bits) = slab_live.get(&i) else {
                         // Nothing live: the whole chunk goes back to the free set, for any use.
-                        report.free_blocks += blocks_in(class);
+                        report.free_blocks += n;
                         report.freed_chunks += 1;
                         self.free_run(i, 1);
                         if family == Family::Node {
@@ -589,7 +676,7 @@ impl<M: PMem> Pool<M> {
                     };
                     let bits = Some(bits);
                     let mut mag = Vec::with_capacity(MAGAZINE);
-                    for b in 0..blocks_in(class) {
+                    for b in 0..n {
                         if bits.is_some_and(|bits| bits[(b / 64) as usize] & (1 << (b % 64)) != 0) {
                             report.live_blocks += 1;
                             continue;
@@ -625,7 +712,7 @@ impl<M: PMem> Pool<M> {
         for (i, u) in read_uses(&self.mem, &self.header, layout.chunks_in(self.mem.len())).iter().enumerate() {
             if let ChunkUse::Slab { family: Family::Node, class } = *u {
                 let size = CLASS_SIZES[class as usize] as u64;
-                for b in 0..layout.chunk_size / size {
+                for b in 0..blocks_in(Family::Node, class, layout.chunk_size) {
                     f(POff::new(layout.chunk_off(i as u64) + b * size));
                 }
             }
@@ -697,7 +784,11 @@ impl<M: PMem> Pool<M> {
             }
         }
         let chunk = self.header.layout.chunk_size;
-        per_class.iter().enumerate().map(|(class, &count)| count.div_ceil(chunk / CLASS_SIZES[class] as u64)).sum()
+        per_class
+            .iter()
+            .enumerate()
+            .map(|(class, &count)| count.div_ceil(blocks_in(Family::Node, class as u8, chunk)))
+            .sum()
     }
 
     /// Whether a new use of chunks must leave as many free as node slabs are in use (else it is
@@ -795,10 +886,19 @@ impl<M: PMem> Pool<M> {
     }
 
     /// Allocates a node block of at least `size` bytes (at most [`MAX_CLASS_SIZE`]) through
-    /// `cache`. Its bytes are whatever its last use left, or zero. No flush, no fence.
+    /// `cache`. Its bytes are whatever its last use left, or zero; its record area is zero,
+    /// stored and not flushed (the engine's `Core::retire_node` says why that is enough). No
+    /// flush, no fence.
     pub fn alloc(&self, cache: &mut AllocCache, size: u64) -> Result<POff, AllocError> {
         let class = class_for(size).ok_or(AllocError::TooLarge { requested: size, limit: MAX_CLASS_SIZE })?;
         let off = self.alloc_class(cache, Family::Node, class)?;
+        let i = self.header.layout.chunk_of(off.get()).expect("a slab block is in a chunk");
+        let record = self.record_in(i, class as u8, off.get());
+        for w in (0..RECORD_BYTES).step_by(WORD as usize) {
+            // Relaxed: the block is unpublished; what publishes it (a link's Release CAS) orders
+            // these stores before it.
+            self.mem.store(record + w, 0, std::sync::atomic::Ordering::Relaxed);
+        }
         self.count(0);
         Ok(off)
     }
@@ -828,7 +928,7 @@ impl<M: PMem> Pool<M> {
                 // The lowest blocks (1 to MAGAZINE of them) to this cache, whole magazines of the
                 // others to the (first-in, first-out) depot in address order; each magazine is
                 // built once, so a new slab costs O(blocks).
-                let n = layout.chunk_size / size;
+                let n = blocks_in(family, class as u8, layout.chunk_size);
                 let first = n - (n - 1) / MAGAZINE as u64 * MAGAZINE as u64;
                 for lo in (first..n).step_by(MAGAZINE) {
                     self.alloc.depots[idx].push(magazine(lo, lo + MAGAZINE as u64));
@@ -1043,9 +1143,10 @@ mod tests {
         let config =
             PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
         let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config).unwrap();
-        // 48-byte blocks: 1365 to a chunk, 21 to the cache and 42 magazines to the depot; 64-byte
-        // blocks: 1024, a whole magazine to the cache and 31 to the depot.
-        for (size, blocks, in_cache) in [(48, 1365, 21), (64, 1024, MAGAZINE)] {
+        // 48-byte blocks and their 16-byte record areas: 1024 to a chunk, a whole magazine to the
+        // cache and 31 to the depot; 64-byte blocks: 819, 19 to the cache and 25 magazines to the
+        // depot.
+        for (size, blocks, in_cache) in [(48, 1024, MAGAZINE), (64, 819, 19)] {
             let depot = &pool.alloc.depots[depot_index(Family::Node, class_for(size).unwrap())];
             let mut cache = AllocCache::new();
             let mut got = vec![pool.alloc(&mut cache, size).unwrap().get()];
@@ -1059,6 +1160,12 @@ mod tests {
             }
             assert_eq!(got, (0..blocks as u64).map(|b| got[0] + size * b).collect::<Vec<_>>());
             assert!(depot.is_empty());
+            // The record areas follow the last block, one per block in the same order, and end
+            // within the chunk.
+            let records: Vec<u64> = got.iter().map(|&b| pool.record_of(b)).collect();
+            let first = got[0] + records_start(blocks as u64, size);
+            assert_eq!(records, (0..blocks as u64).map(|b| first + RECORD_BYTES * b).collect::<Vec<_>>());
+            assert!(records[blocks - 1] + RECORD_BYTES - got[0] <= 64 << 10);
         }
     }
 

@@ -98,7 +98,9 @@ use crate::hash::check_words;
 pub const HEADER_SIZE: u64 = 4096;
 /// The magic that starts every pool file.
 pub const MAGIC: [u8; 8] = *b"PETRAPOL";
-/// The format version this build writes and reads. 11: a node's first link is beside its key (+8),
+/// The format version this build writes and reads. 12: a node's norm and check words are in its
+/// block's record area, after the last block of its slab chunk (see `Pool::record_of`), and the
+/// node's other words move up two words. 11: a node's first link is beside its key (+8),
 /// and the info word and the record follow it (see `structures::node`). 10: a safe point vouches for itself (the
 /// engine's claim, see `meta`), and the safe txid word names the safe point before it (an older
 /// build would go back to that one, behind what the rounds folded). 9: a byte value longer than 256 bytes is
@@ -109,7 +111,7 @@ pub const MAGIC: [u8; 8] = *b"PETRAPOL";
 /// and to the pool. 3: the chunk table, byte values, the state line and the engine's words are
 /// checked. 2: the check words of descriptors and node records and the hashes of byte values are
 /// XXH3 (version 1 mixed one word at a time).
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// Value of the shutdown word after a clean close.
 pub const CLEAN_SHUTDOWN: u64 = 0x434C_4541_4E5F_5354; // "TS_NAELC" little-endian: "CLEAN_ST"
 /// Offsets of the state line's two copies, in the order they are written and read.
@@ -173,9 +175,18 @@ impl Layout {
     }
 
     /// The chunk holding byte `off`, if `off` is in the data area.
+    #[inline]
     pub fn chunk_of(&self, off: u64) -> Option<u64> {
-        let i = off.checked_sub(self.data_off)? / self.chunk_size;
+        let i = off.checked_sub(self.data_off)? >> self.chunk_shift();
         (i < self.chunk_capacity).then_some(i)
+    }
+
+    /// log2 of the chunk size (a power of two, checked when the layout was made or read): a
+    /// shift instead of a division on the allocator's paths.
+    #[inline]
+    fn chunk_shift(&self) -> u32 {
+        debug_assert!(self.chunk_size.is_power_of_two());
+        self.chunk_size.trailing_zeros()
     }
 
     /// Offset of chunk `i`'s table entry.
@@ -185,7 +196,7 @@ impl Layout {
 
     /// Chunks that a file of `len` bytes holds.
     pub fn chunks_in(&self, len: u64) -> u64 {
-        len.saturating_sub(self.data_off) / self.chunk_size
+        len.saturating_sub(self.data_off) >> self.chunk_shift()
     }
 }
 

@@ -25,7 +25,7 @@ pub mod alloc;
 pub mod header;
 mod offset;
 
-pub use alloc::{AllocCache, ChunkCounts, Ledger, Local, RebuildReport};
+pub use alloc::{AllocCache, ChunkCounts, Ledger, Local, RECORD_BYTES, RebuildReport};
 pub use header::{Family, Header, Layout, RootEntry};
 pub use offset::POff;
 

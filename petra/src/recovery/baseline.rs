@@ -15,9 +15,8 @@ use crate::structures::registry::Structure;
 /// Calls `f(node, read)` for every block of `pool`'s node arena that holds a record of `epoch`,
 /// valid or broken (see [`Read`]), for `structures` (by slot).
 pub(super) fn scan<M: PMem>(pool: &Pool<M>, structures: &[Structure], epoch: u64, mut f: impl FnMut(u64, Read)) {
-    let mem = pool.mem();
     let wide_of = |slot: u8| structures.get(slot as usize).map(Structure::wide);
-    pool.for_each_node_block(|node| match read_record(mem, node.get(), epoch, wide_of) {
+    pool.for_each_node_block(|node| match read_record(pool, node.get(), epoch, wide_of) {
         Read::Nothing => {}
         read => f(node.get(), read),
     });

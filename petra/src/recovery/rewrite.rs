@@ -12,7 +12,7 @@
 use crate::error::EngineError;
 use crate::mem::PMem;
 use crate::meta::{Meta, TXID_BLOCK};
-use crate::pool::{AllocCache, POff, Pool};
+use crate::pool::{AllocCache, POff, Pool, RECORD_BYTES};
 use crate::structures::node::write_normalised;
 use crate::structures::registry::Structure;
 use crate::tx::Values;
@@ -48,7 +48,7 @@ pub(super) fn rewrite<M: PMem + 'static>(
             let bytes = structure.built_bytes::<M>(i.checked_sub(1).map(|p| present[p].1), key);
             let node = pool.alloc(&mut cache, bytes)?.get();
             sizes.push(bytes);
-            write_normalised(mem, node, key, wide, value, slot, new_epoch);
+            write_normalised(pool, node, key, wide, value, slot, new_epoch);
             nodes.push((node, key));
             live.push(POff::new(node));
             if structure.values == Values::Bytes {
@@ -59,6 +59,7 @@ pub(super) fn rewrite<M: PMem + 'static>(
         structure.build(mem, &nodes);
         for (&(node, _), &bytes) in nodes.iter().zip(&sizes) {
             mem.flush_range(node, bytes);
+            mem.flush_range(pool.record_of(node), RECORD_BYTES);
         }
         // The head sentinel, or the map's bucket array (a region, not a block).
         let (root, root_bytes) = structure.root::<M>();

@@ -270,6 +270,9 @@ mod tests {
         fn resolve(&self, _: Info) -> Option<u64> {
             None
         }
+        fn has_record(&self, _: u64) -> bool {
+            unreachable!("these tests remove no node by its op")
+        }
     }
 
     /// The link word at 64, then a node per key at 128, 192, ..., chained in order.

@@ -77,7 +77,7 @@
 use std::sync::atomic::Ordering;
 
 use super::info::Info;
-use super::node::{CHECK, INFO, KEY, LINK, NORM, VALUE, create_head, header_bytes};
+use super::node::{INFO, KEY, LINK, VALUE, create_head, header_bytes};
 use super::{Ctx, Inspect, LinkedSet, Pause, PoolFull, Seen, checked_node, fault};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
@@ -284,12 +284,10 @@ fn successor<M: PMem>(cx: &impl Ctx<M>, node: u64, key: u64, h: usize) -> Option
         Some(c) => c,
         None => cx.alloc_node(bytes)?,
     };
-    // Relaxed (the key, the record words and the slots): the copy is unpublished; the CAS that
-    // links it (AcqRel) publishes it.
+    // Relaxed (the key, the value and the slots): the copy is unpublished; the CAS that links it
+    // (AcqRel) publishes it. Its record area is zero (see `Pool::alloc`).
     mem.store(copy + KEY, key, Ordering::Relaxed);
     mem.store(copy + VALUE, 0, Ordering::Relaxed);
-    mem.store(copy + NORM, 0, Ordering::Relaxed);
-    mem.store(copy + CHECK, 0, Ordering::Relaxed);
     for (d, &c) in slots.iter().enumerate().skip(h) {
         mem.store(copy + child(d), c, Ordering::Relaxed);
     }
@@ -637,6 +635,9 @@ mod tests {
         fn resolve(&self, _info: Info) -> Option<u64> {
             unreachable!("these tests read no values")
         }
+        fn has_record(&self, node: u64) -> bool {
+            crate::structures::node::has_record(&self.pool, node)
+        }
         fn alloc_node(&self, bytes: u64) -> Option<u64> {
             if self.full.get() {
                 self.refused.set(self.refused.get() + 1);
@@ -809,8 +810,8 @@ mod tests {
         for base in 0..DIMS {
             assert_eq!(child(base) + 8, node_bytes_from(base));
         }
-        // Keys below 2^20 are reached through dimension 22 or higher: 10 slots, a 136-byte node.
+        // Keys below 2^20 are reached through dimension 22 or higher: 10 slots, a 120-byte node.
         assert_eq!(first_difference(0, (1 << 20) - 1), 22);
-        assert_eq!(node_bytes_from(22), 136);
+        assert_eq!(node_bytes_from(22), 120);
     }
 }

@@ -26,7 +26,7 @@ use crate::error::Damage;
 use crate::mem::PMem;
 use crate::reclaim::AbsentNode;
 use info::Info;
-use node::{INFO, LINK, NORM, load_key};
+use node::{INFO, LINK, load_key};
 
 /// Bit 0 of a `next` word (a chain's, a skiplist level's): its node is being removed (Harris's
 /// deletion mark).
@@ -40,6 +40,8 @@ pub(crate) struct PoolFull;
 pub(crate) trait Ctx<M: PMem> {
     /// The pool's memory.
     fn mem(&self) -> &M;
+    /// Whether the node block at `node` holds a record ([`node::has_record`]).
+    fn has_record(&self, node: u64) -> bool;
     /// Hands a node this thread just unlinked to the epoch collector, which frees it once no
     /// thread can still be reading it.
     fn retire(&self, node: u64);
@@ -343,7 +345,7 @@ pub(crate) fn remove_if<M: PMem + 'static, S: LinkedSet<M>>(cx: &impl Ctx<M>, se
     // a committed Delete's or Remove's node at a known offset is removed so (the round finds it
     // through the op's cache); any other node with a record stays linked until a round removes
     // it.
-    let recorded = mem.load(node + NORM, Ordering::Relaxed) != 0;
+    let recorded = cx.has_record(node);
     if recorded && (absent.node.is_none() || !absent.deleted) {
         return false;
     }
