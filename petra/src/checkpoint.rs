@@ -1,8 +1,8 @@
 //! Checkpoint rounds: fold finished descriptors into node records while transactions run, so
 //! that the rings can be recycled and recovery reads only what came after.
 //!
-//! Every node has a *record*: its value, norm and check words (see
-//! [`structures`](crate::structures)). A valid record (the norm word names the epoch in force and
+//! Every node has a *record*: its value word, and the norm and check words of its block's record
+//! area (see [`node`](crate::structures::node)). A valid record (the norm word names the epoch in force and
 //! the checksum holds) says the key is present with that value; a zero norm word says nothing. The
 //! pool header's *checkpoint txid* `C` promises: every committed writer with a txid at or below
 //! `C` is reflected in the records. Recovery therefore reads only the descriptors above `C`
