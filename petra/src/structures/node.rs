@@ -22,11 +22,12 @@
 //! its first link and nothing else until it reaches its target (and the key's high word, for
 //! two-word keys), and the MDList's descent reads the key and `adopt` of each node it passes. So
 //! the two share the node's first 16 bytes: nodes start 16-byte aligned, so they are always in one
-//! cache line (with the link at +40, half the nodes of a 48-byte class had them in two).
+//! cache line.
 //!
 //! A walk's time goes in loading those lines one after another, so it is faster the more nodes
-//! fit in the caches: the words only checkpoint rounds and recovery read (norm and check) live in
-//! the record area, which makes a chain node 32 bytes (two to a line) instead of 48.
+//! fit in the caches: the words only checkpoint rounds, recovery and a removal's question "does
+//! the node hold a record" read (norm and check) live in the record area, which makes a chain
+//! node 32 bytes (two to a line) instead of 48.
 //!
 //! A node of a structure of two-word keys ([`KeyWidth::U128`](crate::key::KeyWidth)) keeps the
 //! key's high word at [`KEY_HI`] (+32), before the structure's other words, which move up a word.
@@ -35,8 +36,8 @@
 //!
 //! Values are never written into a node by a transaction: a transaction's values live in its
 //! descriptor. A node's **record** (its value word, and the norm and check words of its record
-//! area) is written only by checkpoint
-//! rounds (one at a time) and by recovery (alone): a valid record (its norm word names the epoch
+//! area) is written only by checkpoint rounds (one at a time) and by recovery (alone), and zeroed
+//! when its block is handed out (`Pool::alloc`): a valid record (its norm word names the epoch
 //! in force and its check word holds) says the key was present with that value when it was
 //! written; a zero norm word says nothing.
 
@@ -263,6 +264,8 @@ pub(crate) fn create_head<M: PMem>(pool: &Pool<M>, bytes: u64, words: &[(u64, u6
         mem.store(head + off, val, Ordering::Relaxed);
     }
     mem.flush_range(head, bytes);
+    // Its record area too (zeroed by `alloc`): a block may hold an older record until then.
+    mem.flush_range(pool.record_of(head), RECORD_BYTES);
     // Fence: the head is durable before the root entry names it.
     mem.fence();
     Ok(head)
@@ -293,6 +296,27 @@ mod tests {
         let before = MemCounts::current();
         assert_eq!(flush_records(&pool, &mut round), 3);
         assert_eq!((MemCounts::current() - before).flushes, 3);
+    }
+
+    #[test]
+    fn a_head_made_in_a_block_that_held_a_record_persists_its_record_area_zero() {
+        let config =
+            PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
+        let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config).unwrap();
+        let mut cache = AllocCache::new();
+        // A record of key 0 with value 0, durable: what a head's own words would read as.
+        let node = pool.alloc(&mut cache, header_bytes(false)).unwrap().get();
+        pool.release_cache(&mut cache);
+        store_key(pool.mem(), node, 0, false);
+        write_record(&pool, node, 0, false, 0, 1, Some(0));
+        flush_records(&pool, &mut [(node, false)]);
+        pool.mem().fence();
+        let rec = pool.record_of(node) as usize;
+        assert_ne!(pool.mem().persisted_bytes()[rec..rec + 16], [0; 16]);
+        pool.free_shared(POff::new(node));
+        let head = create_head(&pool, header_bytes(false), &[]).unwrap();
+        assert_eq!(head, node, "the head takes the block given back");
+        assert_eq!(pool.mem().persisted_bytes()[rec..rec + 16], [0; 16], "the head's record area is durable");
     }
 
     #[test]
