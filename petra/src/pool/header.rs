@@ -151,9 +151,12 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout for chunks of `chunk_size` bytes and a maximum file size of `max_size`;
-    /// `page` is the page size to align the data to.
+    /// The layout for chunks of `chunk_size` bytes (a power of two) and a maximum file size of
+    /// `max_size`; `page` is the page size to align the data to.
     pub fn for_max_size(chunk_size: u64, max_size: u64, page: u64) -> Option<Layout> {
+        if !chunk_size.is_power_of_two() {
+            return None;
+        }
         let table_off = HEADER_SIZE;
         // Each chunk costs its bytes plus 8 bytes of table.
         let capacity = max_size.checked_sub(table_off + page)? / (chunk_size + 8);
