@@ -230,8 +230,8 @@ pub struct CheckpointReport {
     pub keys: u64,
     /// Records written or cleared (each flushed).
     pub records: u64,
-    /// Cache lines the records' flushes covered (from each node's start to the end of its common
-    /// header, a two-word key's high word included: one or two).
+    /// Cache lines the records' flushes covered, each once: each node's from its start to the end
+    /// of its common header (a two-word key's high word included), and its record area's.
     pub lines: u64,
     /// Nodes of absent keys queued for removal.
     pub removals: u64,

@@ -11,7 +11,8 @@
 //!   node so that a walk's nodes are denser. Free
 //!   blocks live in magazines of [`MAGAZINE`] offsets: each thread's [`Local`] keeps one per class
 //!   and trades whole magazines with a lock-free global depot, so the common allocation and free
-//!   are a `Vec` push or pop with no shared-memory write and **no flush**. A blob starts with a
+//!   are a `Vec` push or pop with no write to shared allocator state and **no flush** (a node
+//!   block's allocation zeroes its own record area). A blob starts with a
 //!   header word: its length (bits 0..32) and a check of its bytes (bits 32..64, the high half of
 //!   their XXH3), which every read verifies.
 //! - **Runs.** Contiguous chunks for a large blob or for an engine region (descriptor rings),

@@ -11,8 +11,8 @@
 //! ```text
 //! +0       key (the common node header, see `node`)
 //! +8       next: successor offset | deletion mark (the header's link word)
-//! +16..+48 the rest of the common header
-//! +48      the key's high word, in a chain of two-word keys
+//! +16..+32 the rest of the common header
+//! +32      the key's high word, in a chain of two-word keys
 //! ```
 
 use std::sync::atomic::Ordering;

@@ -69,9 +69,9 @@
 //! +0               key (the common node header, see `node`)
 //! +8               adopt: the node whose children this node is adopting (0: none, or done);
 //!                  the header's link word
-//! +16..+48         the rest of the common header
-//! +48              dims: dp | dc << 8: the node's base dp, and the adoption's last dimension dc
-//! +56 + 8 (31-d)   child[d] for d in base..32: node offset | frozen (bit 0) | emptied (bit 1)
+//! +16..+32         the rest of the common header
+//! +32              dims: dp | dc << 8: the node's base dp, and the adoption's last dimension dc
+//! +40 + 8 (31-d)   child[d] for d in base..32: node offset | frozen (bit 0) | emptied (bit 1)
 //! ```
 
 use std::sync::atomic::Ordering;

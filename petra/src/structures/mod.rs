@@ -1,6 +1,6 @@
 //! The linked structures, and what each provides to the engine.
 //!
-//! - [`node`]: the six words every node starts with, and the node's record.
+//! - [`node`]: the four words every node starts with, and the node's record.
 //! - [`info`]: the packed info word by which transactions take nodes.
 //! - [`list`], [`hashmap`], [`skiplist`], [`mdlist`]: the structures, each with its own layout,
 //!   its searches and links ([`LinkedSet`]) and its `build`, by which recovery makes it anew

@@ -7,13 +7,13 @@
 //! ```text
 //! +0        key (the common node header, see `node`)
 //! +8        next[0]: successor at level 0 | deletion mark (the header's link word)
-//! +16..+48  the rest of the common header
-//! +48       meta: height (bits 0..8) | links (bits 8..): levels the node is linked at, plus one
+//! +16..+32  the rest of the common header
+//! +32       meta: height (bits 0..8) | links (bits 8..): levels the node is linked at, plus one
 //!           while its inserter is still building the tower
-//! +56 + 8(l-1)  next[l] for 1 <= l < height
+//! +40 + 8(l-1)  next[l] for 1 <= l < height
 //!
-//! In a skiplist of two-word keys the key's high word is at +48 and everything after it moves
-//! up a word: meta at +56, next[l] at +64 + 8(l-1).
+//! In a skiplist of two-word keys the key's high word is at +32 and everything after it moves
+//! up a word: meta at +40, next[l] at +48 + 8(l-1).
 //! ```
 //!
 //! A node's height comes from a hash of its key (geometric, p = 1/2, at most [`MAX_HEIGHT`]).
