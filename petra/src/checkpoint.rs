@@ -2,11 +2,12 @@
 //! that the rings can be recycled and recovery reads only what came after.
 //!
 //! Every node has a *record*: its value word, and the norm and check words of its block's record
-//! area (see [`node`](crate::structures::node)). A valid record (the norm word names the epoch in force and
-//! the checksum holds) says the key is present with that value; a zero norm word says nothing. The
-//! pool header's *checkpoint txid* `C` promises: every committed writer with a txid at or below
-//! `C` is reflected in the records. Recovery therefore reads only the descriptors above `C`
-//! (KDMap), and takes a key's state from KDMap if it names the key, else from its record.
+//! area (see [`node`](crate::structures::node)). A valid record (the norm word names the epoch in
+//! force and the checksum holds) says the key is present with that value; a zero norm word says
+//! nothing. The pool header's *checkpoint txid* `C` promises: every committed writer with a txid
+//! at or below `C` is reflected in the records. Recovery therefore reads only the descriptors
+//! above `C` (KDMap), and takes a key's state from KDMap if it names the key, else from its
+//! record.
 //!
 //! A round, run by one thread at a time (a try-lock: no thread ever waits for it), and only after
 //! the previous round's deferred end ran, **folds** (steps 2 to 4) the batch the previous round

@@ -303,8 +303,7 @@ impl<M: PMem + 'static> Core<M> {
     /// A record seen cleared here was cleared by a round while pinned, and the block is freed
     /// only after that round unpinned, perhaps before its fence: what the block holds next (a
     /// new node's record area, zeroed by `Pool::alloc`, or the cleared one) is what the round's
-    /// flush writes back
-    /// before its checkpoint txid passes the op, which KDMap covers until then.
+    /// flush writes back before its checkpoint txid passes the op, which KDMap covers until then.
     pub(crate) fn retire_node(&self, guard: &Guard, node: u64) {
         // Relaxed: the record's stores came before the round's CAS of the info word, which the
         // removal's mark (and the unlink after it) acquired.
