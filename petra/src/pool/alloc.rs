@@ -89,9 +89,11 @@ const fn records_start(n: u64, size: u64) -> u64 {
     (n * size).next_multiple_of(CACHE_LINE)
 }
 
-/// For each class, `ceil(2^64 / size)`: `(rel * RECIPROCALS[class]) >> 64` is `rel / size` for
-/// every `rel` below 2^36 (the error, below `rel / 2^64 * size`, stays under `1 / size`), which
-/// covers every offset within a chunk ([`MAX_CHUNK`](super::header::MAX_CHUNK) is 2^30).
+/// For each class, `r = ceil(2^64 / size)`: `(rel * r) >> 64` is `rel / size` for every `rel`
+/// below 2^50. With `r * size = 2^64 + e`, `e < size <= 2^14`, the product exceeds
+/// `rel / size * 2^64` by `rel * e / size`, which stays below `2^64 / size` while `rel * e < 2^64`:
+/// not enough to reach the next multiple. Every offset within a chunk is below 2^30
+/// ([`MAX_CHUNK`](super::header::MAX_CHUNK)).
 const RECIPROCALS: [u64; CLASSES] = {
     let mut r = [0; CLASSES];
     let mut c = 0;
@@ -462,8 +464,8 @@ impl<M: PMem> Pool<M> {
 
     /// The offset of the record area of the node block that starts at `node` ([`RECORD_BYTES`],
     /// 16-byte aligned, so in one cache line): a node slab chunk of `n` blocks of `size` bytes
-    /// keeps block `b`'s at `n * size` (rounded up to a line) `+ b * RECORD_BYTES` from its start. The area is zero
-    /// whenever the block is handed out (see [`alloc`](Pool::alloc)).
+    /// keeps block `b`'s at `n * size` (rounded up to a line) `+ b * RECORD_BYTES` from its
+    /// start. The area is zero whenever the block is handed out (see [`alloc`](Pool::alloc)).
     ///
     /// # Panics
     /// If `node` is not a node block's start.

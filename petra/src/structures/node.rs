@@ -277,10 +277,13 @@ mod tests {
     use crate::mem::{Counting, MemCounts, SimMem};
     use crate::pool::PoolConfig;
 
+    /// Pools of 4 MiB at most, in chunks of 64 KiB.
+    fn config() -> PoolConfig {
+        PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() }
+    }
+
     fn pool() -> Pool<Counting<SimMem>> {
-        let config =
-            PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
-        Pool::create_in(Counting::new(SimMem::new(0, 4 << 20)), &config).unwrap()
+        Pool::create_in(Counting::new(SimMem::new(0, 4 << 20)), &config()).unwrap()
     }
 
     #[test]
@@ -300,9 +303,7 @@ mod tests {
 
     #[test]
     fn a_head_made_in_a_block_that_held_a_record_persists_its_record_area_zero() {
-        let config =
-            PoolConfig { initial_size: 1 << 20, max_size: 4 << 20, chunk_size: 64 << 10, ..PoolConfig::default() };
-        let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config).unwrap();
+        let pool = Pool::create_in(SimMem::new(0, 4 << 20), &config()).unwrap();
         let mut cache = AllocCache::new();
         // A record of key 0 with value 0, durable: what a head's own words would read as.
         let node = pool.alloc(&mut cache, header_bytes(false)).unwrap().get();
