@@ -6,7 +6,9 @@
 //!
 //! Each round runs under one durability policy, in turn (`Process`, `Periodic` with a background
 //! syncer making a safe point every 5 ms while the child is killed, `Immediate`), and the parent
-//! reopens under the same: a kill takes no acknowledged transaction back under any of them.
+//! reopens under the same: a kill takes no acknowledged transaction back under any of them. The
+//! pool is in the scratch directory, in `/dev/shm` where the engine keeps no safe points: every
+//! open treats it as a file on a disk (`AsPageCache`) for them to run.
 
 use std::path::Path;
 
@@ -16,7 +18,7 @@ use petra_recovery::battery::kill_loop_engine as engine_config;
 use petra_recovery::battery::{KILL_LOOP_POLICIES as POLICIES, KILL_LOOP_ROUND_EVERY as ROUND_EVERY};
 use petra_recovery::kill::{KillLoop, ack, child_arg};
 use petra_recovery::model::Model;
-use petra_recovery::scratch_dir;
+use petra_recovery::{AsPageCache, scratch_dir};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -50,7 +52,7 @@ fn decode(s: &str) -> Vec<Op> {
 /// that commits ("C").
 fn child(arg: &str) {
     let (path, round, policy) = round_of(arg);
-    let pool = Pool::open(path, &Mapping::default()).expect("the child opens the pool");
+    let pool = Pool::open(path, &Mapping::default()).expect("the child opens the pool").map_mem(AsPageCache);
     let (engine, _) = Engine::open(pool, engine_config(policy)).expect("recovery");
     assert_eq!(engine.durability(), policy);
     let mut h = engine.handle().unwrap();
@@ -89,7 +91,7 @@ fn check(path: &Path, policy: DurabilityPolicy, acks: &[String], base: &mut Mode
     if acks.first() != Some(&format!("R {policy}")) {
         return Err(format!("the child did not run under {policy}: {:?}", acks.first()));
     }
-    let pool = Pool::open(path, &Mapping::default()).map_err(|e| format!("reopen: {e}"))?;
+    let pool = Pool::open(path, &Mapping::default()).map_err(|e| format!("reopen: {e}"))?.map_mem(AsPageCache);
     let (engine, report) = Engine::open(pool, engine_config(policy)).map_err(|e| format!("recovery: {e}"))?;
     let got: Vec<Vec<(u64, u64)>> =
         LISTS.iter().map(|&s| petra_recovery::battery::entries(&engine, s).unwrap()).collect();
@@ -151,8 +153,11 @@ fn transactions_survive_sigkill() {
     let dir = scratch_dir();
     let path = dir.path().join("list.pool");
     let config = PoolConfig { initial_size: 4 << 20, max_size: 1 << 30, chunk_size: 64 << 10, ..PoolConfig::default() };
-    let engine =
-        Engine::create(Pool::create(&path, &config).unwrap(), engine_config(DurabilityPolicy::default())).unwrap();
+    let engine = Engine::create(
+        Pool::create(&path, &config).unwrap().map_mem(AsPageCache),
+        engine_config(DurabilityPolicy::default()),
+    )
+    .unwrap();
     assert_eq!(petra_recovery::battery::create_all(&engine), LISTS);
     engine.into_pool().unwrap().close().unwrap();
     let mut base = Model::default();

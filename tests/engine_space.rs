@@ -9,6 +9,7 @@ use petra::mem::CrashPlan;
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{DurabilityPolicy, Engine, EngineConfig, EngineError, StructId, Transaction};
+use petra_recovery::AsPageCache;
 use petra_recovery::crash::CrashTest;
 
 fn config() -> PoolConfig {
@@ -39,10 +40,12 @@ fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
     let dir = petra_recovery::scratch_dir();
     // A pool per kind and policy: without safe points, and with a safe point after every
     // transaction (a replaced value is held until its replacer is safe, see `petra/src/safe.rs`;
-    // here it is at once, so the bounds are the same).
+    // here it is at once, so the bounds are the same). The file is in memory, where the engine
+    // keeps no safe points: it is treated as a file on a disk for them to run.
     for policy in [DurabilityPolicy::Process, DurabilityPolicy::Immediate] {
         for kind in petra_recovery::battery::ALL {
-            let pool = Pool::create(dir.path().join(format!("churn-{kind:?}-{policy}.pool")), &config()).unwrap();
+            let path = dir.path().join(format!("churn-{kind:?}-{policy}.pool"));
+            let pool = Pool::create(path, &config()).unwrap().map_mem(AsPageCache);
             let engine = Engine::create(pool, EngineConfig::rings(32 << 20).durability(policy)).unwrap();
             churn(&engine, petra_recovery::battery::create(&engine, kind));
         }
@@ -621,7 +624,8 @@ fn steady_workload(policy: DurabilityPolicy) {
     let dir = petra_recovery::scratch_dir();
     let path = dir.path().join("steady.pool");
     let rings = EngineConfig::rings(4 << 20).durability(policy);
-    let pool = Pool::create(&path, &config()).unwrap();
+    // In memory, where the engine keeps no safe points: treated as a file on a disk, for them.
+    let pool = Pool::create(&path, &config()).unwrap().map_mem(AsPageCache);
     let engine = Engine::create(pool, rings.clone()).unwrap();
     let ids = petra_recovery::battery::create_all(&engine);
     let sizes = |engine: &Engine<_>| (std::fs::metadata(&path).unwrap().len(), engine.pool().chunk_counts().runs);

@@ -41,7 +41,6 @@ fn create_close_reopen() {
     let dir = scratch_dir();
     let path = dir.path().join("p.pool");
     let pool = Pool::create(&path, &small()).unwrap();
-    assert_eq!(pool.durability(), Durability::PageCache, "a normal file is in the page cache");
     assert!(!pool.was_clean());
     let uuid = pool.header().uuid;
     let slot = 3;
@@ -61,6 +60,46 @@ fn create_close_reopen() {
     drop(pool); // no close
     assert_ne!(std::fs::read(&path).unwrap(), before);
     assert!(!open(&path).unwrap().was_clean(), "a pool changed and dropped without close needs recovery");
+}
+
+/// A pool says what its file keeps: a file on a disk is in the page cache (a power loss keeps
+/// what a sync wrote), one in `/dev/shm` is memory (a power loss takes it whole). The engine keeps
+/// safe points (syncs that a power loss cannot take back) on the first only, whatever the policy
+/// asks: on the second no sync keeps anything.
+#[test]
+fn a_pool_says_what_its_file_keeps_and_the_engine_keeps_safe_points_only_where_they_keep_something() {
+    use petra::{DurabilityPolicy, Engine, EngineConfig, Transaction};
+    let disk = petra_recovery::disk_dir(env!("CARGO_TARGET_TMPDIR"));
+    let shm = scratch_dir();
+    assert!(shm.path().starts_with("/dev/shm"), "no /dev/shm: {}", shm.path().display());
+    // Made under `Immediate`: a safe point for each write that returns; `sync` makes one more.
+    fn safe_points_made<M: PMem + 'static>(pool: Pool<M>) -> u64 {
+        let engine =
+            Engine::create(pool, EngineConfig::rings(64 << 10).durability(DurabilityPolicy::Immediate)).unwrap();
+        let s = engine.create_list().unwrap();
+        let mut h = engine.handle().unwrap();
+        for k in 0..5u64 {
+            assert!(h.execute(Transaction::new().put(s, k, k + 1)).unwrap().is_committed());
+        }
+        engine.sync().unwrap();
+        let made = engine.safe_points();
+        drop(h);
+        engine.close().unwrap();
+        made
+    }
+    let on_disk = Pool::create(disk.path().join("p.pool"), &small()).unwrap();
+    assert_eq!(on_disk.durability(), Durability::PageCache);
+    assert!(safe_points_made(on_disk) >= 6);
+    let in_memory = Pool::create(shm.path().join("p.pool"), &small()).unwrap();
+    assert_eq!(in_memory.durability(), Durability::Memory);
+    assert_eq!(safe_points_made(in_memory), 0);
+    // What the tests that run safe points in `/dev/shm` wrap the file in.
+    let wrapped = Pool::create(shm.path().join("q.pool"), &small()).unwrap().map_mem(petra_recovery::AsPageCache);
+    assert_eq!(wrapped.durability(), Durability::PageCache);
+    assert!(safe_points_made(wrapped) >= 6);
+    // Reopened, each says the same.
+    assert_eq!(open(&disk.path().join("p.pool")).unwrap().durability(), Durability::PageCache);
+    assert_eq!(open(&shm.path().join("p.pool")).unwrap().durability(), Durability::Memory);
 }
 
 #[test]

@@ -35,10 +35,10 @@
 //! # Consistency and durability
 //! Every write is one engine transaction: atomic, strictly serializable with every other, and
 //! durable when the call returns, to the degree the pool's [`Store::durability`] states (power
-//! loss on persistent memory with DAX; process death on a page-cache file such as `/dev/shm`,
-//! and power loss there only for a store closed with [`Store::close`]: the page cache writes a
-//! running store's pages back in any order). Reads and scans take no
-//! lock and see one instant's state. Opening recovers after a crash: every acknowledged write is
+//! loss on persistent memory with DAX; on a file on a disk, process death, and power loss from
+//! the safe point that covers the write on, as the [`DurabilityPolicy`] sets them; process death
+//! only on a file in memory such as `/dev/shm`'s, which a power loss takes whole). Reads and scans
+//! take no lock and see one instant's state. Opening recovers after a crash: every acknowledged write is
 //! there, and nothing of a write that was not acknowledged, all of a batch or none of it.
 //!
 //! # How keys are kept

@@ -263,6 +263,7 @@ fn child(arg: &str) {
     let store =
         MetricStore::open(&Config { create: CreateMode::Open, durability: policy, ..Config::new(path) }).unwrap();
     assert_eq!(store.durability(), policy);
+    assert_eq!(store.medium(), petra::mem::Durability::PageCache, "a file on a disk keeps safe points");
     store.add_schema(&schema()).unwrap();
     let sets: Vec<SetId> =
         (0..2).map(|i| store.add_set(&set_info(&format!("node{i}/meminfo"), i, 0)).unwrap()).collect();
@@ -291,7 +292,8 @@ fn kill_loop_loses_no_acknowledged_sample_and_duplicates_none() {
         child(&arg);
         return;
     }
-    let dir = petra_recovery::scratch_dir();
+    // On the disk: a file in memory (`/dev/shm`) keeps no safe points, for Periodic or Immediate.
+    let dir = petra_recovery::disk_dir(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.path().join("metrics.pool").to_str().unwrap().to_owned();
     let config = Config { create: CreateMode::Create, size: 4 << 20, max_size: 1 << 30, ..Config::new(&path) };
     MetricStore::open(&config).unwrap().close().unwrap();
@@ -339,6 +341,7 @@ fn steady_ingest(
     let config =
         Config { create: CreateMode::Create, size: 1 << 20, max_size: 1 << 30, durability, ..Config::new(path) };
     let store = MetricStore::open(&config).unwrap();
+    assert_eq!(store.medium(), petra::mem::Durability::PageCache, "a file on a disk keeps safe points");
     store.add_schema(&schema()).unwrap();
     let set = store.add_set(&set_info("node1/meminfo", 1, 100)).unwrap();
     let mut lens = Vec::new();
@@ -379,8 +382,9 @@ fn the_file_stays_flat_under_steady_ingest_with_retention() {
     // Under Periodic the rings keep the descriptors written since the last safe point, so they go
     // round only as safe points come: here one after every 3000 samples (`steady_ingest` makes
     // it; the syncer's own interval, an hour, never comes). Without them the rings would grow,
-    // up to the engine's budget (a sixteenth of the maximum size), and the file with them.
-    let dir = petra_recovery::scratch_dir();
+    // up to the engine's budget (a sixteenth of the maximum size), and the file with them. On the
+    // disk: a file in memory (`/dev/shm`) keeps no safe points.
+    let dir = petra_recovery::disk_dir(env!("CARGO_TARGET_TMPDIR"));
     for (i, policy) in
         [DurabilityPolicy::Process, DurabilityPolicy::Periodic(Duration::from_secs(3600))].into_iter().enumerate()
     {

@@ -541,7 +541,9 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
 
 #[test]
 fn sync_every_sets_the_guarantee_the_start_line_names() {
-    let dir = petra_recovery::scratch_dir();
+    // On the disk: a store in memory (`/dev/shm`) keeps no safe points, whatever the setting (the
+    // end of this test).
+    let dir = petra_recovery::disk_dir(env!("CARGO_TARGET_TMPDIR"));
     let p = dir.path();
     fake_proc(p);
     let cases = [
@@ -590,6 +592,20 @@ fn sync_every_sets_the_guarantee_the_start_line_names() {
     let out = mon(p, &["--count", "1", "--config", config.to_str().unwrap()]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("\"sometimes\""));
     assert!(!p.join("m.pool").exists(), "a refused start created the store");
+
+    // A store in memory: a power loss takes it whole, so no setting keeps safe points, and the
+    // start line says so.
+    let shm = tempfile::Builder::new().prefix("petra-").tempdir_in("/dev/shm").unwrap();
+    fake_proc(shm.path());
+    let out = mon(shm.path(), &["--count", "2", "--interval-ms", "5", "--sync-every", "immediate"]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let start = log.lines().find(|l| l.contains("petra-mon started")).unwrap();
+    assert_eq!(field(start, "durability"), "memory", "{start}");
+    assert_eq!(field(start, "policy"), "immediate", "{start}");
+    assert!(field(start, "guarantee").contains("nothing survives power loss or a reboot"), "{start}");
+    let stopping = log.lines().find(|l| l.contains("petra-mon stopping")).unwrap();
+    assert_eq!(field(stopping, "safe_points"), "0", "{stopping}");
 }
 
 /// The value of the sample `name` (no labels: `name{} 1.0`) on a classic page, if there is one.
@@ -599,7 +615,8 @@ fn sample(page: &str, name: &str) -> Option<f64> {
 
 #[test]
 fn the_page_says_how_long_ago_the_last_safe_point_was() {
-    let dir = petra_recovery::scratch_dir();
+    // On the disk: a store in memory (`/dev/shm`) keeps no safe points.
+    let dir = petra_recovery::disk_dir(env!("CARGO_TARGET_TMPDIR"));
     let p = dir.path();
     fake_proc(p);
     let d = Daemon::start(mon(p, &["--interval-ms", "10", "--sync-every", "100ms"]));

@@ -49,12 +49,14 @@
 //! [`Handle::execute`] returns. What that guarantees depends on where the pool lives
 //! ([`pool::Pool::durability`]) and on the engine's [`DurabilityPolicy`]:
 //! - persistent memory mapped with DAX: durable across power loss, whatever the policy;
-//! - a normal file or `/dev/shm` (page cache): durable across the death of the process; across
-//!   power loss from the power-safe point that covers it on (each a sync that the protocol keeps
-//!   safe: the page cache writes pages back in any order): at once under
-//!   [`DurabilityPolicy::Immediate`], within an interval under [`DurabilityPolicy::Periodic`]
-//!   (the default), at [`Engine::sync`] or [`Engine::close`] only under
-//!   [`DurabilityPolicy::Process`];
+//! - a file on a disk (page cache): durable across the death of the process; across power loss
+//!   from the power-safe point that covers it on (each a sync that the protocol keeps safe: the
+//!   page cache writes pages back in any order): at once under [`DurabilityPolicy::Immediate`],
+//!   within an interval under [`DurabilityPolicy::Periodic`] (the default), at [`Engine::sync`]
+//!   or [`Engine::close`] only under [`DurabilityPolicy::Process`];
+//! - a file in memory (tmpfs, such as `/dev/shm`): durable across the death of the process,
+//!   whatever the policy; a power loss or a reboot takes the file whole, so no safe points are
+//!   kept;
 //! - volatile (benchmarks only): nothing is durable.
 //!
 //! # Recovery

@@ -3,9 +3,8 @@
 //! On persistent memory with DAX a flush and a fence put a store on the media, and the protocol's
 //! order (a byte value before its descriptor, a round's records before the checkpoint txid, the
 //! checkpoint txid before the slots it frees are reused) is the media's order. On a file in the
-//! page cache (a disk's file system, or `/dev/shm`) flush and fence order nothing on the disk:
-//! the kernel writes dirty pages back when it likes, in any order, and only a sync (`msync`)
-//! promises anything. So the engine keeps **safe points** there: a sync after which a power loss
+//! page cache of a disk flush and fence order nothing on the disk: the kernel writes dirty pages
+//! back when it likes, in any order, and only a sync (`msync`) promises anything. So the engine keeps **safe points** there: a sync after which a power loss
 //! brings the pool back to exactly that point, a prefix of the transactions in txid order.
 //!
 //! A safe point ([`SafePoints::make`]), one at a time, is one sync:
@@ -66,9 +65,9 @@
 //! fault on every page they write again after it. Under `Immediate` every writer's own safe
 //! point does all this.
 //!
-//! When the engine keeps no safe points ([`DurabilityPolicy::Process`], or a memory where a
-//! fence is durable), none of this runs: rounds advance `C` and recycle as they go, and the safe
-//! txid says 0.
+//! When the engine keeps no safe points ([`DurabilityPolicy::Process`], a memory where a fence is
+//! durable, or a file in memory such as `/dev/shm`'s, which a power loss takes whole, synced or
+//! not), none of this runs: rounds advance `C` and recycle as they go, and the safe txid says 0.
 
 use std::io;
 use std::sync::Arc;
@@ -129,6 +128,11 @@ impl DurabilityPolicy {
             (Durability::Dax, _) => "every acknowledged write survives power loss (persistent memory)".into(),
             (Durability::Volatile, _) => "nothing survives the process (volatile)".into(),
             (Durability::Private, _) => "nothing reaches the file (a private copy)".into(),
+            (Durability::Memory, _) => {
+                "acknowledged writes survive the death of the process; nothing survives power loss or a reboot \
+                 (the pool file is in memory: tmpfs)"
+                    .into()
+            }
             (_, DurabilityPolicy::Immediate) => "every acknowledged write survives power loss (synced)".into(),
             (_, DurabilityPolicy::Periodic(every)) => format!(
                 "acknowledged writes survive the death of the process; power loss loses at most the last {every:?} \
@@ -211,6 +215,8 @@ impl SafePoints {
     /// The safe points of an engine on memory of `durability` under `policy`, in a pool that
     /// may grow to `max_len` bytes.
     pub(crate) fn new(policy: DurabilityPolicy, durability: Durability, max_len: u64) -> SafePoints {
+        // Only a file in the page cache of a disk needs them: a fence is durable on persistent
+        // memory, and a file in memory (`Durability::Memory`) keeps nothing across a power loss.
         let on = durability == Durability::PageCache && policy != DurabilityPolicy::Process;
         SafePoints {
             policy,
@@ -515,6 +521,25 @@ mod tests {
     };
 
     const MAX: u64 = 64 << 20;
+
+    /// No policy claims that a write in memory (tmpfs) survives a power loss, and each says what
+    /// it keeps: the page cache of a disk keeps what a safe point synced, memory nothing.
+    #[test]
+    fn each_guarantee_claims_what_its_medium_keeps() {
+        use crate::mem::Durability;
+        let policies = [
+            DurabilityPolicy::Immediate,
+            DurabilityPolicy::Periodic(Duration::from_secs(1)),
+            DurabilityPolicy::Process,
+        ];
+        for policy in policies {
+            let memory = policy.guarantee(Durability::Memory);
+            assert!(memory.contains("nothing survives power loss") && !memory.contains("safe point"), "{memory}");
+            let disk = policy.guarantee(Durability::PageCache);
+            assert!(!disk.contains("nothing survives power loss"), "{disk}");
+        }
+        assert!(DurabilityPolicy::Immediate.guarantee(Durability::PageCache).contains("survives power loss"));
+    }
 
     /// Safe points every hour (so only when asked), rings of 64 KiB.
     fn periodic() -> EngineConfig {

@@ -98,7 +98,8 @@ impl Default for MmapOptions {
 /// The mapping is first tried with `MAP_SHARED_VALIDATE | MAP_SYNC`, which the kernel grants only
 /// for files on DAX-capable persistent memory: where it succeeds, flush plus fence is durable
 /// across power loss ([`Durability::Dax`]); where it fails the file lives in the page cache
-/// ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`.
+/// ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`, unless it is on tmpfs
+/// ([`Durability::Memory`]), where nothing survives power loss and `sync` does nothing.
 ///
 /// This is one of the few modules with `unsafe` code: raw mapping calls, the conversion of a pool
 /// offset into a reference to an atomic word, and the cache-line flush instructions.
@@ -186,12 +187,14 @@ impl MmapMem {
         // MAP_SYNC exactly when the mode is dax, as growth maps (a volatile pool needs none).
         mem.map_range(0, len, dax && !options.volatile)?;
         mem.len.store(len, Ordering::Relaxed);
-        mem.in_memory = dax || on_tmpfs(&mem.file);
-        mem.durability = match (options.private, options.volatile, dax) {
-            (true, _, _) => Durability::Private,
-            (false, true, _) => Durability::Volatile,
-            (false, false, true) => Durability::Dax,
-            (false, false, false) => Durability::PageCache,
+        let tmpfs = on_tmpfs(&mem.file);
+        mem.in_memory = dax || tmpfs;
+        mem.durability = match (options.private, options.volatile, dax, tmpfs) {
+            (true, ..) => Durability::Private,
+            (false, true, ..) => Durability::Volatile,
+            (false, false, true, _) => Durability::Dax,
+            (false, false, false, true) => Durability::Memory,
+            (false, false, false, false) => Durability::PageCache,
         };
         mem.flush = match (options.volatile || options.private, options.flush) {
             (true, _) => FlushKind::None,

@@ -14,10 +14,13 @@
 //! durable before B is made durable must flush A's lines and fence before storing B. [`SimMem`]
 //! checks code against exactly this model.
 //!
-//! On a file in the page cache ([`Durability::PageCache`]) flush and fence order nothing on the
-//! disk: the kernel writes each dirty 4 KiB page back whenever it likes, in any order, with its
-//! content of that moment, and only [`PMem::sync`] makes everything durable. [`SimMem`] checks
-//! code against that model too ([`MediaModel::PageCache`]).
+//! On a file in the page cache of a disk ([`Durability::PageCache`]) flush and fence order nothing
+//! on the disk: the kernel writes each dirty 4 KiB page back whenever it likes, in any order, with
+//! its content of that moment, and only [`PMem::sync`] makes everything durable. [`SimMem`] checks
+//! code against that model too ([`MediaModel::PageCache`]). On a file in memory (tmpfs, such as
+//! `/dev/shm`: [`Durability::Memory`]) there is no disk: flush and fence order what a process that
+//! opens the file after a crash reads, exactly as on persistent memory, and a power loss takes
+//! everything.
 //!
 //! Word accesses take 8-byte-aligned offsets; a misaligned or out-of-bounds offset panics (it is a
 //! bug in the caller, never undefined behaviour).
@@ -55,10 +58,14 @@ pub enum Durability {
     /// Persistent memory mapped with `MAP_SYNC` (DAX): a flushed and fenced store survives power
     /// loss.
     Dax,
-    /// A file in the page cache (a normal file system, or `/dev/shm`): a flushed and fenced store
-    /// survives the death of the process, since the shared mapping outlives it. Surviving power
-    /// loss needs `msync`, which [`PMem::sync`] issues.
+    /// A file in the page cache of a file system on a disk: a flushed and fenced store survives
+    /// the death of the process, since the shared mapping outlives it. Surviving power loss needs
+    /// `msync`, which [`PMem::sync`] issues.
     PageCache,
+    /// A file in memory (tmpfs, such as `/dev/shm`): a flushed and fenced store survives the death
+    /// of the process, since the shared mapping outlives it, and nothing survives power loss or a
+    /// reboot, which empty the file system. No sync changes that, so [`PMem::sync`] does nothing.
+    Memory,
     /// Flushes and fences are skipped: nothing is durable beyond the process. For benchmarks, to
     /// measure what durability costs; never a default.
     Volatile,
@@ -75,6 +82,7 @@ impl Durability {
         match self {
             Durability::Dax => "dax",
             Durability::PageCache => "page-cache",
+            Durability::Memory => "memory",
             Durability::Volatile => "volatile",
             Durability::Simulated => "simulated",
             Durability::Private => "private",
