@@ -310,8 +310,10 @@ impl<M: PMem + 'static> Engine<M> {
     /// Makes everything committed so far survive a power loss, and returns once it does: a
     /// power-safe point, while the engine keeps them (a page-cache pool under a policy other
     /// than [`DurabilityPolicy::Process`]); under `Process`, a sync of the pool, which keeps
-    /// only until the next change (the rounds order nothing for the disk). Also reports the
-    /// error of a background safe point that failed since the last call, if any.
+    /// only until the next change (the rounds order nothing for the disk). On persistent memory
+    /// everything committed survives already, and on a file in memory (`/dev/shm`) nothing can:
+    /// there it returns at once. Also reports the error of a background safe point that failed
+    /// since the last call, if any.
     pub fn sync(&self) -> Result<(), EngineError> {
         let shared = &self.shared;
         if let Some(e) = shared.core.safe.take_error() {
@@ -337,6 +339,14 @@ impl<M: PMem + 'static> Engine<M> {
     /// The durability policy in force.
     pub fn durability(&self) -> DurabilityPolicy {
         self.shared.core.safe.policy()
+    }
+
+    /// Whether the engine keeps power-safe points: on a file in the page cache of a disk, under a
+    /// policy other than [`DurabilityPolicy::Process`]. Not on persistent memory, where a fence
+    /// is durable, nor on a file in memory (`/dev/shm`), which a power loss takes whole: there
+    /// every policy is as `Process` (see [`DurabilityPolicy::guarantee`]).
+    pub fn keeps_safe_points(&self) -> bool {
+        self.shared.core.safe.on()
     }
 
     /// Power-safe points made since the engine was opened.

@@ -87,8 +87,11 @@ use crate::ring::{Ring, Rings};
 const ASKED_GAP: Duration = Duration::from_millis(250);
 
 /// When a write survives a power loss, on a pool whose memory needs a sync for that (a file in
-/// the page cache). Where a fence is durable (persistent memory with DAX) every policy is as
-/// [`Immediate`](DurabilityPolicy::Immediate), at no extra cost.
+/// the page cache of a disk). Where a fence is durable (persistent memory with DAX) every policy
+/// is as [`Immediate`](DurabilityPolicy::Immediate), at no extra cost. On a file in memory
+/// (tmpfs, such as `/dev/shm`: [`Durability::Memory`]) nothing survives a power loss, and every
+/// policy is as [`Process`](DurabilityPolicy::Process): no safe point is kept
+/// ([`Engine::keeps_safe_points`](crate::Engine::keeps_safe_points) says whether they are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DurabilityPolicy {
     /// A write returns once it survives power loss: after the sync of a safe point that covers
@@ -124,23 +127,26 @@ impl std::fmt::Display for DurabilityPolicy {
 impl DurabilityPolicy {
     /// What survives on `durability` under this policy, in one line (for start-up logs).
     pub fn guarantee(self, durability: Durability) -> String {
-        match (durability, self) {
-            (Durability::Dax, _) => "every acknowledged write survives power loss (persistent memory)".into(),
-            (Durability::Volatile, _) => "nothing survives the process (volatile)".into(),
-            (Durability::Private, _) => "nothing reaches the file (a private copy)".into(),
-            (Durability::Memory, _) => {
-                "acknowledged writes survive the death of the process; nothing survives power loss or a reboot \
-                 (the pool file is in memory: tmpfs)"
+        match durability {
+            Durability::Dax => "every acknowledged write survives power loss (persistent memory)".into(),
+            Durability::Volatile => "nothing survives the process (volatile)".into(),
+            Durability::Private => "nothing reaches the file (a private copy)".into(),
+            Durability::Memory => {
+                "acknowledged writes survive the death of the process; nothing survives power loss or a \
+                                   reboot (the pool file is in memory: tmpfs)"
                     .into()
             }
-            (_, DurabilityPolicy::Immediate) => "every acknowledged write survives power loss (synced)".into(),
-            (_, DurabilityPolicy::Periodic(every)) => format!(
-                "acknowledged writes survive the death of the process; power loss loses at most the last {every:?} \
-                 (a safe point every {every:?})"
-            ),
-            (_, DurabilityPolicy::Process) => {
-                "acknowledged writes survive the death of the process, not power loss (no safe points)".into()
-            }
+            Durability::Simulated => format!("as the crash simulator models its medium, under {self}"),
+            Durability::PageCache => match self {
+                DurabilityPolicy::Immediate => "every acknowledged write survives power loss (synced)".into(),
+                DurabilityPolicy::Periodic(every) => format!(
+                    "acknowledged writes survive the death of the process; power loss loses at most the last {every:?} \
+                     (a safe point every {every:?})"
+                ),
+                DurabilityPolicy::Process => {
+                    "acknowledged writes survive the death of the process, not power loss (no safe points)".into()
+                }
+            },
         }
     }
 }

@@ -114,7 +114,8 @@ impl<M: PMem + 'static> MetricStore<M> {
 
     /// Makes every sample stored so far survive a power loss, and returns once it does (a
     /// power-safe point, see [`DurabilityPolicy`]; under `Process`, a sync that holds only until
-    /// the next write). Also reports a background safe point that failed since the last call.
+    /// the next write; on a file in memory, such as `/dev/shm`'s, which a power loss takes whole,
+    /// nothing). Also reports a background safe point that failed since the last call.
     pub fn sync(&self) -> Result<()> {
         Ok(self.engine.sync()?)
     }
@@ -145,6 +146,12 @@ impl<M: PMem + 'static> MetricStore<M> {
     /// cache...): with [`durability`](MetricStore::durability), what survives what.
     pub fn medium(&self) -> petra::mem::Durability {
         self.engine.pool().durability()
+    }
+
+    /// Whether power-safe points are kept ([`petra::Engine::keeps_safe_points`]): only on a file
+    /// on a disk, under a policy other than `Process`.
+    pub fn keeps_safe_points(&self) -> bool {
+        self.engine.keeps_safe_points()
     }
 
     /// Makes an empty metric store in a new pool, under the default durability policy.

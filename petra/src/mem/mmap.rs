@@ -98,7 +98,7 @@ impl Default for MmapOptions {
 /// The mapping is first tried with `MAP_SHARED_VALIDATE | MAP_SYNC`, which the kernel grants only
 /// for files on DAX-capable persistent memory: where it succeeds, flush plus fence is durable
 /// across power loss ([`Durability::Dax`]); where it fails the file lives in the page cache
-/// ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`, unless it is on tmpfs
+/// ([`Durability::PageCache`]) and [`PMem::sync`] issues `msync`, unless it is on tmpfs or ramfs
 /// ([`Durability::Memory`]), where nothing survives power loss and `sync` does nothing.
 ///
 /// This is one of the few modules with `unsafe` code: raw mapping calls, the conversion of a pool
@@ -115,7 +115,7 @@ pub struct MmapMem {
     max_len: u64,
     flush: FlushKind,
     durability: Durability,
-    /// Whether the file's pages are memory (tmpfs or DAX): new file space is then faulted in
+    /// Whether the file's pages are memory (tmpfs, ramfs or DAX): new file space is then faulted in
     /// writable at once ([`PMem::populate`]).
     in_memory: bool,
     file: File,
@@ -187,9 +187,9 @@ impl MmapMem {
         // MAP_SYNC exactly when the mode is dax, as growth maps (a volatile pool needs none).
         mem.map_range(0, len, dax && !options.volatile)?;
         mem.len.store(len, Ordering::Relaxed);
-        let tmpfs = on_tmpfs(&mem.file);
-        mem.in_memory = dax || tmpfs;
-        mem.durability = match (options.private, options.volatile, dax, tmpfs) {
+        let memory_fs = in_memory_fs(&mem.file);
+        mem.in_memory = dax || memory_fs;
+        mem.durability = match (options.private, options.volatile, dax, memory_fs) {
             (true, ..) => Durability::Private,
             (false, true, ..) => Durability::Volatile,
             (false, false, true, _) => Durability::Dax,
@@ -612,10 +612,14 @@ impl Drop for MmapMem {
     }
 }
 
-/// Whether `file` lives on tmpfs (`/dev/shm`, the usual stand-in for persistent memory).
-fn on_tmpfs(file: &File) -> bool {
+/// Whether `file` lives on a file system in memory: tmpfs (`/dev/shm`, the usual stand-in for
+/// persistent memory) or ramfs. (A file of an overlay whose upper layer is in memory is not
+/// recognised: it is taken for a file on a disk, and synced for nothing.)
+fn in_memory_fs(file: &File) -> bool {
     #[cfg(target_os = "linux")]
     {
+        // ramfs's magic number (linux/magic.h), which the libc crate does not define.
+        const RAMFS_MAGIC: i64 = 0x8584_58f6;
         // SAFETY: `statfs` is a struct of integers, for which all zeroes is a valid value.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: fstatfs writes only into the struct we pass, about a descriptor we own.
@@ -623,8 +627,8 @@ fn on_tmpfs(file: &File) -> bool {
         // Both sides widened: the field's and the constant's C types differ between targets
         // (both i64 on x86-64 glibc, not on musl or s390x).
         #[allow(clippy::unnecessary_cast)]
-        let tmpfs = st.f_type as i64 == libc::TMPFS_MAGIC as i64;
-        rc == 0 && tmpfs
+        let memory = [libc::TMPFS_MAGIC as i64, RAMFS_MAGIC].contains(&(st.f_type as i64));
+        rc == 0 && memory
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -62,9 +62,10 @@ pub enum Durability {
     /// the death of the process, since the shared mapping outlives it. Surviving power loss needs
     /// `msync`, which [`PMem::sync`] issues.
     PageCache,
-    /// A file in memory (tmpfs, such as `/dev/shm`): a flushed and fenced store survives the death
-    /// of the process, since the shared mapping outlives it, and nothing survives power loss or a
-    /// reboot, which empty the file system. No sync changes that, so [`PMem::sync`] does nothing.
+    /// A file in memory (tmpfs, such as `/dev/shm`, or ramfs): a flushed and fenced store
+    /// survives the death of the process, since the shared mapping outlives it, and nothing
+    /// survives power loss or a reboot, which empty the file system. No sync changes that, so
+    /// [`PMem::sync`] does nothing.
     Memory,
     /// Flushes and fences are skipped: nothing is durable beyond the process. For benchmarks, to
     /// measure what durability costs; never a default.
