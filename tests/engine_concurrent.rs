@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, Op, OpKind, Outcome, StructId, Transaction};
+use petra_recovery::AsPageCache;
 use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -305,10 +306,14 @@ fn threads_on_a_real_mapping_and_many_keys_are_serializable() {
 
 #[test]
 fn threads_on_a_real_mapping_are_serializable() {
-    // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's.
+    // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's. With
+    // safe points (the default policy's background syncer, and rounds held to what one covers):
+    // the file, in memory where the engine keeps none, is treated as a file on a disk. (The test
+    // above runs without them.)
     let dir = petra_recovery::scratch_dir();
     for (seed, threads) in [(20, 2), (21, 3), (22, 4)] {
-        let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
+        let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap().map_mem(AsPageCache);
+        assert_eq!(pool.durability(), petra::mem::Durability::PageCache);
         run(pool, threads, 20_000, 8, seed);
     }
 }

@@ -55,6 +55,7 @@ fn child(arg: &str) {
     let pool = Pool::open(path, &Mapping::default()).expect("the child opens the pool").map_mem(AsPageCache);
     let (engine, _) = Engine::open(pool, engine_config(policy)).expect("recovery");
     assert_eq!(engine.durability(), policy);
+    assert_eq!(engine.pool().durability(), petra::mem::Durability::PageCache, "safe points are kept");
     let mut h = engine.handle().unwrap();
     let mut rng = StdRng::seed_from_u64(round as u64);
     ack(format!("R {policy}"));

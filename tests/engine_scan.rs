@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use petra::mem::{PMem, SimMem};
 use petra::pool::{Mapping, Pool, PoolConfig};
 use petra::{Engine, EngineConfig, EngineError, Op, OpKind, Outcome, StructId, Transaction};
+use petra_recovery::AsPageCache;
 use petra_recovery::model::Model;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -250,16 +251,19 @@ fn scans_are_snapshots_on_the_simulator_and_on_a_real_mapping() {
     for seed in 0..3 {
         run(Pool::create_in(SimMem::new(0, 1 << 30), &config()).unwrap(), 2, 300_000, 3000, seed, None);
     }
-    // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's.
+    // Real atomics, real flushes, no simulator lock: the interleavings are the hardware's. With
+    // safe points (the default policy's): the file, in memory where the engine keeps none, is
+    // treated as a file on a disk.
     let dir = petra_recovery::scratch_dir();
     for (seed, writers) in [(10, 1), (11, 2), (12, 3)] {
-        let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap();
+        let pool = Pool::create(dir.path().join(format!("{seed}.pool")), &config()).unwrap().map_mem(AsPageCache);
+        assert_eq!(pool.durability(), petra::mem::Durability::PageCache);
         run(pool, writers, 300_000, 8000, seed, None);
     }
     // A limit of two descriptors or so: writers expire the snapshots of scans that overlap more
     // commits, in the middle of their walks and reads; each scan returns its snapshot's state
     // or the error, never a mix.
-    let pool = Pool::create(dir.path().join("13.pool"), &config()).unwrap();
+    let pool = Pool::create(dir.path().join("13.pool"), &config()).unwrap().map_mem(AsPageCache);
     run(pool, 2, 300_000, 8000, 13, Some(256));
 }
 

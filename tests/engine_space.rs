@@ -48,6 +48,7 @@ fn churn_through_many_keys_reuses_the_nodes_of_deleted_ones() {
             let pool = Pool::create(path, &config()).unwrap().map_mem(AsPageCache);
             let engine = Engine::create(pool, EngineConfig::rings(32 << 20).durability(policy)).unwrap();
             churn(&engine, petra_recovery::battery::create(&engine, kind));
+            assert_eq!(engine.safe_points() > 0, policy != DurabilityPolicy::Process, "{policy}");
         }
     }
 }
@@ -662,6 +663,7 @@ fn steady_workload(policy: DurabilityPolicy) {
     }
     // The first steps size the pool; after them, nothing grows.
     assert!(seen[3..].iter().all(|&s| s == seen[3]), "{policy}: file bytes and region runs per step: {seen:?}");
+    assert_eq!(engine.safe_points() > 0, policy != DurabilityPolicy::Process, "{policy}");
     let cap = (4 << 20) - 64;
     let ring_count = engine.rings() as u64;
     assert!(ring_count <= 4, "{policy}: {ring_count} rings for two threads");

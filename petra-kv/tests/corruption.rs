@@ -105,7 +105,8 @@ impl Kind {
     /// The configuration the stores of this battery are made and opened with: a maximum size small
     /// enough for a chunk table of one page, large enough for the stores' few tens of MiB; the
     /// default durability policy (safe points, so that rounds fold only what a safe point covers
-    /// and the unclosed files hold what a kill leaves under it). Under safe points a state line
+    /// and the unclosed files hold what a kill leaves under it: the files are on the disk, where
+    /// the engine keeps them). Under safe points a state line
     /// read as another boot brings an unclosed pool back to its last safe point: a damaged boot id
     /// (`unsorted/unclosed/flip-header#4` with `PETRA_CORRUPTION_CASES=12`) must be covered by the
     /// line's other copy, not read so.
@@ -475,6 +476,7 @@ fn write_store(kind: Kind, seed: u64, scale: Scale, path: &Path) -> Images {
     if kind == Kind::Metric {
         let (steps, _) = metric_workload(seed, scale);
         let store = MetricStore::open(&config).unwrap();
+        assert_eq!(store.medium(), petra::mem::Durability::PageCache, "a file on a disk keeps safe points");
         let mut s = store.session().unwrap();
         for step in steps {
             match step {
@@ -494,6 +496,7 @@ fn write_store(kind: Kind, seed: u64, scale: Scale, path: &Path) -> Images {
     } else {
         let (steps, _) = store_workload(seed, scale);
         let store = Store::open(&config).unwrap();
+        assert_eq!(store.medium(), petra::mem::Durability::PageCache, "a file on a disk keeps safe points");
         let mut s = store.session().unwrap();
         for step in steps {
             match step {
@@ -1037,7 +1040,8 @@ fn battery(kind: Kind, test_name: &str) {
         return;
     }
     let start = Instant::now();
-    let dir = petra_recovery::scratch_dir();
+    // On the disk: a file in memory (`/dev/shm`) keeps no safe points (see `Kind::config`).
+    let dir = petra_recovery::disk_dir(env!("CARGO_TARGET_TMPDIR"));
     let target = write_store(kind, CONTENT_SEED, Scale::Full, &dir.path().join("target.pool"));
     // Donors of headers: a smaller store of the same kind, and one of another kind.
     let sibling = write_store(kind, CONTENT_SEED + 1, Scale::Small, &dir.path().join("sibling.pool"));

@@ -56,10 +56,26 @@ pub fn scratch_dir() -> tempfile::TempDir {
 /// Integration tests pass `env!("CARGO_TARGET_TMPDIR")`, inside the build directory, on the disk
 /// that holds the workspace.
 pub fn disk_dir(base: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
+    let dir = tempfile::Builder::new()
         .prefix("petra-")
         .tempdir_in(base)
-        .unwrap_or_else(|e| panic!("cannot create a directory in {base}: {e}"))
+        .unwrap_or_else(|e| panic!("cannot create a directory in {base}: {e}"));
+    assert!(!in_memory(dir.path()), "{base} is in memory (tmpfs or ramfs): safe points need a directory on a disk");
+    dir
+}
+
+/// Whether a pool file in `dir` would be in memory (tmpfs or ramfs), as the pool itself tells.
+fn in_memory(dir: &std::path::Path) -> bool {
+    use petra::pool::{Mapping, Pool, PoolConfig};
+    let path = dir.join("probe.pool");
+    let config =
+        PoolConfig { initial_size: 1 << 20, max_size: 16 << 20, chunk_size: 64 << 10, mapping: Mapping::default() };
+    let pool =
+        Pool::create(&path, &config).unwrap_or_else(|e| panic!("cannot create a pool in {}: {e}", dir.display()));
+    let memory = pool.durability() == Durability::Memory;
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+    memory
 }
 
 /// Memory that says it is a file in the page cache of a disk ([`Durability::PageCache`]),
@@ -72,6 +88,9 @@ pub fn disk_dir(base: &str) -> tempfile::TempDir {
 /// (`Pool::map_mem(AsPageCache)`), so that they need no disk, whose syncs would make them a
 /// hundred times slower. A sync is the inner memory's: nothing on tmpfs, which loses nothing a
 /// kill can take.
+///
+/// Every method of [`PMem`] is forwarded, the provided ones too (the file's own may be faster or
+/// do more): one added to the trait must be added here.
 #[derive(Debug)]
 pub struct AsPageCache<M>(pub M);
 
