@@ -45,10 +45,26 @@ pub(crate) fn scratch() -> Result<TempDir> {
 pub(crate) enum Policy {
     /// A write survives the death of the process, not of the machine.
     Process,
-    /// As `process`, and a background safe point every second (the stores' default).
+    /// As `process`, and a background safe point every second (the stores' default). On a file
+    /// on a disk only: in memory (`/dev/shm`) no safe points are kept, and this is `process`.
     Periodic,
-    /// A write returns once it survives power loss (group commit).
+    /// A write returns once it survives power loss (group commit). On a file on a disk only, as
+    /// `periodic`.
     Immediate,
+}
+
+/// Says on stderr that the policy asked for keeps no safe points on `engine`'s memory (a file in
+/// `/dev/shm`, where runs put their files unless told otherwise, which a power loss takes whole):
+/// it runs as `process` there, and the rows that name it measure that.
+pub(crate) fn note_safe_points<M: petra::mem::PMem + 'static>(engine: &petra::Engine<M>) {
+    if engine.durability() != petra::DurabilityPolicy::Process && !engine.keeps_safe_points() {
+        eprintln!(
+            "note: durability {} keeps no safe points on a {} pool (a power loss takes it whole): it runs as process; \
+             give a directory on a disk to measure it",
+            engine.durability(),
+            engine.pool().durability()
+        );
+    }
 }
 
 impl Policy {

@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Serialize, Serializer};
 
-use crate::cli::{Policy, one_of, progress_bar, scratch, wrote};
+use crate::cli::{Policy, one_of, progress_bar, scratch_in, wrote};
 use crate::error::{BenchError, Result};
 use crate::micro::Structure;
 
@@ -48,12 +48,17 @@ pub struct SteadyArgs {
     #[arg(long = "ring-bytes", default_value_t = 64 << 20)]
     ring_bytes: u64,
     /// The durability policy: process, periodic (a power-safe point every second: the rings also
-    /// keep what was written since the last one) or immediate.
+    /// keep what was written since the last one) or immediate. Safe points are kept on a file on
+    /// a disk only (`--dir`): in `/dev/shm` every policy runs as process, and the run says so.
     #[arg(long, default_value_t = Policy::Periodic, value_parser = one_of::<Policy>("policy"))]
     durability: Policy,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The directory for the pool file (a new one, removed afterwards; default: /dev/shm or the
+    /// temporary directory): the disk to measure.
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// Also write the rows to this directory: steady.csv and steady.json.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -79,7 +84,7 @@ pub fn run(args: SteadyArgs) -> Result<()> {
         durability: args.durability,
         seed: args.seed,
     };
-    let tmp = scratch()?;
+    let tmp = scratch_in(args.dir.as_deref())?;
     println!(
         "{} of {} keys, {} thread{}, {} ops per transaction, rings of {} MiB, durability {}, a row every {} s, pool in {}",
         described(args.structure),
@@ -225,6 +230,7 @@ pub(crate) fn run_case(
     }
     let config = EngineConfig::rings(case.ring_bytes).durability(case.durability.policy());
     let engine = Engine::create(crate::pool::create_pool(path, false)?, config.clone())?;
+    crate::cli::note_safe_points(&engine);
     let s = engine.create_structure(case.structure.kind(case.keys), KeyWidth::U64, Values::Words)?;
     crate::pool::put_in_batches(&engine, s, (0..case.keys).step_by(2).map(|k| (k, k)))?;
     let committed = AtomicU64::new(0);

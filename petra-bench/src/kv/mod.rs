@@ -83,7 +83,8 @@ pub struct KvArgs {
     /// petra-kv's durability policies, comma-separated, each run on its own file beside the
     /// others: process, periodic (a power-safe point every second) and immediate (a write
     /// returns once it survives power loss). Default: the stores' own (periodic); with the flag
-    /// each row's engine names its policy (sorted/immediate).
+    /// each row's engine names its policy (sorted/immediate). Safe points are kept on a file on a
+    /// disk only (`--dir`): in `/dev/shm` every policy runs as process, and the run says so.
     #[arg(long, value_delimiter = ',', value_parser = one_of::<Policy>("policy"))]
     durability: Option<Vec<Policy>>,
     /// The file to create, for one engine (default: a new file in /dev/shm or the temporary
@@ -342,5 +343,7 @@ pub(crate) fn run_case(
     let max_size = max_size.max(size);
     let durability = case.durability.map_or_else(DurabilityPolicy::default, Policy::policy);
     let config = Config { create: CreateMode::Create, order, size, max_size, mapping, durability, ..Config::new(path) };
-    run_on(Store::open(&config)?, case, workloads, done)
+    let store = Store::open(&config)?;
+    crate::cli::note_safe_points(store.engine());
+    run_on(store, case, workloads, done)
 }

@@ -56,7 +56,8 @@ pub struct MetricsArgs {
     /// The metric store's durability policies, comma-separated, each run on its own file beside
     /// the others: process, periodic (a power-safe point every second) and immediate (a sample
     /// returns once it survives power loss). Default: the store's own (periodic); with the flag
-    /// each row's engine names its policy (petra/immediate).
+    /// each row's engine names its policy (petra/immediate). Safe points are kept on a file on a
+    /// disk only (`--dir`): in `/dev/shm` every policy runs as process, and the run says so.
     #[arg(long, value_delimiter = ',', value_parser = one_of::<Policy>("policy"))]
     durability: Option<Vec<Policy>>,
     /// The directory for the files (new ones, removed afterwards; default: /dev/shm or the

@@ -30,6 +30,7 @@ impl PetraTarget {
         let size = crate::pool::START_BYTES;
         let config = Config { create: CreateMode::Create, size, max_size, durability, ..Config::new(path) };
         let store = MetricStore::open(&config)?;
+        crate::cli::note_safe_points(store.engine());
         let schema = Schema {
             name: "cray".into(),
             metrics: (0..case.metrics).map(|i| Metric::data(&format!("m{i}"), Scalar::U64)).collect(),

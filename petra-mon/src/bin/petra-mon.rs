@@ -326,6 +326,12 @@ fn serve_and_sample(
         remote_write = settings.remote_write.as_ref().map_or("off", |r| r.url.as_str()),
         "petra-mon started"
     );
+    if policy != petra::DurabilityPolicy::Process && !store.keeps_safe_points() {
+        tracing::warn!(
+            durability = %store.medium(),
+            "--sync-every changes nothing here: no safe points are kept on this store's memory"
+        );
+    }
     if !created && pool.max_len().abs_diff(settings.max_size) > 64 << 20 {
         tracing::info!(
             max_size = pool.max_len(),
