@@ -38,8 +38,8 @@
 //! loss on persistent memory with DAX; on a file on a disk, process death, and power loss from
 //! the safe point that covers the write on, as the [`DurabilityPolicy`] sets them; process death
 //! only on a file in memory such as `/dev/shm`'s, which a power loss takes whole). Reads and scans
-//! take no lock and see one instant's state. Opening recovers after a crash: every acknowledged write is
-//! there, and nothing of a write that was not acknowledged, all of a batch or none of it.
+//! take no lock and see one instant's state. Opening recovers after a crash: every acknowledged
+//! write is there, and nothing of a write that was not acknowledged, all of a batch or none of it.
 //!
 //! # How keys are kept
 //! A key of up to 15 bytes is one engine key; longer keys share engine entries (buckets) whose

@@ -4,8 +4,9 @@
 //! order (a byte value before its descriptor, a round's records before the checkpoint txid, the
 //! checkpoint txid before the slots it frees are reused) is the media's order. On a file in the
 //! page cache of a disk flush and fence order nothing on the disk: the kernel writes dirty pages
-//! back when it likes, in any order, and only a sync (`msync`) promises anything. So the engine keeps **safe points** there: a sync after which a power loss
-//! brings the pool back to exactly that point, a prefix of the transactions in txid order.
+//! back when it likes, in any order, and only a sync (`msync`) promises anything. So the engine
+//! keeps **safe points** there: a sync after which a power loss brings the pool back to exactly
+//! that point, a prefix of the transactions in txid order.
 //!
 //! A safe point ([`SafePoints::make`]), one at a time, is one sync:
 //! 1. `s`, the last txid handed out, is read; each ring's newest descriptor is persisted if it is
@@ -131,11 +132,11 @@ impl DurabilityPolicy {
             Durability::Dax => "every acknowledged write survives power loss (persistent memory)".into(),
             Durability::Volatile => "nothing survives the process (volatile)".into(),
             Durability::Private => "nothing reaches the file (a private copy)".into(),
-            Durability::Memory => {
-                "acknowledged writes survive the death of the process; nothing survives power loss or a \
-                                   reboot (the pool file is in memory: tmpfs)"
-                    .into()
-            }
+            Durability::Memory => concat!(
+                "acknowledged writes survive the death of the process; ",
+                "nothing survives power loss or a reboot (the pool file is in memory: tmpfs)"
+            )
+            .into(),
             Durability::Simulated => format!("as the crash simulator models its medium, under {self}"),
             Durability::PageCache => match self {
                 DurabilityPolicy::Immediate => "every acknowledged write survives power loss (synced)".into(),

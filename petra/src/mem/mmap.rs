@@ -115,8 +115,8 @@ pub struct MmapMem {
     max_len: u64,
     flush: FlushKind,
     durability: Durability,
-    /// Whether the file's pages are memory (tmpfs, ramfs or DAX): new file space is then faulted in
-    /// writable at once ([`PMem::populate`]).
+    /// Whether the file's pages are memory (tmpfs, ramfs or DAX): new file space is then faulted
+    /// in writable at once ([`PMem::populate`]).
     in_memory: bool,
     file: File,
     /// Serialises growth: extend the file, then map the new part.
