@@ -106,8 +106,8 @@ impl Kind {
     /// enough for a chunk table of one page, large enough for the stores' few tens of MiB; the
     /// default durability policy (safe points, so that rounds fold only what a safe point covers
     /// and the unclosed files hold what a kill leaves under it: the files are on the disk, where
-    /// the engine keeps them). Under safe points a state line
-    /// read as another boot brings an unclosed pool back to its last safe point: a damaged boot id
+    /// the engine keeps them). Under safe points a state line read as another boot brings an
+    /// unclosed pool back to its last safe point: a damaged boot id
     /// (`unsorted/unclosed/flip-header#4` with `PETRA_CORRUPTION_CASES=12`) must be covered by the
     /// line's other copy, not read so.
     fn config(self, path: &Path, create: CreateMode) -> Config {
