@@ -597,9 +597,9 @@ fn sync_every_sets_the_guarantee_the_start_line_names() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("\"sometimes\""));
     assert!(!p.join("m.pool").exists(), "a refused start created the store");
 
-    // A store in memory: a power loss takes it whole, so no setting keeps safe points, and the
-    // start line says so.
-    let shm = tempfile::Builder::new().prefix("petra-").tempdir_in("/dev/shm").unwrap();
+    // A store in memory (the scratch directory is in `/dev/shm`): a power loss takes it whole, so
+    // no setting keeps safe points, and the start line says so.
+    let shm = petra_recovery::scratch_dir();
     fake_proc(shm.path());
     let out = mon(shm.path(), &["--count", "2", "--interval-ms", "5", "--sync-every", "immediate"]).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
