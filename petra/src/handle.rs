@@ -619,6 +619,16 @@ impl<M: PMem + 'static> Handle<M> {
             let (value, hash) = if blob { (blobs[i].0, op_hash(blobs[i].1)) } else { (op.value, 0) };
             StoredOp { kind: op.kind as u8, structure: op.structure.0, key: op.key, value, blob, hash }
         }));
+        // Each op's first node, now that the word `check` prefetched (a bucket) has had the
+        // blobs and the placing of the descriptor to come in: the node's miss overlaps the
+        // writing of the descriptor, and the searches after the first start on lines already
+        // loaded or on their way, not one miss after another.
+        let core = self.core();
+        for op in ops {
+            if let Ok(structure) = core.structures.get(op.structure) {
+                structure.prefetch_first(core.mem(), op.key);
+            }
+        }
         descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, &stored);
         self.stored = stored;
         self.publish_head(d);

@@ -10,7 +10,9 @@
 
 use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
 use super::node::load_key;
-use super::{Ctx, Inspect, LinkedSet, PoolFull, Seen, check_chain, mix_key, walk};
+use std::sync::atomic::Ordering;
+
+use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, mix_key, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
 use crate::pool::Pool;
@@ -83,6 +85,11 @@ impl<M: PMem + 'static> LinkedSet<M> for HashMap {
 
     fn prefetch(&self, mem: &M, key: u128) {
         mem.prefetch(self.bucket_link(key))
+    }
+
+    fn prefetch_first(&self, mem: &M, key: u128) {
+        // Relaxed: a hint; the node is only prefetched, never read here.
+        mem.prefetch(mem.load(self.bucket_link(key), Ordering::Relaxed) & !MARK)
     }
 
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (ChainPos, Option<u64>) {

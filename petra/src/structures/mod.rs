@@ -108,6 +108,11 @@ pub(crate) trait LinkedSet<M: PMem + 'static> {
     /// Starts loading the first word a search for `key` reads, if that is known without reading
     /// anything (a hash map's bucket): a hint, so that the load overlaps other work.
     fn prefetch(&self, _mem: &M, _key: u128) {}
+    /// Starts loading the first node a search for `key` reads, if that is known from the word
+    /// [`prefetch`](LinkedSet::prefetch) started loading (a hash map bucket's first node): a
+    /// hint, given a while after `prefetch`, so that the searches of a transaction's ops each
+    /// start on lines already coming in.
+    fn prefetch_first(&self, _mem: &M, _key: u128) {}
     /// Finds `key`: the position for a new node, and the node holding the key if there is one.
     fn search(&self, cx: &impl Ctx<M>, key: u128) -> (Self::Pos, Option<u64>);
     /// As [`search`](LinkedSet::search), given `after`, a node of a key below `key` that the

@@ -191,6 +191,12 @@ impl Structure {
         on_set!(&self.set, set => set.prefetch(mem, key))
     }
 
+    /// Starts loading the first node a search for `key` reads, if known (see
+    /// [`LinkedSet::prefetch_first`]).
+    pub(crate) fn prefetch_first<M: PMem + 'static>(&self, mem: &M, key: u128) {
+        on_set!(&self.set, set => set.prefetch_first(mem, key))
+    }
+
     /// The node holding `key`, if any.
     pub(crate) fn find_node<M: PMem + 'static>(&self, cx: &impl Ctx<M>, key: u128) -> Option<u64> {
         on_set!(&self.set, set => set.search(cx, key).1)
