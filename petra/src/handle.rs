@@ -629,7 +629,7 @@ impl<M: PMem + 'static> Handle<M> {
                 structure.prefetch_first(core.mem(), op.key);
             }
         }
-        descriptor::write_new(self.core().mem(), d, self.core().epoch as u32, tx.is_read_only(), wide, &stored);
+        descriptor::write_new(core.mem(), d, core.epoch as u32, tx.is_read_only(), wide, &stored);
         self.stored = stored;
         self.publish_head(d);
         self.unfinished = true;

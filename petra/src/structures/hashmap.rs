@@ -8,10 +8,10 @@
 //! The bucket array is an engine region of `buckets` link words, found again through the root
 //! entry (its offset and length).
 
-use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
-use super::node::load_key;
 use std::sync::atomic::Ordering;
 
+use super::list::{ChainPos, build_chains, chain_link, chain_remove, chain_search, node_bytes};
+use super::node::load_key;
 use super::{Ctx, Inspect, LinkedSet, MARK, PoolFull, Seen, check_chain, mix_key, walk};
 use crate::error::{AllocError, Damage};
 use crate::mem::PMem;
