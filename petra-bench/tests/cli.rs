@@ -431,7 +431,13 @@ fn steady_runs_checkpoint_rounds_as_it_goes_and_writes_its_rows() {
         let files = tempfile::tempdir().unwrap();
         // Rings of 1 MiB: a round every 2 000 or so transactions. Under process, the rounds alone
         // recycle the rings (under periodic they also keep a second of descriptors).
-        let args = ["steady", "--keys", "2000", "--interval", "0.3", "--intervals", "3", "--threads", "2"];
+        // One writer: it runs every round its ring calls for itself, and the round's end is due
+        // at once (no other thread is pinned), so what follows holds however the threads are
+        // scheduled. With two, a writer whose ring fills while the other runs a round (or is
+        // kept off the cores pinned, so that the round's end waits) takes another ring rather
+        // than wait, and the rounds give it back once they catch up: how many rings there are
+        // at an interval's end, and whether a round ran in it, then depend on the scheduler.
+        let args = ["steady", "--keys", "2000", "--interval", "0.3", "--intervals", "3", "--threads", "1"];
         let mut args = args.to_vec();
         args.extend(["--ring-bytes", "1048576", "--durability", "process", "--out", files.path().to_str().unwrap()]);
         args.extend(structure);
@@ -446,7 +452,8 @@ fn steady_runs_checkpoint_rounds_as_it_goes_and_writes_its_rows() {
             assert_eq!(r["structure"], name);
             // Rounds ran in every interval and folded descriptors, on the rings the threads took.
             assert!(r["rounds"].as_u64().unwrap() > 0 && r["descriptors"].as_u64().unwrap() > 0, "{r}");
-            assert!((1..=8).contains(&r["rings"].as_u64().unwrap()), "{r}");
+            // It goes round the one ring the prefill's handle gave back.
+            assert_eq!(r["rings"], 1, "{r}");
             assert!(r["node_bytes"].as_u64().unwrap() > 0, "{r}");
         }
         let end: serde_json::Value =
