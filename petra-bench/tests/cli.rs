@@ -450,7 +450,7 @@ fn steady_runs_checkpoint_rounds_as_it_goes_and_writes_its_rows() {
         for (i, r) in rows.iter().enumerate() {
             assert_eq!(r["interval"], i);
             assert_eq!(r["structure"], name);
-            // Rounds ran in every interval and folded descriptors, on the rings the threads took.
+            // Rounds ran in every interval and folded descriptors, on the ring the writer took.
             assert!(r["rounds"].as_u64().unwrap() > 0 && r["descriptors"].as_u64().unwrap() > 0, "{r}");
             // It goes round the one ring the prefill's handle gave back.
             assert_eq!(r["rings"], 1, "{r}");
